@@ -1,0 +1,61 @@
+//! `c1m`: the command-line front end. It only parses arguments and dispatches to the library
+//! crates (`c1m-server`, `c1m-bench`, `c1m-kernel`); no behaviour lives here.
+//!
+//! Exit codes: 0 ok, 1 findings (doctor, tune --check), 2 error.
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "c1m",
+    version,
+    about = "Hold a million long-lived connections on one Linux box and prove it."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the push gateway (SSE, WebSocket, long-poll, raw TCP).
+    Serve(c1m_server::ServeArgs),
+    /// Open, hold and measure many connections against a server.
+    Bench(c1m_bench::BenchArgs),
+    /// Compute, check, apply and revert kernel and limit settings for a target connection count.
+    Tune(c1m_kernel::TuneArgs),
+    /// Named checks over /proc, netlink and the kernel log, each with the exact fix.
+    Doctor(c1m_kernel::DoctorArgs),
+    /// Count sockets by state or port through netlink sock_diag.
+    Sockets(c1m_kernel::SocketsArgs),
+    /// Live view of sockets, TCP counters, memory, fd use and doctor findings.
+    Top(c1m_kernel::TopArgs),
+    /// Internal: one serve worker process, started by the serve master.
+    #[command(name = "__serve-worker", hide = true)]
+    ServeWorker,
+    /// Internal: one bench worker process, started by `c1m bench`.
+    #[command(name = "__bench-worker", hide = true)]
+    BenchWorker,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve(args) => c1m_server::run(args),
+        Command::ServeWorker => c1m_server::run_worker_from_env(),
+        Command::Bench(args) => c1m_bench::run(args),
+        Command::BenchWorker => c1m_bench::run_worker_from_env(),
+        Command::Tune(args) => c1m_kernel::run_tune(args),
+        Command::Doctor(args) => c1m_kernel::run_doctor(args),
+        Command::Sockets(args) => c1m_kernel::run_sockets(args),
+        Command::Top(args) => c1m_kernel::run_top(args),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(err) => {
+            eprintln!("c1m: error: {err:#}");
+            ExitCode::from(2)
+        }
+    }
+}

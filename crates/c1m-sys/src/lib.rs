@@ -1,3 +1,20 @@
 //! All Linux specifics behind safe functions: rlimits, socket options, process control,
 //! /proc readers and netlink sock_diag. The only crate allowed `unsafe`; every block carries a
-//! `// SAFETY:` note.
+//! `// SAFETY:` note, and every libc call goes through [`cvt`] so errors become `io::Error`.
+
+pub mod fd;
+pub mod mem;
+pub mod process;
+pub mod rlimit;
+pub mod sockopt;
+
+use std::io;
+
+/// Turns a libc return value into `io::Result`, reading errno on -1.
+pub(crate) fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret == -1 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}

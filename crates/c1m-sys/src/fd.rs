@@ -1,0 +1,28 @@
+//! Passing a descriptor to a child process across exec: clear FD_CLOEXEC on one end of a
+//! socketpair, spawn, then drop that end in the parent; the child adopts it by number.
+
+use crate::cvt;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+/// Clears FD_CLOEXEC so the descriptor survives the next exec.
+pub fn set_inheritable(fd: &impl AsRawFd) -> io::Result<()> {
+    let raw = fd.as_raw_fd();
+    // SAFETY: fcntl on a descriptor we own (borrowed for the call), integer args only.
+    let flags = cvt(unsafe { libc::fcntl(raw, libc::F_GETFD) })?;
+    // SAFETY: as above.
+    cvt(unsafe { libc::fcntl(raw, libc::F_SETFD, flags & !libc::FD_CLOEXEC) })?;
+    Ok(())
+}
+
+/// Takes ownership of a descriptor inherited from the parent, after checking it is open, and
+/// sets FD_CLOEXEC on it again so it does not leak into our own children.
+pub fn adopt_inherited(raw: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: F_GETFD only validates the number; it does not take ownership.
+    let flags = cvt(unsafe { libc::fcntl(raw, libc::F_GETFD) })?;
+    // SAFETY: as above, integer args only.
+    cvt(unsafe { libc::fcntl(raw, libc::F_SETFD, flags | libc::FD_CLOEXEC) })?;
+    // SAFETY: the descriptor is open (checked above), was handed to this process by its parent
+    // for its exclusive use, and nothing else in this process owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}

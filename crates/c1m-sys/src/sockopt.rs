@@ -1,0 +1,56 @@
+//! Socket options that socket2 does not cover.
+
+use crate::cvt;
+use std::io;
+use std::os::fd::AsRawFd;
+
+/// IP_LOCAL_PORT_RANGE, Linux 6.3 (not yet in every libc release).
+const IP_LOCAL_PORT_RANGE: libc::c_int = 51;
+
+fn set_int(fd: &impl AsRawFd, level: libc::c_int, name: libc::c_int, value: u32) -> io::Result<()> {
+    let v = value as libc::c_int;
+    // SAFETY: `v` is a live c_int and the length passed is its size.
+    cvt(unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            &v as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    })
+    .map(|_| ())
+}
+
+/// IP_BIND_ADDRESS_NO_PORT (Linux 4.2): bind() to a source address without picking a port;
+/// connect() picks one per 4-tuple, so one port serves many destinations.
+pub fn set_bind_address_no_port(fd: &impl AsRawFd) -> io::Result<()> {
+    set_int(fd, libc::IPPROTO_IP, libc::IP_BIND_ADDRESS_NO_PORT, 1)
+}
+
+/// IP_LOCAL_PORT_RANGE (Linux 6.3): clamp this socket's ephemeral range to `lo..=hi`.
+/// Returns the error on older kernels (ENOPROTOOPT); callers treat that as "not available".
+pub fn set_local_port_range(fd: &impl AsRawFd, lo: u16, hi: u16) -> io::Result<()> {
+    set_int(
+        fd,
+        libc::IPPROTO_IP,
+        IP_LOCAL_PORT_RANGE,
+        (u32::from(hi) << 16) | u32::from(lo),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_apply_to_a_real_socket() {
+        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        set_bind_address_no_port(&s).unwrap();
+        // Present on this project's kernels (6.x); an older kernel answers ENOPROTOOPT.
+        match set_local_port_range(&s, 20000, 30000) {
+            Ok(()) => {}
+            Err(e) => assert_eq!(e.raw_os_error(), Some(libc::ENOPROTOOPT)),
+        }
+    }
+}

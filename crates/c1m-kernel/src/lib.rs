@@ -5,6 +5,9 @@
 //! behalf of those commands (always under a `--root` so tests run against a fake tree).
 //! Must not touch: sockets of its own beyond netlink queries (those live in `c1m-sys`).
 
+pub mod params;
+pub mod root;
+
 use clap::Args;
 
 /// `c1m tune` arguments.

@@ -218,10 +218,15 @@ pub fn tcp_mem_need(host: &Host, target: &Target) -> u64 {
         .div_ceil(host.page_size)
 }
 
-/// somaxconn: 1/100 of the target arriving at once on one listener, as a power of two
-/// between the kernel default and 65535.
+/// Connections that may arrive at once on one listener in a reconnect storm: 1/100 of the
+/// target as a power of two, at most 65535. What somaxconn and tcp_max_syn_backlog need.
+pub fn storm(target: &Target) -> u64 {
+    pow2(target.conns.div_ceil(STORM_DIVISOR)).min(SOMAXCONN_MAX)
+}
+
+/// somaxconn: the storm, never below the kernel default since 5.4.
 pub fn somaxconn(target: &Target) -> u64 {
-    pow2(target.conns.div_ceil(STORM_DIVISOR)).clamp(SOMAXCONN_MIN, SOMAXCONN_MAX)
+    storm(target).max(SOMAXCONN_MIN)
 }
 
 fn recommend(p: &'static Param, host: &Host, target: &Target) -> Rec {
@@ -290,15 +295,15 @@ fn recommend(p: &'static Param, host: &Host, target: &Target) -> Rec {
             }
         }
         Rule::Somaxconn => rec(
-            somaxconn(target),
+            storm(target),
             format!(
                 "{} conns / {STORM_DIVISOR} at once, power of two in {SOMAXCONN_MIN}..{SOMAXCONN_MAX}",
                 target.conns
             ),
         ),
         Rule::SynBacklog => {
-            let s = somaxconn(target);
-            rec(s, format!("= somaxconn {s}; kernel default ≈ {kd}"))
+            let s = storm(target);
+            rec(s, format!("the same storm as somaxconn, {s}; kernel default ≈ {kd}"))
         }
         Rule::PortRange => exact(
             format!("{} {}", PORT_RANGE.0, PORT_RANGE.1),
@@ -527,6 +532,10 @@ mod tests {
         // 524288 pages / 16 = 32768.
         assert_eq!(p.value("net.ipv4.tcp_mem"), Some("24576 32768 49152"));
         assert_eq!(p.value("net.core.somaxconn"), Some("4096"));
+        // 10000 / 100 = 100 → 128 arriving at once; the defaults cover it (syn backlog on
+        // 2 GiB: max(128, 16384 slots / 128) = 128).
+        assert_eq!(p.need("net.core.somaxconn"), Some("128"));
+        assert_eq!(p.value("net.ipv4.tcp_max_syn_backlog"), Some("128"));
         // ehash 2 GiB / 128 KiB = 16384 slots: default orphans 8192 > 10000/4 → 4096.
         assert_eq!(p.value("net.ipv4.tcp_max_orphans"), Some("8192"));
         // What the target itself needs stays below the defaults, so a live default passes.

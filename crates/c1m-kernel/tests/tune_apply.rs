@@ -43,8 +43,11 @@ fn apply_then_check_is_clean_and_revert_restores_every_byte() {
     );
     assert!(f.read(STATE).is_some());
 
-    let (out, code) = f.run(&["--check", "--conns", "1M"]).unwrap();
+    let (out, code) = f
+        .run(&["--check", "--conns", "1M", "--service", "c1m"])
+        .unwrap();
     assert_eq!(code, 0, "after apply nothing needs changing:\n{out}");
+    assert!(out.contains("ok        systemd.LimitNOFILE"), "{out}");
 
     let (out, code) = f.run(&["--revert"]).unwrap();
     assert_eq!(code, 0, "{out}");

@@ -180,3 +180,54 @@ fn text_check_names_statuses() {
     assert!(out.contains("low       net.ipv4.tcp_mem"), "{out}");
     assert!(out.contains("finding(s)"), "{out}");
 }
+
+#[test]
+fn systemd_unit_limit_is_checked_when_named() {
+    let f = Fake::new();
+    let unit = "/etc/systemd/system/push.service";
+    f.write(
+        unit,
+        "[Service]\nExecStart=/usr/bin/c1m serve\nLimitNOFILE=1024:524288\n",
+    );
+    let (r, _) = rows(&f, &["--conns", "1M", "--service", "push"]);
+    let row = r
+        .iter()
+        .find(|x| x["key"] == "systemd.LimitNOFILE")
+        .unwrap();
+    assert_eq!(row["status"], "low");
+    assert_eq!(row["source"], format!("{unit}:3"));
+    // A drop-in is read after the unit file and wins.
+    f.write(
+        "/etc/systemd/system/push.service.d/override.conf",
+        "[Service]\nLimitNOFILE=infinity\n",
+    );
+    let (r, _) = rows(&f, &["--conns", "1M", "--service", "push"]);
+    let row = r
+        .iter()
+        .find(|x| x["key"] == "systemd.LimitNOFILE")
+        .unwrap();
+    assert_eq!(row["status"], "ok");
+    // Without --service it is information only.
+    let (r, _) = rows(&f, &["--conns", "1M"]);
+    let row = r
+        .iter()
+        .find(|x| x["key"] == "systemd.LimitNOFILE")
+        .unwrap();
+    assert_eq!(row["status"], "info");
+}
+
+#[test]
+fn own_nofile_is_information() {
+    let f = Fake::new();
+    f.write(
+        "/proc/self/limits",
+        "Limit                     Soft Limit           Hard Limit           Units\nMax open files            1024                 524288               files\n",
+    );
+    let (r, _) = rows(&f, &["--conns", "1M"]);
+    let row = r
+        .iter()
+        .find(|x| x["source"] == "/proc/self/limits")
+        .unwrap();
+    assert_eq!(row["status"], "info");
+    assert_eq!(row["live"], "soft 1024 hard 524288");
+}

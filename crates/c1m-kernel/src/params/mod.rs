@@ -49,6 +49,17 @@ pub enum Kind {
     Other,
 }
 
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Sysctl => "sysctl",
+            Kind::Limits => "pam limits",
+            Kind::Systemd => "systemd",
+            Kind::Other => "other tool",
+        }
+    }
+}
+
 /// c1m's verdict on a key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]

@@ -84,7 +84,7 @@ fn live_rows(rows: &[Row]) -> impl Iterator<Item = &Row> {
 
 /// Applies the plan under `root`.
 pub fn apply(root: &Root, plan: &Plan, opts: &Opts) -> Result<Report> {
-    let rows = check(root, plan)?;
+    let rows = check(root, plan, opts.service.as_deref())?;
     let mut rep = Report::default();
     let verb = if opts.dry_run { "would" } else { "will" };
 
@@ -154,10 +154,12 @@ pub fn apply(root: &Root, plan: &Plan, opts: &Opts) -> Result<Report> {
     }
     for (path, content) in &files {
         let same = root.read_opt(path)?.as_deref() == Some(content.as_str());
-        rep.lines.push(format!(
-            "file  {path} {}",
-            if same { "unchanged" } else { "written" }
-        ));
+        let what = match (same, opts.dry_run) {
+            (true, _) => "unchanged",
+            (false, true) => "would be written",
+            (false, false) => "written",
+        };
+        rep.lines.push(format!("file  {path} {what}"));
     }
     if opts.dry_run {
         rep.lines.push("dry run: nothing written".to_string());
@@ -208,6 +210,10 @@ pub fn apply(root: &Root, plan: &Plan, opts: &Opts) -> Result<Report> {
     rep.lines.push(format!(
         "saved previous values in {STATE_FILE}; `c1m tune --revert` restores them"
     ));
+    rep.lines.push(
+        "note  limits.d applies to new login sessions; after a unit drop-in: systemctl daemon-reload, then restart the service"
+            .to_string(),
+    );
     rep.code = if failed > 0 { 2 } else { 0 };
     Ok(rep)
 }

@@ -148,13 +148,17 @@ pub fn target(p: &Param, live: &str, rec: &str, status: Status) -> String {
     rec.to_string()
 }
 
-/// Checks every table entry against the live tree and the config files.
-pub fn check(root: &Root, plan: &Plan) -> Result<Vec<Row>> {
+/// Checks every table entry against the live tree and the config files. `service` names the
+/// systemd unit whose LimitNOFILE= is checked; without it that row is information only.
+pub fn check(root: &Root, plan: &Plan, service: Option<&str>) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
     for p in PARAMS {
-        if let Some(row) = check_entry(root, plan, p)? {
+        if let Some(row) = check_entry(root, plan, p, service)? {
             rows.push(row);
         }
+    }
+    if let Some(p) = lookup_exact("limits.nofile") {
+        rows.extend(check_self_nofile(root, plan, p)?);
     }
     rows.extend(scan_sysctl_configs(root, plan)?);
     Ok(rows)
@@ -172,10 +176,18 @@ fn row(p: &Param, status: Status, live: Option<String>, note: impl Into<String>)
     }
 }
 
-fn check_entry(root: &Root, plan: &Plan, p: &'static Param) -> Result<Option<Row>> {
+fn check_entry(
+    root: &Root,
+    plan: &Plan,
+    p: &'static Param,
+    service: Option<&str>,
+) -> Result<Option<Row>> {
     match p.kind {
         Kind::Sysctl => check_sysctl(root, plan, p),
         Kind::Limits => check_limits(root, plan, p).map(Some),
+        Kind::Systemd if service.is_some() => {
+            check_systemd(root, plan, p, service.unwrap_or_default()).map(Some)
+        }
         Kind::Systemd => Ok(plan.value(p.key).map(|v| {
             let mut r = row(
                 p,
@@ -308,6 +320,64 @@ fn check_limits(root: &Root, plan: &Plan, p: &'static Param) -> Result<Row> {
     r.recommended = rec.map(|v| v.to_string());
     r.source = source;
     Ok(r)
+}
+
+/// The unit's LimitNOFILE= from its drop-ins (and the unit file under /etc), last one wins.
+fn check_systemd(root: &Root, plan: &Plan, p: &'static Param, service: &str) -> Result<Row> {
+    let rec: Option<u64> = plan.value(p.key).and_then(|v| v.parse().ok());
+    let unit_dir = Path::new(&super::render::systemd_path(service))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    let unit_file = unit_dir.with_extension("");
+    let mut files = vec![unit_file];
+    files.extend(root.list_dir(&unit_dir)?);
+    let (mut value, mut source) = (None, None);
+    for f in &files {
+        let Some(text) = root.read_opt(f)? else {
+            continue;
+        };
+        for (i, line) in text.lines().enumerate() {
+            if let Some(v) = line.trim().strip_prefix("LimitNOFILE=") {
+                value = Some(v.trim().to_string());
+                source = Some(format!("{}:{}", f.display(), i + 1));
+            }
+        }
+    }
+    // `N`, `soft:hard` or `infinity`: both halves must reach the recommendation.
+    let enough = |v: &str| {
+        v.split(':')
+            .all(|x| x == "infinity" || x.parse::<u64>().is_ok_and(|n| rec.is_some_and(|r| n >= r)))
+    };
+    let ok = value.as_deref().is_some_and(enough);
+    let mut r = row(
+        p,
+        if ok { Status::Ok } else { Status::Low },
+        value,
+        format!("LimitNOFILE= of {service}; services do not read limits.d"),
+    );
+    r.recommended = rec.map(|v| v.to_string());
+    r.source = source;
+    Ok(r)
+}
+
+/// This process's own RLIMIT_NOFILE (the shell that ran c1m): information, since new logins
+/// and restarted services get the configured limits.
+fn check_self_nofile(root: &Root, plan: &Plan, p: &'static Param) -> Result<Option<Row>> {
+    if !root.exists("/proc/self/limits") {
+        return Ok(None);
+    }
+    let n = root.self_nofile()?;
+    let show = |v: Option<u64>| v.map_or("unlimited".to_string(), |v| v.to_string());
+    let mut r = row(
+        p,
+        Status::Info,
+        Some(format!("soft {} hard {}", show(n.soft), show(n.hard))),
+        "this session's limit; new logins get limits.d, services LimitNOFILE=",
+    );
+    r.recommended = plan.value(p.key).map(str::to_string);
+    r.source = Some("/proc/self/limits".to_string());
+    Ok(Some(r))
 }
 
 /// One `key = value` line of a sysctl config file.

@@ -139,7 +139,7 @@ pub fn run_to_string(args: TuneArgs) -> Result<(String, u8)> {
         },
     );
     if args.check {
-        let rows = check::check(&root, &plan)?;
+        let rows = check::check(&root, &plan, args.service.as_deref())?;
         let out = match args.format {
             Format::Json => serde_json::to_string_pretty(&rows).context("encoding check")? + "\n",
             Format::Text => render_check(&plan, &rows),

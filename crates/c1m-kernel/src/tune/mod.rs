@@ -11,8 +11,10 @@
 pub mod apply;
 pub mod calc;
 pub mod check;
+mod conf;
 pub mod explain;
 pub mod render;
+pub mod status;
 pub mod units;
 
 use crate::params::{Lang, Role};

@@ -325,6 +325,12 @@ mod tests {
         for p in PARAMS {
             assert!(!p.meaning.en.is_empty(), "{} has no meaning", p.key);
             assert!(!p.why.en.is_empty(), "{} has no why", p.key);
+            // The field notes are Chinese: every entry explains itself in Chinese too.
+            assert!(!p.meaning.zh.is_empty(), "{} has no zh meaning", p.key);
+            assert!(!p.why.zh.is_empty(), "{} has no zh why", p.key);
+            if !p.sizing.en.is_empty() && p.verdict.writes() {
+                assert!(!p.sizing.zh.is_empty(), "{} has no zh sizing", p.key);
+            }
             if p.verdict.writes() {
                 assert_ne!(p.rule, Rule::None, "{} is written but has no rule", p.key);
                 assert_ne!(

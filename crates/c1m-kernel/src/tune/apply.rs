@@ -86,7 +86,11 @@ fn live_rows(rows: &[Row]) -> impl Iterator<Item = &Row> {
 pub fn apply(root: &Root, plan: &Plan, opts: &Opts) -> Result<Report> {
     let rows = check(root, plan, opts.service.as_deref())?;
     let mut rep = Report::default();
-    let verb = if opts.dry_run { "would" } else { "will" };
+    let verb = if opts.dry_run {
+        "would change"
+    } else {
+        "changed"
+    };
 
     // Sysctls to write now, and the lines the drop-in persists (everything with a target, so a
     // value already higher is pinned rather than lowered at the next boot).
@@ -145,7 +149,7 @@ pub fn apply(root: &Root, plan: &Plan, opts: &Opts) -> Result<Report> {
 
     for r in &writes {
         rep.lines.push(format!(
-            "set   {} {verb} change: {} -> {} ({})",
+            "set   {} {verb}: {} -> {} ({})",
             r.key,
             r.live.as_deref().unwrap_or(""),
             r.target.as_deref().unwrap_or(""),
@@ -226,19 +230,26 @@ pub fn revert(root: &Root, opts: &Opts) -> Result<Report> {
             .push(format!("nothing to revert: no {STATE_FILE}"));
         return Ok(rep);
     };
-    let verb = if opts.dry_run { "would" } else { "will" };
+    // "would be restored" in a dry run, "restored" otherwise.
+    let verb = |done: &str| {
+        if opts.dry_run {
+            format!("would be {done}")
+        } else {
+            done.to_string()
+        }
+    };
     for f in state.files.iter().rev() {
         match &f.previous {
             Some(prev) => {
                 rep.lines
-                    .push(format!("file  {} {verb} be restored", f.path));
+                    .push(format!("file  {} {}", f.path, verb("restored")));
                 if !opts.dry_run {
                     root.write_atomic(&f.path, prev.as_bytes())?;
                 }
             }
             None => {
                 rep.lines
-                    .push(format!("file  {} {verb} be removed", f.path));
+                    .push(format!("file  {} {}", f.path, verb("removed")));
                 if !opts.dry_run {
                     root.remove_file(&f.path)?;
                 }
@@ -253,8 +264,9 @@ pub fn revert(root: &Root, opts: &Opts) -> Result<Report> {
             continue;
         }
         rep.lines.push(format!(
-            "set   {} {verb} be restored to {}",
+            "set   {} {} to {}",
             s.key,
+            verb("restored"),
             crate::root::normalize_value(&s.previous)
         ));
         if !opts.dry_run {

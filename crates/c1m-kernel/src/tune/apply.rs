@@ -15,7 +15,7 @@
 use super::calc::Plan;
 use super::check::{check, Row, Status, LIMITS_DROPIN, SYSCTL_DROPIN};
 use super::render::{limits_dropin, sysctl_dropin, systemd_dropin, systemd_path, SysctlLine};
-use crate::params::{lookup, Lang};
+use crate::params::{lookup, Kind, Lang};
 use crate::root::Root;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
@@ -115,9 +115,13 @@ pub fn apply(root: &Root, plan: &Plan, opts: &Opts) -> Result<Report> {
     for r in rows.iter().filter(|r| r.status == Status::Missing) {
         rep.lines.push(format!("skip  {}: {}", r.key, r.note));
     }
+    // sysctl.conf / sysctl.d lines that stay harmful or override c1m at boot. (Limits and unit
+    // rows carry a source too, but c1m's own drop-ins fix those.)
+    let is_sysctl = |r: &&Row| lookup(r.key).is_some_and(|p| p.kind == Kind::Sysctl);
     for r in rows
         .iter()
         .filter(|r| r.source.is_some() && r.status.needs_change())
+        .filter(is_sysctl)
     {
         rep.lines.push(format!(
             "note  {} sets {} = {} ({}): c1m never edits it; remove the line by hand",

@@ -71,13 +71,11 @@ fn check_entry(
     p: &'static Param,
     service: Option<&str>,
 ) -> Result<Option<Row>> {
-    match p.kind {
-        Kind::Sysctl => check_sysctl(root, plan, p),
-        Kind::Limits => check_limits(root, plan, p).map(Some),
-        Kind::Systemd if service.is_some() => {
-            check_systemd(root, plan, p, service.unwrap_or_default()).map(Some)
-        }
-        Kind::Systemd => Ok(plan.value(p.key).map(|v| {
+    match (p.kind, service) {
+        (Kind::Sysctl, _) => check_sysctl(root, plan, p),
+        (Kind::Limits, _) => check_limits(root, plan, p).map(Some),
+        (Kind::Systemd, Some(unit)) => check_systemd(root, plan, p, unit).map(Some),
+        (Kind::Systemd, None) => Ok(plan.value(p.key).map(|v| {
             let mut r = Row::new(
                 p,
                 Status::Info,
@@ -89,7 +87,7 @@ fn check_entry(
             r.recommended = Some(v.to_string());
             r
         })),
-        Kind::Other => Ok(None),
+        (Kind::Other, _) => Ok(None),
     }
 }
 

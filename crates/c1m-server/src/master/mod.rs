@@ -19,8 +19,11 @@ use std::process::{Child, Command, Stdio};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-/// Descriptors each worker keeps back from client connections (listeners, link, epoll, logs).
-pub const RESERVED_FDS: u64 = 64;
+/// Descriptors each worker keeps back from client connections (listeners, link, epoll, logs):
+/// 64, or a sixteenth of a small limit (a worker needs about ten of its own).
+pub fn reserved_fds(hard_nofile: u64) -> u64 {
+    (hard_nofile / 16).clamp(4, 64)
+}
 const SIGNALS: Token = Token(usize::MAX);
 const RESTART_DELAY: Duration = Duration::from_millis(200);
 
@@ -33,7 +36,7 @@ pub struct Plan {
 
 /// `auto`: enough processes for `max_conns` under the hard fd limit, at least one per CPU.
 pub fn plan(workers: Workers, max_conns: u64, hard_nofile: u64, cpus: usize) -> Plan {
-    let capacity = hard_nofile.saturating_sub(RESERVED_FDS).max(1);
+    let capacity = hard_nofile.saturating_sub(reserved_fds(hard_nofile)).max(1);
     let workers = match workers {
         Workers::Count(n) => n,
         Workers::Auto => (cpus as u64).max(max_conns.div_ceil(capacity)) as usize,
@@ -370,7 +373,9 @@ mod tests {
         let p = plan(Workers::Auto, 1_000_000, 20_000, 2);
         assert_eq!(p.workers, 51);
         assert!(p.per_worker * p.workers as u64 >= 1_000_000);
-        assert!(p.per_worker <= 20_000 - RESERVED_FDS);
+        assert!(p.per_worker <= 20_000 - reserved_fds(20_000));
+        assert_eq!(reserved_fds(20_000), 64);
+        assert_eq!(plan(Workers::Count(1), 100, 48, 2).per_worker, 45);
         // Small targets still get one worker per CPU.
         assert_eq!(
             plan(Workers::Auto, 1000, 20_000, 2),

@@ -27,14 +27,29 @@ impl Server {
     }
 
     pub fn spawn(mut cmd: Command) -> Server {
-        let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().expect("spawn c1m serve");
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn c1m serve");
         let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        assert!(line.starts_with("c1m serve: listening on http "), "unexpected first line: {line:?}");
-        let http = line.split_whitespace().nth(4).unwrap().trim_end_matches([',', ';']).parse().unwrap();
-        let tcp = line.split(", tcp ").nth(1).map(|r| r.split(';').next().unwrap().parse().unwrap());
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let parsed = parse_banner(&line);
+        let Some((http, tcp)) = parsed else {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("unexpected first line from c1m serve: {line:?}");
+        };
         let server = Server { child, http, tcp };
-        server.wait_status(|s| s["workers"].as_array().unwrap().iter().all(|w| w["pid"].as_u64() != Some(0)));
+        server.wait_status(|s| {
+            s["workers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|w| w["pid"].as_u64() != Some(0))
+        });
         server
     }
 
@@ -43,7 +58,11 @@ impl Server {
     }
 
     pub fn status(&self) -> serde_json::Value {
-        let body = ureq::get(&self.url("/status")).call().unwrap().into_string().unwrap();
+        let body = ureq::get(&self.url("/status"))
+            .call()
+            .unwrap()
+            .into_string()
+            .unwrap();
         serde_json::from_str(&body).unwrap()
     }
 
@@ -52,7 +71,8 @@ impl Server {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             if let Ok(resp) = ureq::get(&self.url("/status")).call() {
-                let v: serde_json::Value = serde_json::from_str(&resp.into_string().unwrap()).unwrap();
+                let v: serde_json::Value =
+                    serde_json::from_str(&resp.into_string().unwrap()).unwrap();
                 if pred(&v) {
                     return v;
                 }
@@ -67,7 +87,11 @@ impl Server {
     }
 
     pub fn publish(&self, channel: &str, payload: &[u8]) -> u64 {
-        let body = ureq::post(&self.url(&format!("/pub/{channel}"))).send_bytes(payload).unwrap().into_string().unwrap();
+        let body = ureq::post(&self.url(&format!("/pub/{channel}")))
+            .send_bytes(payload)
+            .unwrap()
+            .into_string()
+            .unwrap();
         let v: serde_json::Value = serde_json::from_str(&body).unwrap();
         assert_eq!(v["channel"], channel);
         v["id"].as_u64().unwrap()
@@ -84,13 +108,21 @@ impl Server {
             if let Some(status) = self.child.try_wait().unwrap() {
                 return status;
             }
-            assert!(Instant::now() < deadline, "server did not exit within {limit:?}");
+            assert!(
+                Instant::now() < deadline,
+                "server did not exit within {limit:?}"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
 
     pub fn worker_pids(&self) -> Vec<u32> {
-        self.status()["workers"].as_array().unwrap().iter().map(|w| w["pid"].as_u64().unwrap() as u32).collect()
+        self.status()["workers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| w["pid"].as_u64().unwrap() as u32)
+            .collect()
     }
 }
 
@@ -100,6 +132,19 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// `c1m serve: listening on http ADDR[, tcp ADDR]; …` → (http, tcp).
+fn parse_banner(line: &str) -> Option<(SocketAddr, Option<SocketAddr>)> {
+    let rest = line.strip_prefix("c1m serve: listening on http ")?;
+    let (addrs, _) = rest.split_once(';')?;
+    let mut parts = addrs.split(", tcp ");
+    let http = parts.next()?.parse().ok()?;
+    let tcp = match parts.next() {
+        Some(t) => Some(t.parse().ok()?),
+        None => None,
+    };
+    Some((http, tcp))
 }
 
 /// One SSE event as a client sees it.
@@ -120,9 +165,19 @@ pub struct Sse {
 impl Sse {
     pub fn connect(addr: SocketAddr, path: &str, extra_headers: &str) -> Sse {
         let mut stream = TcpStream::connect(addr).unwrap();
-        stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        write!(stream, "GET {path} HTTP/1.1\r\nHost: t\r\nAccept: text/event-stream\r\n{extra_headers}\r\n").unwrap();
-        let mut sse = Sse { stream, buf: Vec::new(), head: String::new() };
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: t\r\nAccept: text/event-stream\r\n{extra_headers}\r\n"
+        )
+        .unwrap();
+        let mut sse = Sse {
+            stream,
+            buf: Vec::new(),
+            head: String::new(),
+        };
         let end = sse.read_until(b"\r\n\r\n");
         sse.head = String::from_utf8(sse.buf.drain(..end).collect()).unwrap();
         assert!(sse.head.starts_with("HTTP/1.1 200"), "{}", sse.head);
@@ -137,7 +192,11 @@ impl Sse {
             }
             let mut chunk = [0u8; 8192];
             let n = self.stream.read(&mut chunk).expect("read from server");
-            assert!(n > 0, "server closed the stream; buffered: {:?}", String::from_utf8_lossy(&self.buf));
+            assert!(
+                n > 0,
+                "server closed the stream; buffered: {:?}",
+                String::from_utf8_lossy(&self.buf)
+            );
             self.buf.extend_from_slice(&chunk[..n]);
         }
     }
@@ -192,5 +251,9 @@ pub fn raw_exchange(addr: SocketAddr, request: &[u8]) -> String {
 
 /// Status line code of a raw HTTP answer.
 pub fn status_code(answer: &str) -> u16 {
-    answer.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0)
+    answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0)
 }

@@ -1,0 +1,245 @@
+//! Bad input and limits: each gets the right status (or close), is counted in /status, and
+//! other connections never notice.
+
+mod common;
+
+use common::{raw_exchange, status_code, Server, Sse};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+#[test]
+fn bad_requests_get_their_status_and_are_counted_while_a_subscriber_carries_on() {
+    let server = Server::start(&["--workers", "1", "--max-payload", "1024"]);
+    let mut bystander = Sse::connect(server.http, "/sub/calm", "");
+    let http = server.http;
+
+    let mut huge = b"GET /sub/x HTTP/1.1\r\nX-Filler: ".to_vec();
+    huge.extend(std::iter::repeat_n(b'a', 9000));
+    huge.extend_from_slice(b"\r\n\r\n");
+    let cases: Vec<(&str, Vec<u8>, u16)> = vec![
+        ("head over 8 KiB", huge, 431),
+        ("garbage", b"\x16\x03\x01 not http\r\n\r\n".to_vec(), 400),
+        (
+            "unknown path",
+            b"GET /nowhere HTTP/1.1\r\n\r\n".to_vec(),
+            404,
+        ),
+        (
+            "wrong method on /sub",
+            b"POST /sub/a HTTP/1.1\r\nContent-Length: 0\r\n\r\n".to_vec(),
+            405,
+        ),
+        (
+            "wrong method on /pub",
+            b"GET /pub/a HTTP/1.1\r\n\r\n".to_vec(),
+            405,
+        ),
+        (
+            "payload too large",
+            b"POST /pub/a HTTP/1.1\r\nContent-Length: 1025\r\n\r\n".to_vec(),
+            413,
+        ),
+        (
+            "chunked publish",
+            b"POST /pub/a HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec(),
+            411,
+        ),
+        (
+            "bad channel",
+            b"GET /sub/a%20b HTTP/1.1\r\nAccept: text/event-stream\r\n\r\n".to_vec(),
+            400,
+        ),
+        (
+            "bad last id",
+            b"GET /sub/a?last_id=x HTTP/1.1\r\n\r\n".to_vec(),
+            400,
+        ),
+        (
+            "too many channels",
+            format!(
+                "GET /sub/{} HTTP/1.1\r\n\r\n",
+                (0..17)
+                    .map(|i| format!("c{i}"))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            )
+            .into_bytes(),
+            400,
+        ),
+    ];
+    for (what, request, want) in &cases {
+        let answer = raw_exchange(http, request);
+        assert_eq!(status_code(&answer), *want, "{what}: {answer}");
+    }
+    let s = server.wait_status(|s| s["refused"]["method"] == 2);
+    let r = &s["refused"];
+    assert_eq!(
+        (
+            r["head_too_large"].as_u64(),
+            r["not_found"].as_u64(),
+            r["payload_too_large"].as_u64()
+        ),
+        (Some(1), Some(1), Some(1))
+    );
+    assert_eq!(r["bad_request"].as_u64(), Some(5), "{r}");
+    // The subscriber never noticed.
+    let id = server.publish("calm", b"still here");
+    assert_eq!(bystander.next().id, Some(id.to_string()));
+    // The server still answers a largest-allowed payload.
+    server.publish("a", &[b'x'; 1024]);
+}
+
+#[test]
+fn websocket_upgrade_is_a_clean_501_until_it_lands() {
+    let server = Server::start(&["--workers", "1"]);
+    let answer = raw_exchange(
+        server.http,
+        b"GET /sub/a HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+    );
+    assert_eq!(status_code(&answer), 501, "{answer}");
+}
+
+#[test]
+fn slowloris_head_is_closed_after_the_head_timeout_and_counted() {
+    let server = Server::start(&["--workers", "1", "--head-timeout", "500ms"]);
+    let mut slow = TcpStream::connect(server.http).unwrap();
+    slow.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let started = Instant::now();
+    slow.write_all(b"GET /sub/a HTTP/1.1\r\nX-Slow: ").unwrap();
+    let mut answer = String::new();
+    // Trickle bytes: the deadline is for the whole head, not per byte.
+    for _ in 0..3 {
+        std::thread::sleep(Duration::from_millis(100));
+        if slow.write_all(b"a").is_err() {
+            break;
+        }
+    }
+    let _ = slow.read_to_string(&mut answer);
+    let waited = started.elapsed();
+    assert_eq!(status_code(&answer), 408, "{answer}");
+    assert!(
+        waited >= Duration::from_millis(450) && waited < Duration::from_secs(3),
+        "closed after {waited:?}"
+    );
+    server.wait_status(|s| s["refused"]["head_timeout"] == 1);
+}
+
+#[test]
+fn publish_key_is_required_when_configured() {
+    let mut cmd = common::c1m();
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--workers", "1"])
+        .env("C1M_PUBLISH_KEY", "s3cret");
+    let server = Server::spawn(cmd);
+    let url = server.url("/pub/k");
+    match ureq::post(&url).send_bytes(b"x") {
+        Err(ureq::Error::Status(401, _)) => {}
+        other => panic!("expected 401, got {other:?}"),
+    }
+    match ureq::post(&url)
+        .set("Authorization", "Bearer wrong")
+        .send_bytes(b"x")
+    {
+        Err(ureq::Error::Status(401, _)) => {}
+        other => panic!("expected 401, got {other:?}"),
+    }
+    let ok = ureq::post(&url)
+        .set("Authorization", "Bearer s3cret")
+        .send_bytes(b"x")
+        .unwrap();
+    assert_eq!(ok.status(), 200);
+    server.wait_status(|s| s["refused"]["forbidden"] == 2);
+}
+
+#[test]
+fn max_conns_refuses_new_connections_cleanly_and_counts_them() {
+    let server = Server::start(&["--workers", "1", "--max-conns", "3"]);
+    let held: Vec<Sse> = (0..3)
+        .map(|i| Sse::connect(server.http, &format!("/sub/m{i}"), ""))
+        .collect();
+    let answer = raw_exchange(server.http, b"GET /healthz HTTP/1.1\r\n\r\n");
+    assert_eq!(status_code(&answer), 503, "{answer}");
+    drop(held);
+    // Room again once they leave, and the refusal was counted.
+    server.wait_status(|s| s["refused"]["max_conns"].as_u64().unwrap() >= 1);
+}
+
+#[test]
+fn a_slow_reader_is_disconnected_at_the_unsent_cap_and_others_get_everything() {
+    let server = Server::start(&["--workers", "1", "--max-unsent", "65536"]);
+    // The slow reader shrinks its receive buffer and never reads.
+    let slow = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    slow.set_recv_buffer_size(4096).unwrap();
+    slow.connect(&server.http.into()).unwrap();
+    let mut slow: TcpStream = slow.into();
+    slow.write_all(b"GET /sub/flood HTTP/1.1\r\nAccept: text/event-stream\r\n\r\n")
+        .unwrap();
+    let mut fast = Sse::connect(server.http, "/sub/flood", "");
+    server.wait_status(|s| s["connections"]["sse"] == 2);
+    let payload = vec![b'p'; 16 * 1024];
+    let reader =
+        std::thread::spawn(move || (0..200).map(|_| fast.next().data.len()).sum::<usize>());
+    for _ in 0..200 {
+        server.publish("flood", &payload);
+    }
+    assert_eq!(reader.join().unwrap(), 200 * payload.len());
+    let s = server.wait_status(|s| s["refused"]["slow_consumer"] == 1);
+    assert_eq!(s["connections"]["sse"], 0);
+    assert!(s["messages"]["dropped"].as_u64().unwrap() >= 1);
+}
+
+/// CPU time (user+system, in clock ticks) of a process, from /proc/PID/stat.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = after.split_whitespace().collect();
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+}
+
+#[test]
+fn accept_backs_off_on_emfile_without_spinning_and_keeps_serving() {
+    // A hard fd limit of 48 for the server (and its workers), set before exec.
+    let mut cmd = std::process::Command::new("sh");
+    let exe = env!("CARGO_BIN_EXE_c1m");
+    cmd.args(["-c", &format!("ulimit -n 48 && exec {exe} serve --listen 127.0.0.1:0 --workers 1 --sse-heartbeat 200ms")]);
+    let server = Server::spawn(cmd);
+    let worker = server.worker_pids()[0];
+    let mut subscriber = Sse::connect(server.http, "/sub/e", "");
+    // Fill the worker's descriptor table; the extra connections wait in the backlog.
+    let mut extra = Vec::new();
+    for _ in 0..60 {
+        extra.push(TcpStream::connect(server.http).unwrap());
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let before = cpu_ticks(worker);
+    // While the worker cannot accept, the existing stream is still served (heartbeats flow).
+    let mut seen = Vec::new();
+    let until = Instant::now() + Duration::from_secs(2);
+    subscriber
+        .stream
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    while Instant::now() < until {
+        let mut chunk = [0u8; 256];
+        if let Ok(n) = subscriber.stream.read(&mut chunk) {
+            seen.extend_from_slice(&chunk[..n]);
+        }
+    }
+    let used = cpu_ticks(worker) - before;
+    // A busy spin would burn ~200 ticks in 2 s; backing off every 100 ms costs almost nothing.
+    assert!(
+        used < 40,
+        "worker used {used} ticks in 2 s while at its fd limit"
+    );
+    let beats = seen.windows(3).filter(|w| w == b":\n\n").count();
+    assert!(beats >= 5, "only {beats} heartbeats while at the fd limit");
+    // Once descriptors free up, new connections are accepted again and counted refusals show.
+    drop(extra);
+    subscriber
+        .stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    server.wait_status(|s| s["refused"]["fd_limit"].as_u64().unwrap() >= 1);
+    let id = server.publish("e", b"through");
+    assert_eq!(subscriber.next().id, Some(id.to_string()));
+}

@@ -37,7 +37,10 @@ impl Tree {
             "Tcp: RtoAlgorithm ActiveOpens\nTcp: 1 10\n",
         );
         t.sockstat(5, 0, 3, 100);
-        t.put("proc/net/softnet_stat", "000000ff 00000000 00000001 0\n00000100 00000000 00000000 0\n");
+        t.put(
+            "proc/net/softnet_stat",
+            "000000ff 00000000 00000001 0\n00000100 00000000 00000000 0\n",
+        );
         t.put("proc/sys/fs/file-nr", "450\t0\t100000\n");
         t.put("proc/sys/fs/nr_open", "1048576\n");
         t.put("proc/sys/net/core/somaxconn", "4096\n");
@@ -218,7 +221,10 @@ fn process_at_its_fd_limit() {
     t.process(1234, 100, 100, 4096);
     let f = t.check("fd.process");
     assert_status(&f, Status::Fail);
-    assert!(f.details[0].contains("pid 1234 (server): 100 of 100"), "{f:#?}");
+    assert!(
+        f.details[0].contains("pid 1234 (server): 100 of 100"),
+        "{f:#?}"
+    );
     assert_eq!(f.fix, vec!["prlimit --pid 1234 --nofile=4096:4096"]);
     // Already at the hard limit: the fix raises the hard limit too.
     t.process(1234, 100, 100, 100);
@@ -263,7 +269,11 @@ fn accept_queue_overflow_rising() {
         t.bump("ListenDrops", 7);
     });
     assert_status(&f, Status::Fail);
-    assert!(f.summary.contains("ListenOverflows +7, ListenDrops +7"), "{}", f.summary);
+    assert!(
+        f.summary.contains("ListenOverflows +7, ListenDrops +7"),
+        "{}",
+        f.summary
+    );
     assert!(fixes(&f).contains("net.core.somaxconn=8192"));
 }
 
@@ -332,7 +342,8 @@ fn ephemeral_ports_per_destination() {
     let f = t.check("net.ephemeral-ports");
     assert_status(&f, Status::Fail);
     assert!(
-        f.summary.contains("127.0.0.1 -> 127.0.0.1:8080 uses 10 of 10"),
+        f.summary
+            .contains("127.0.0.1 -> 127.0.0.1:8080 uses 10 of 10"),
         "{}",
         f.summary
     );
@@ -398,7 +409,9 @@ fn kernel_log_known_messages() {
         )
     });
     assert_status(&f, Status::Fail);
-    assert!(f.summary.starts_with("1 known messages during the interval, 1 earlier"));
+    assert!(f
+        .summary
+        .starts_with("1 known messages during the interval, 1 earlier"));
     assert!(fixes(&f).contains("nf_conntrack_max"));
     fs::remove_file(t.root().join("dev/kmsg")).unwrap();
     assert_status(&t.check("kernel.log"), Status::Skipped);

@@ -269,7 +269,9 @@ pub fn dump_tcp(
             .read(&mut buf)
             .map_err(|e| io::Error::new(e.kind(), format!("sock_diag recv: {e}")))?;
         if n == 0 {
-            return Err(io::Error::other("sock_diag: netlink socket closed mid-dump"));
+            return Err(io::Error::other(
+                "sock_diag: netlink socket closed mid-dump",
+            ));
         }
         if walk(&buf[..n], seq, &mut stats, &mut f)? {
             return Ok(stats);
@@ -309,7 +311,10 @@ fn walk(
                         .unwrap_or(-libc::EIO);
                     if err != 0 {
                         let os = io::Error::from_raw_os_error(-err);
-                        return Err(io::Error::new(os.kind(), format!("sock_diag: kernel: {os}")));
+                        return Err(io::Error::new(
+                            os.kind(),
+                            format!("sock_diag: kernel: {os}"),
+                        ));
                     }
                 }
                 _ if ty == SOCK_DIAG_BY_FAMILY && payload.len() >= DIAG_MSG_LEN => {

@@ -4,6 +4,7 @@
 
 use c1m_kernel::doctor::ctx::{Ctx, Listener};
 use c1m_kernel::doctor::{run_checks, Finding, Status};
+use c1m_kernel::root::Root;
 use std::fs;
 use std::path::Path;
 use tempfile::TempDir;
@@ -140,12 +141,15 @@ impl Tree {
     }
 
     fn ctx(&self, conns: Option<u64>) -> Ctx {
-        Ctx::begin(self.root()).unwrap().finish(conns).unwrap()
+        Ctx::begin(&Root::new(self.root()))
+            .unwrap()
+            .finish(conns)
+            .unwrap()
     }
 
     /// Runs one check over a ctx taken with `between` applied between the two samples.
     fn check_rising(&mut self, name: &str, between: impl FnOnce(&mut Tree)) -> Finding {
-        let p = Ctx::begin(self.root()).unwrap();
+        let p = Ctx::begin(&Root::new(self.root())).unwrap();
         between(self);
         let ctx = p.finish(None).unwrap();
         one(&ctx, name)

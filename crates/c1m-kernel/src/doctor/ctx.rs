@@ -7,12 +7,12 @@
 
 use super::kmsg::{self, Record};
 use super::sample::{read_rel, sysctl_nums, Sample};
+use crate::root::Root;
 use crate::sockets::source::{self, SockRow};
 use anyhow::{Context, Result};
 use c1m_sys::sock_diag::{StateMask, TcpState};
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// A listening socket.
@@ -47,7 +47,7 @@ pub struct ProcFd {
 /// Everything the checks read.
 #[derive(Debug, Clone)]
 pub struct Ctx {
-    pub root: PathBuf,
+    pub root: Root,
     pub live: bool,
     pub target_conns: Option<u64>,
     pub interval: Duration,
@@ -65,7 +65,7 @@ pub struct Ctx {
 
 /// The first half of a [`Ctx`]: taken at the start of the interval.
 pub struct Pending {
-    root: PathBuf,
+    root: Root,
     started: Instant,
     before: Sample,
     log_before: Option<Vec<Record>>,
@@ -73,10 +73,10 @@ pub struct Pending {
 
 impl Ctx {
     /// Takes the first sample now.
-    pub fn begin(root: &Path) -> Result<Pending> {
-        let live = source::is_live(root);
+    pub fn begin(root: &Root) -> Result<Pending> {
+        let live = root.is_live();
         Ok(Pending {
-            root: root.to_path_buf(),
+            root: root.clone(),
             started: Instant::now(),
             before: Sample::read(root)?,
             log_before: kmsg::read_log(root, live),
@@ -84,7 +84,7 @@ impl Ctx {
     }
 
     /// begin, sleep `interval`, finish.
-    pub fn collect(root: &Path, target_conns: Option<u64>, interval: Duration) -> Result<Ctx> {
+    pub fn collect(root: &Root, target_conns: Option<u64>, interval: Duration) -> Result<Ctx> {
         let p = Ctx::begin(root)?;
         std::thread::sleep(interval);
         p.finish(target_conns)
@@ -105,7 +105,7 @@ impl Pending {
     /// Takes the second sample and everything else.
     pub fn finish(self, target_conns: Option<u64>) -> Result<Ctx> {
         let root = self.root;
-        let live = source::is_live(&root);
+        let live = root.is_live();
         let after = Sample::read(&root)?;
         let log_after = kmsg::read_log(&root, live);
         let (listeners, port_use) = match read_sockets(&root) {
@@ -129,8 +129,8 @@ impl Pending {
 }
 
 /// Listeners, and outgoing port use when ip_local_port_range is readable.
-fn read_sockets(root: &Path) -> Result<(Vec<Listener>, Option<Vec<PortUse>>)> {
-    let live = source::is_live(root);
+fn read_sockets(root: &Root) -> Result<(Vec<Listener>, Option<Vec<PortUse>>)> {
+    let live = root.is_live();
     let mut listeners = Vec::new();
     source::for_each(root, StateMask::of(&[TcpState::Listen]), |r| {
         listeners.push(Listener {
@@ -161,13 +161,13 @@ fn read_sockets(root: &Path) -> Result<(Vec<Listener>, Option<Vec<PortUse>>)> {
         .into_iter()
         .map(|((source, dest), used)| PortUse { source, dest, used })
         .collect();
-    port_use.sort_by(|a, b| b.used.cmp(&a.used));
+    port_use.sort_by_key(|u| std::cmp::Reverse(u.used));
     Ok((listeners, Some(port_use)))
 }
 
 /// Every readable /proc/PID: open descriptors and the RLIMIT_NOFILE in force.
-fn read_procs(root: &Path) -> Vec<ProcFd> {
-    let Ok(dir) = std::fs::read_dir(root.join("proc")) else {
+fn read_procs(root: &Root) -> Vec<ProcFd> {
+    let Ok(dir) = std::fs::read_dir(root.path("/proc")) else {
         return Vec::new();
     };
     let mut out = Vec::new();
@@ -184,7 +184,7 @@ fn read_procs(root: &Path) -> Vec<ProcFd> {
     out
 }
 
-fn read_proc(root: &Path, pid: u32) -> Result<ProcFd> {
+fn read_proc(root: &Root, pid: u32) -> Result<ProcFd> {
     let limits = read_rel(root, &format!("proc/{pid}/limits"))?;
     let line = limits
         .lines()
@@ -200,7 +200,7 @@ fn read_proc(root: &Path, pid: u32) -> Result<ProcFd> {
         })
     };
     let (soft, hard) = (lim(nums.first())?, lim(nums.get(1))?);
-    let open = std::fs::read_dir(root.join(format!("proc/{pid}/fd")))?.count() as u64;
+    let open = std::fs::read_dir(root.path(format!("/proc/{pid}/fd")))?.count() as u64;
     let comm = read_rel(root, &format!("proc/{pid}/comm"))
         .map(|s| s.trim().to_string())
         .unwrap_or_default();

@@ -5,10 +5,10 @@
 //! read as `prio,seq,usec,flags;text`; the sequence number tells old messages from ones that
 //! appeared during the doctor's interval.
 
+use crate::root::Root;
 use std::fs::OpenOptions;
 use std::io::{ErrorKind, Read};
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
 
 /// A message the kernel logs when a limit that matters here is hit: (needle, what it means,
 /// the fix).
@@ -66,9 +66,9 @@ pub fn parse_record(line: &str, fallback_seq: u64) -> Record {
 
 /// Reads every record in the log. `Ok(None)` when the log cannot be read (no permission,
 /// no file): the kernel-log check then says skipped.
-pub fn read_log(root: &Path, live: bool) -> Option<Vec<Record>> {
+pub fn read_log(root: &Root, live: bool) -> Option<Vec<Record>> {
     if !live {
-        let text = std::fs::read_to_string(root.join("dev/kmsg")).ok()?;
+        let text = std::fs::read_to_string(root.path("/dev/kmsg")).ok()?;
         return Some(
             text.lines()
                 .enumerate()

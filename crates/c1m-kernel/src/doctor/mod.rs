@@ -199,7 +199,12 @@ pub fn render_text(r: &Report) -> String {
 
 /// Gathers inputs over the interval and runs the checks.
 pub fn diagnose(args: &DoctorArgs) -> Result<Report> {
-    let ctx = Ctx::collect(&args.root, args.conns, args.interval).context("gathering inputs")?;
+    let ctx = Ctx::collect(
+        &crate::root::Root::new(args.root.clone()),
+        args.conns,
+        args.interval,
+    )
+    .context("gathering inputs")?;
     let findings = run_checks(&ctx, &args.only)?;
     Ok(Report {
         interval_ms: args.interval.as_millis(),

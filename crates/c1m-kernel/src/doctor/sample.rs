@@ -4,28 +4,23 @@
 //!
 //! Owns: parsing those files' text formats. Parsers take `&str` so tests feed them text.
 
+use crate::root::Root;
 use anyhow::{Context, Result};
 use std::collections::HashMap;
-use std::fs;
-use std::path::Path;
 
 /// Reads `rel` (e.g. "proc/net/netstat") under `root`, with the path in the error.
-pub fn read_rel(root: &Path, rel: &str) -> Result<String> {
-    let p = root.join(rel);
-    fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))
+pub fn read_rel(root: &Root, rel: &str) -> Result<String> {
+    root.read_to_string(rel)
 }
 
-/// Reads a sysctl by dotted key (`net.core.somaxconn`) under `root`/proc/sys.
-pub fn sysctl(root: &Path, key: &str) -> Result<String> {
-    Ok(
-        read_rel(root, &format!("proc/sys/{}", key.replace('.', "/")))?
-            .trim()
-            .to_string(),
-    )
+/// Reads a sysctl by dotted key (`net.core.somaxconn`) under `root`/proc/sys, whitespace normalised.
+pub fn sysctl(root: &Root, key: &str) -> Result<String> {
+    root.read_sysctl(key)?
+        .with_context(|| format!("sysctl {key} not present under {}", root.dir().display()))
 }
 
 /// Reads a sysctl holding whitespace-separated integers (`tcp_mem`, `ip_local_port_range`).
-pub fn sysctl_nums(root: &Path, key: &str) -> Result<Vec<u64>> {
+pub fn sysctl_nums(root: &Root, key: &str) -> Result<Vec<u64>> {
     let text = sysctl(root, key)?;
     text.split_whitespace()
         .map(|w| {
@@ -36,7 +31,7 @@ pub fn sysctl_nums(root: &Path, key: &str) -> Result<Vec<u64>> {
 }
 
 /// Reads a one-integer sysctl.
-pub fn sysctl_u64(root: &Path, key: &str) -> Result<u64> {
+pub fn sysctl_u64(root: &Root, key: &str) -> Result<u64> {
     sysctl_nums(root, key)?
         .first()
         .copied()
@@ -122,7 +117,7 @@ pub struct Sample {
 
 impl Sample {
     /// Reads every counter under `root`; a missing file is not an error, a malformed one is.
-    pub fn read(root: &Path) -> Result<Sample> {
+    pub fn read(root: &Root) -> Result<Sample> {
         let mut s = Sample::default();
         for rel in ["proc/net/netstat", "proc/net/snmp"] {
             if let Ok(text) = read_rel(root, rel) {

@@ -7,6 +7,7 @@
 
 pub mod source;
 
+use crate::root::Root;
 use anyhow::{Context, Result};
 use c1m_sys::sock_diag::{StateMask, TcpState};
 use clap::{Args, ValueEnum};
@@ -85,9 +86,10 @@ pub fn parse_states(names: &[String]) -> Result<StateMask> {
 pub fn count(args: &SocketsArgs) -> Result<Counts> {
     let start = Instant::now();
     let mask = parse_states(&args.state)?;
+    let root = Root::new(args.root.clone());
     let mut groups: Vec<Group>;
     if args.by == By::State {
-        let per = source::count_states(&args.root, mask)?;
+        let per = source::count_states(&root, mask)?;
         groups = (0..16u8)
             .filter(|&s| per[s as usize] > 0)
             .map(|s| Group {
@@ -99,7 +101,7 @@ pub fn count(args: &SocketsArgs) -> Result<Counts> {
         let mut map: HashMap<String, u64> = HashMap::new();
         // Ports key by number first so a million rows do not format a million strings.
         let mut ports: HashMap<u16, u64> = HashMap::new();
-        source::for_each(&args.root, mask, |r| match args.by {
+        source::for_each(&root, mask, |r| match args.by {
             By::Lport => *ports.entry(r.local.port()).or_default() += 1,
             By::Dport => *ports.entry(r.remote.port()).or_default() += 1,
             By::Raddr => *map.entry(r.remote.ip().to_string()).or_default() += 1,

@@ -4,10 +4,10 @@
 //!
 //! The /proc parser is also the reference `c1m sockets` is tested against.
 
+use crate::root::Root;
 use anyhow::{Context, Result};
 use c1m_sys::sock_diag::{self, Family, StateMask, TcpState};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::path::Path;
 
 /// One TCP socket as both sources see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,14 +22,9 @@ pub struct SockRow {
     pub wqueue: u32,
 }
 
-/// True when `root` is the live system, so netlink answers for it.
-pub fn is_live(root: &Path) -> bool {
-    root == Path::new("/")
-}
-
 /// Calls `f` for every TCP socket (both families) whose state is in `states`.
-pub fn for_each(root: &Path, states: StateMask, mut f: impl FnMut(&SockRow)) -> Result<()> {
-    if is_live(root) {
+pub fn for_each(root: &Root, states: StateMask, mut f: impl FnMut(&SockRow)) -> Result<()> {
+    if root.is_live() {
         for fam in [Family::V4, Family::V6] {
             sock_diag::dump_tcp(fam, states, |m| {
                 f(&SockRow {
@@ -45,7 +40,7 @@ pub fn for_each(root: &Path, states: StateMask, mut f: impl FnMut(&SockRow)) -> 
         return Ok(());
     }
     for rel in ["proc/net/tcp", "proc/net/tcp6"] {
-        let path = root.join(rel);
+        let path = root.path(rel);
         let text = match std::fs::read_to_string(&path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
@@ -62,8 +57,8 @@ pub fn for_each(root: &Path, states: StateMask, mut f: impl FnMut(&SockRow)) -> 
 }
 
 /// Counts sockets per kernel state number, streaming (netlink on the live box).
-pub fn count_states(root: &Path, states: StateMask) -> Result<[u64; 16]> {
-    if is_live(root) {
+pub fn count_states(root: &Root, states: StateMask) -> Result<[u64; 16]> {
+    if root.is_live() {
         return sock_diag::count_tcp_states(states).context("sock_diag dump");
     }
     let mut counts = [0u64; 16];

@@ -152,14 +152,20 @@ impl Report {
     }
 }
 
-/// Runs every registered check (or those named in `only`) against `ctx`.
-pub fn run_checks(ctx: &Ctx, only: &[String]) -> Result<Vec<Finding>> {
+/// Fails on a check name the registry lacks, listing the known ones.
+pub fn validate_only(only: &[String]) -> Result<()> {
     for name in only {
         if !checks::REGISTRY.iter().any(|c| c.name == name) {
             let known: Vec<_> = checks::REGISTRY.iter().map(|c| c.name).collect();
             anyhow::bail!("unknown check {name:?}; known: {}", known.join(", "));
         }
     }
+    Ok(())
+}
+
+/// Runs every registered check (or those named in `only`) against `ctx`.
+pub fn run_checks(ctx: &Ctx, only: &[String]) -> Result<Vec<Finding>> {
+    validate_only(only)?;
     Ok(checks::REGISTRY
         .iter()
         .filter(|c| only.is_empty() || only.iter().any(|n| n == c.name))
@@ -199,6 +205,8 @@ pub fn render_text(r: &Report) -> String {
 
 /// Gathers inputs over the interval and runs the checks.
 pub fn diagnose(args: &DoctorArgs) -> Result<Report> {
+    // Before the interval's wait, so a typo fails at once.
+    validate_only(&args.only)?;
     let ctx = Ctx::collect(
         &crate::root::Root::new(args.root.clone()),
         args.conns,

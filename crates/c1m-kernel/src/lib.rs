@@ -10,16 +10,9 @@ pub mod params;
 pub mod root;
 pub mod sockets;
 pub mod top;
+pub mod tune;
 
 pub use doctor::{run_doctor, DoctorArgs};
 pub use sockets::{run_sockets, SocketsArgs};
 pub use top::{run_top, TopArgs};
-
-use clap::Args;
-
-/// `c1m tune` arguments.
-#[derive(Args, Debug)]
-pub struct TuneArgs {}
-pub fn run_tune(_: TuneArgs) -> anyhow::Result<u8> {
-    anyhow::bail!("c1m tune is not built yet")
-}
+pub use tune::{run_tune, TuneArgs};

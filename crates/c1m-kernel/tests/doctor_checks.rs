@@ -3,7 +3,9 @@
 //! the two samples for counters that must rise) and looks for that check's verdict and fix.
 
 use c1m_kernel::doctor::ctx::{Ctx, Listener};
+use c1m_kernel::doctor::recommend::plan_for;
 use c1m_kernel::doctor::{run_checks, Finding, Status};
+use c1m_kernel::params::Role;
 use c1m_kernel::root::Root;
 use std::fs;
 use std::path::Path;
@@ -57,6 +59,10 @@ impl Tree {
         t.put("proc/sys/net/netfilter/nf_conntrack_max", "1000\n");
         t.tcp(&[], 8080, 10);
         t.process(1234, 10, 1024, 4096);
+        // Host facts the tune plan sizes from (24 GiB, 2 CPUs, 4 KiB pages).
+        t.put("proc/meminfo", "MemTotal:       25165824 kB\n");
+        t.put("sys/devices/system/cpu/online", "0-1\n");
+        t.put("proc/self/smaps", "KernelPageSize:        4 kB\n");
         t.put(
             "dev/kmsg",
             "6,1,100,-;Linux version 6.18\n6,2,200,-;EXT4-fs (vda): mounted\n",
@@ -419,4 +425,65 @@ fn kernel_log_known_messages() {
     assert!(fixes(&f).contains("nf_conntrack_max"));
     fs::remove_file(t.root().join("dev/kmsg")).unwrap();
     assert_status(&t.check("kernel.log"), Status::Skipped);
+}
+
+/// Target-sized comparisons take their numbers from the tune plan (one source of truth): a
+/// tree below the plan's `need` warns with the plan's `value` as the fix, and a tree set to
+/// the plan's values passes.
+#[test]
+fn target_comparisons_use_the_tune_plan() {
+    const CONNS: u64 = 1_000_000;
+    let t = Tree::healthy();
+    let root = Root::new(t.root());
+    let plan = plan_for(&root, CONNS, Role::Server).unwrap();
+    // key, check, where the key lives under proc/sys
+    let keys = [
+        ("fs.nr_open", "fd.nr-open"),
+        ("fs.file-max", "fd.file-max"),
+        ("net.core.somaxconn", "net.somaxconn"),
+        ("net.ipv4.tcp_mem", "tcp.memory"),
+        ("net.ipv4.tcp_max_orphans", "tcp.orphans"),
+        ("net.ipv4.tcp_max_tw_buckets", "tcp.time-wait"),
+        ("net.netfilter.nf_conntrack_max", "net.conntrack"),
+    ];
+    let sysctl_path = |k: &str| format!("proc/sys/{}", k.replace('.', "/"));
+    // The healthy tree's small values are below what a million connections need.
+    t.put("proc/sys/fs/nr_open", "1024\n");
+    t.put("proc/sys/fs/file-nr", "450\t0\t1000\n");
+    t.put("proc/sys/net/core/somaxconn", "128\n");
+    let ctx = t.ctx(Some(CONNS));
+    for (key, check) in keys {
+        let value = plan
+            .value(key)
+            .unwrap_or_else(|| panic!("plan sizes {key}"));
+        let f = one(&ctx, check);
+        assert_status(&f, Status::Warn);
+        let want_fix = if value.contains(' ') {
+            format!("sysctl -w {key}=\"{value}\"")
+        } else {
+            format!("sysctl -w {key}={value}")
+        };
+        assert!(
+            f.fix.contains(&want_fix),
+            "{check}: {want_fix:?} not in {f:#?}"
+        );
+    }
+    // Set every key to the plan's value: the same checks pass.
+    for (key, _) in keys {
+        let value = plan.value(key).unwrap();
+        if key == "fs.file-max" {
+            t.put("proc/sys/fs/file-nr", &format!("450\t0\t{value}\n"));
+        } else {
+            t.put(&sysctl_path(key), &format!("{value}\n"));
+        }
+    }
+    let ctx = t.ctx(Some(CONNS));
+    for (_, check) in keys {
+        assert_status(&one(&ctx, check), Status::Pass);
+    }
+    // Without the host facts there is no plan, and the check says why it skipped.
+    fs::remove_file(t.root().join("proc/meminfo")).unwrap();
+    let f = one(&t.ctx(Some(CONNS)), "fd.nr-open");
+    assert_status(&f, Status::Skipped);
+    assert!(f.summary.contains("meminfo"), "{}", f.summary);
 }

@@ -15,6 +15,7 @@ fn args(interval: Duration, only: &[&str]) -> DoctorArgs {
         interval,
         json: false,
         conns: None,
+        role: c1m_kernel::params::Role::Server,
         root: PathBuf::from("/"),
         only: only.iter().map(|s| s.to_string()).collect(),
     }

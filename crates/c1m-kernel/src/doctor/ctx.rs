@@ -6,9 +6,12 @@
 //! the two samples and see a counter rise.
 
 use super::kmsg::{self, Record};
+use super::recommend::plan_for;
 use super::sample::{read_rel, sysctl_nums, Sample};
+use crate::params::Role;
 use crate::root::Root;
 use crate::sockets::source::{self, SockRow};
+use crate::tune::calc::Plan;
 use anyhow::{Context, Result};
 use c1m_sys::sock_diag::{StateMask, TcpState};
 use std::collections::{HashMap, HashSet};
@@ -61,6 +64,10 @@ pub struct Ctx {
     /// Kernel log records present at the start and at the end of the interval.
     pub log_before: Option<Vec<Record>>,
     pub log_after: Option<Vec<Record>>,
+    /// The tune plan for `target_conns` (the recommendations checks compare against).
+    pub plan: Option<Plan>,
+    /// Why there is no plan although a target was given.
+    pub plan_error: Option<String>,
 }
 
 /// The first half of a [`Ctx`]: taken at the start of the interval.
@@ -84,10 +91,15 @@ impl Ctx {
     }
 
     /// begin, sleep `interval`, finish.
-    pub fn collect(root: &Root, target_conns: Option<u64>, interval: Duration) -> Result<Ctx> {
+    pub fn collect(
+        root: &Root,
+        target_conns: Option<u64>,
+        role: Role,
+        interval: Duration,
+    ) -> Result<Ctx> {
         let p = Ctx::begin(root)?;
         std::thread::sleep(interval);
-        p.finish(target_conns)
+        p.finish_as(target_conns, role)
     }
 
     /// A sysctl under this root.
@@ -102,8 +114,13 @@ impl Ctx {
 }
 
 impl Pending {
-    /// Takes the second sample and everything else.
+    /// Takes the second sample and everything else, for a server.
     pub fn finish(self, target_conns: Option<u64>) -> Result<Ctx> {
+        self.finish_as(target_conns, Role::Server)
+    }
+
+    /// Takes the second sample and everything else; recommendations are for `role`.
+    pub fn finish_as(self, target_conns: Option<u64>, role: Role) -> Result<Ctx> {
         let root = self.root;
         let live = root.is_live();
         let after = Sample::read(&root)?;
@@ -112,7 +129,14 @@ impl Pending {
             Ok((l, p)) => (Some(l), p),
             Err(_) => (None, None),
         };
+        let (plan, plan_error) = match target_conns.map(|n| plan_for(&root, n, role)) {
+            None => (None, None),
+            Some(Ok(p)) => (Some(p), None),
+            Some(Err(e)) => (None, Some(format!("{e:#}"))),
+        };
         Ok(Ctx {
+            plan,
+            plan_error,
             procs: read_procs(&root),
             interval: self.started.elapsed(),
             root,

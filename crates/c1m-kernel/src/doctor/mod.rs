@@ -31,6 +31,9 @@ pub struct DoctorArgs {
     /// Target connection count: fd and memory checks judge against it.
     #[arg(long)]
     pub conns: Option<u64>,
+    /// Role the recommendations are for (server accepts, client connects, proxy does both).
+    #[arg(long, value_enum, default_value_t = crate::params::Role::Server)]
+    pub role: crate::params::Role,
     /// Root of the tree to read (/proc, /sys, /etc, dev/kmsg under it); `/` is the live box.
     #[arg(long, default_value = "/")]
     pub root: PathBuf,
@@ -210,12 +213,13 @@ pub fn diagnose(args: &DoctorArgs) -> Result<Report> {
     let ctx = Ctx::collect(
         &crate::root::Root::new(args.root.clone()),
         args.conns,
+        args.role,
         args.interval,
     )
     .context("gathering inputs")?;
     let findings = run_checks(&ctx, &args.only)?;
     Ok(Report {
-        interval_ms: args.interval.as_millis(),
+        interval_ms: ctx.interval.as_millis(),
         target_conns: args.conns,
         findings,
     })

@@ -170,7 +170,7 @@ pub static PARAMS: &[Param] = &[
              disables autotuning for that socket.",
             "每个 socket 接收缓冲的 min、default、max(字节),供自动调节使用;设置 SO_RCVBUF 会关闭该 socket 的自动调节。",
         ),
-        kernel_default: t("4096 131072 6291456 on current kernels (max scales down on small RAM).", ""),
+        kernel_default: t("4096 131072 and a max scaled to RAM (6291456 on older kernels, 33554432 on 6.x).", ""),
         sizing: t("Left at the default; c1m sizes tcp_mem instead.", ""),
         danger: t(
             "A small default (4096) cuts memory only while data is buffered; idle sockets hold no \
@@ -414,6 +414,7 @@ pub static PARAMS: &[Param] = &[
         unit: Unit::Switch,
         verdict: Verdict::Obsolete,
         harm: Harm::NotEquals("0"),
+        fix: Some("0"),
         removed: Some("4.12"),
         meaning: t(
             "Removed in Linux 4.12 (commit 4396e46187ca). It dropped SYNs whose timestamps went \

@@ -12,6 +12,7 @@ use anyhow::{Context, Result};
 use c1m_sys::sock_diag::{StateMask, TcpState};
 use clap::{Args, ValueEnum};
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -98,19 +99,25 @@ pub fn count(args: &SocketsArgs) -> Result<Counts> {
             })
             .collect();
     } else {
-        let mut map: HashMap<String, u64> = HashMap::new();
-        // Ports key by number first so a million rows do not format a million strings.
+        // Key by number/address first so a million rows do not format a million strings.
         let mut ports: HashMap<u16, u64> = HashMap::new();
+        let mut addrs: HashMap<IpAddr, u64> = HashMap::new();
         source::for_each(&root, mask, |r| match args.by {
             By::Lport => *ports.entry(r.local.port()).or_default() += 1,
             By::Dport => *ports.entry(r.remote.port()).or_default() += 1,
-            By::Raddr => *map.entry(r.remote.ip().to_string()).or_default() += 1,
+            By::Raddr => *addrs.entry(r.remote.ip()).or_default() += 1,
             By::State => unreachable!("handled above"),
         })?;
-        map.extend(ports.into_iter().map(|(p, c)| (p.to_string(), c)));
-        groups = map
+        groups = ports
             .into_iter()
-            .map(|(key, count)| Group { key, count })
+            .map(|(p, count)| Group {
+                key: p.to_string(),
+                count,
+            })
+            .chain(addrs.into_iter().map(|(a, count)| Group {
+                key: a.to_string(),
+                count,
+            }))
             .collect();
         groups.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.key.cmp(&b.key)));
     }

@@ -2,7 +2,7 @@
 //! (nr_open) and each process's descriptors against its own limit.
 
 use super::{pct, ratio_status, skipped, FAIL_PCT, WARN_PCT};
-use crate::doctor::recommend::recommended_u64;
+use crate::doctor::recommend::recommended;
 use crate::doctor::{Ctx, Finding, Status};
 
 /// Descriptors a process keeps for itself beyond its connections (listeners, pipes, logs).
@@ -27,12 +27,14 @@ pub fn file_max(ctx: &Ctx) -> Finding {
     if st != Status::Pass {
         f = f.fix(format!("sysctl -w fs.file-max={}", alloc.saturating_mul(2)));
     }
-    if let (Some(conns), Some(rec)) = (ctx.target_conns, recommended_u64(ctx, "fs.file-max")) {
-        if max < rec {
+    if let (Some(conns), Some(w)) = (ctx.target_conns, recommended(ctx, "fs.file-max")) {
+        if max < w.need1() {
             f.status = f.status.max(Status::Warn);
-            f.summary
-                .push_str(&format!("; {conns} connections need fs.file-max >= {rec}"));
-            f = f.fix(format!("sysctl -w fs.file-max={rec}"));
+            f.summary.push_str(&format!(
+                "; {conns} connections need fs.file-max >= {}",
+                w.need1()
+            ));
+            f = f.fix(format!("sysctl -w fs.file-max={}", w.value1()));
         }
     }
     f
@@ -50,21 +52,26 @@ pub fn nr_open(ctx: &Ctx) -> Finding {
             format!("fs.nr_open {nr_open} (no --conns target to judge against)"),
         );
     };
-    let Some(rec) = recommended_u64(ctx, "fs.nr_open") else {
-        return skipped(N, "no recommendation for fs.nr_open at this target");
+    let Some(w) = recommended(ctx, "fs.nr_open") else {
+        let why = ctx
+            .plan_error
+            .as_deref()
+            .unwrap_or("the plan does not size fs.nr_open");
+        return skipped(N, format!("no recommendation: {why}"));
     };
-    if nr_open < rec {
+    let need = w.need1();
+    if nr_open < need {
         Finding::new(
             N,
             Status::Warn,
-            format!("fs.nr_open {nr_open} < {rec} recommended for {conns} connections"),
+            format!("fs.nr_open {nr_open} < {need} needed for {conns} connections per process"),
         )
-        .fix(format!("sysctl -w fs.nr_open={rec}"))
+        .fix(format!("sysctl -w fs.nr_open={}", w.value1()))
     } else {
         Finding::new(
             N,
             Status::Pass,
-            format!("fs.nr_open {nr_open} >= {rec} recommended for {conns} connections"),
+            format!("fs.nr_open {nr_open} >= {need} needed for {conns} connections per process"),
         )
     }
 }

@@ -2,7 +2,7 @@
 //! conntrack fill and softnet (per-CPU input queue) drops.
 
 use super::{over, pct, ratio_status, skipped};
-use crate::doctor::recommend::{recommended, recommended_u64};
+use crate::doctor::recommend::recommended;
 use crate::doctor::{Ctx, Finding, Status};
 
 /// Destinations listed in a port-use finding.
@@ -53,11 +53,11 @@ pub fn somaxconn(ctx: &Ctx) -> Finding {
             somaxconn.saturating_mul(2)
         ));
     }
-    if let Some(rec) = recommended_u64(ctx, "net.core.somaxconn").filter(|&r| r > somaxconn) {
+    if let Some(w) = recommended(ctx, "net.core.somaxconn").filter(|w| w.need1() > somaxconn) {
         f.status = f.status.max(Status::Warn);
         f.summary
-            .push_str(&format!("; {rec} recommended for the target"));
-        f = f.fix(format!("sysctl -w net.core.somaxconn={rec}"));
+            .push_str(&format!("; the target needs somaxconn >= {}", w.need1()));
+        f = f.fix(format!("sysctl -w net.core.somaxconn={}", w.value1()));
     }
     f
 }
@@ -102,9 +102,13 @@ pub fn ephemeral_ports(ctx: &Ctx) -> Finding {
     }
     if status != Status::Pass {
         let range = recommended(ctx, "net.ipv4.ip_local_port_range")
-            .filter(|r| r.len() == 2)
-            .map(|r| format!("{} {}", r[0], r[1]))
-            .unwrap_or_else(|| format!("1024 {}", hi.max(65535)));
+            .filter(|w| w.value.len() == 2)
+            .map(|w| w.value_str())
+            .unwrap_or_else(|| {
+                // The table's client range: a server's plan does not size it.
+                let (plo, phi) = crate::tune::calc::PORT_RANGE;
+                format!("{} {}", plo.min(lo), phi.max(hi))
+            });
         f = f
             .fix(format!("sysctl -w net.ipv4.ip_local_port_range=\"{range}\""))
             .fix("spread connections over more source addresses (c1m bench --source CIDR; IP_BIND_ADDRESS_NO_PORT)");
@@ -126,14 +130,14 @@ pub fn conntrack(ctx: &Ctx) -> Finding {
             pct(count, max)
         ),
     );
-    let rec = recommended_u64(ctx, "net.netfilter.nf_conntrack_max");
-    if let Some(r) = rec.filter(|&r| r > max) {
+    let rec = recommended(ctx, "net.netfilter.nf_conntrack_max");
+    if let Some(r) = rec.as_ref().map(|w| w.need1()).filter(|&r| r > max) {
         f.status = f.status.max(Status::Warn);
         f.summary
             .push_str(&format!("; {r} recommended for the target"));
     }
     if f.status != Status::Pass {
-        let v = rec.unwrap_or(0).max(max.saturating_mul(2));
+        let v = rec.map_or(0, |w| w.value1()).max(max.saturating_mul(2));
         f = f.fix(format!("sysctl -w net.netfilter.nf_conntrack_max={v}"));
     }
     f

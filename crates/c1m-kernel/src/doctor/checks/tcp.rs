@@ -3,7 +3,7 @@
 //! interval; totals since boot are mentioned but never fail a box that has since recovered.
 
 use super::{over, pct, ratio_status, skipped};
-use crate::doctor::recommend::{recommended, recommended_u64};
+use crate::doctor::recommend::recommended;
 use crate::doctor::{Ctx, Finding, Status};
 
 pub fn accept_queue(ctx: &Ctx) -> Finding {
@@ -111,20 +111,20 @@ pub fn memory(ctx: &Ctx) -> Finding {
         pct(mem, tcp_mem[1]),
         over(ctx)
     );
-    let rec = recommended(ctx, "net.ipv4.tcp_mem").filter(|r| r.len() == 3);
-    if let (Some(conns), Some(r)) = (ctx.target_conns, &rec) {
-        if tcp_mem[2] < r[2] {
+    let rec = recommended(ctx, "net.ipv4.tcp_mem").filter(|w| w.need.len() == 3);
+    if let (Some(conns), Some(w)) = (ctx.target_conns, &rec) {
+        if tcp_mem[2] < w.need[2] {
             status = status.max(Status::Warn);
             summary.push_str(&format!(
-                "; {conns} connections want tcp_mem {} {} {}",
-                r[0], r[1], r[2]
+                "; {conns} connections need tcp_mem max >= {}",
+                w.need[2]
             ));
         }
     }
     let mut f = Finding::new(N, status, summary);
     if status != Status::Pass {
         f = f.fix(match &rec {
-            Some(r) => format!("sysctl -w net.ipv4.tcp_mem=\"{} {} {}\"", r[0], r[1], r[2]),
+            Some(w) => format!("sysctl -w net.ipv4.tcp_mem=\"{}\"", w.value_str()),
             None => "c1m tune --conns <target> --check   # sizes net.ipv4.tcp_mem from RAM".into(),
         });
     }
@@ -148,14 +148,14 @@ pub fn orphans(ctx: &Ctx) -> Finding {
             pct(orphan, max)
         ),
     );
-    let rec = recommended_u64(ctx, "net.ipv4.tcp_max_orphans");
-    if let Some(r) = rec.filter(|&r| r > max) {
+    let rec = recommended(ctx, "net.ipv4.tcp_max_orphans");
+    if let Some(r) = rec.as_ref().map(|w| w.need1()).filter(|&r| r > max) {
         f.status = f.status.max(Status::Warn);
         f.summary
             .push_str(&format!("; {r} recommended for the target"));
     }
     if f.status != Status::Pass {
-        let v = rec.unwrap_or(0).max(max.saturating_mul(2));
+        let v = rec.map_or(0, |w| w.value1()).max(max.saturating_mul(2));
         f = f.fix(format!("sysctl -w net.ipv4.tcp_max_orphans={v}"));
     }
     f
@@ -182,14 +182,14 @@ pub fn time_wait(ctx: &Ctx) -> Finding {
             over(ctx)
         ),
     );
-    let rec = recommended_u64(ctx, "net.ipv4.tcp_max_tw_buckets");
-    if let Some(r) = rec.filter(|&r| r > max) {
+    let rec = recommended(ctx, "net.ipv4.tcp_max_tw_buckets");
+    if let Some(r) = rec.as_ref().map(|w| w.need1()).filter(|&r| r > max) {
         f.status = f.status.max(Status::Warn);
         f.summary
             .push_str(&format!("; {r} recommended for the target"));
     }
     if f.status != Status::Pass {
-        let v = rec.unwrap_or(0).max(max.saturating_mul(2));
+        let v = rec.map_or(0, |w| w.value1()).max(max.saturating_mul(2));
         f = f.fix(format!("sysctl -w net.ipv4.tcp_max_tw_buckets={v}"));
     }
     f

@@ -49,6 +49,17 @@ pub enum Kind {
     Other,
 }
 
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Sysctl => "sysctl",
+            Kind::Limits => "pam limits",
+            Kind::Systemd => "systemd",
+            Kind::Other => "other tool",
+        }
+    }
+}
+
 /// c1m's verdict on a key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -314,6 +325,12 @@ mod tests {
         for p in PARAMS {
             assert!(!p.meaning.en.is_empty(), "{} has no meaning", p.key);
             assert!(!p.why.en.is_empty(), "{} has no why", p.key);
+            // The field notes are Chinese: every entry explains itself in Chinese too.
+            assert!(!p.meaning.zh.is_empty(), "{} has no zh meaning", p.key);
+            assert!(!p.why.zh.is_empty(), "{} has no zh why", p.key);
+            if !p.sizing.en.is_empty() && p.verdict.writes() {
+                assert!(!p.sizing.zh.is_empty(), "{} has no zh sizing", p.key);
+            }
             if p.verdict.writes() {
                 assert_ne!(p.rule, Rule::None, "{} is written but has no rule", p.key);
                 assert_ne!(

@@ -54,11 +54,8 @@ pub static PARAMS: &[Param] = &[
             "单个进程 RLIMIT_NOFILE 的上限。nofile 设得比它大会失败:nr_open 为 1048576 时在 limits.conf \
              里写 nofile 2000000,PAM 会拒绝登录。",
         ),
-        kernel_default: t("1048576 (1024*1024), the value hard-coded before 2.6.25.", ""),
-        sizing: t(
-            "At least the per-process nofile c1m recommends; never below the kernel default.",
-            "",
-        ),
+        kernel_default: t("1048576 (1024*1024), the value hard-coded before 2.6.25.", "1048576(1024*1024),即 2.6.25 之前写死的值。"),
+        sizing: t("At least the per-process nofile c1m recommends; never below the kernel default.", "不小于 c1m 推荐的每进程 nofile;不低于内核默认。"),
         danger: t(
             "Raise it BEFORE raising nofile in limits.d or LimitNOFILE=, or logins and services fail \
              to start (seed 002 was locked out at 2M).",
@@ -84,16 +81,10 @@ pub static PARAMS: &[Param] = &[
             "全系统打开文件句柄(含 socket)的上限;/proc/sys/fs/file-nr 显示已分配、0、上限。超过时内核日志\
              出现 \"VFS: file-max limit N reached\"。",
         ),
-        kernel_default: t(
-            "About 10 % of RAM counted in KiB (one handle per KiB of every 10 KiB), at least 8192; \
-             systemd ≥ 240 may raise it to LONG_MAX at boot.",
-            "",
-        ),
-        sizing: t(
-            "Total descriptors for the target (1 per connection, 2 for a proxy) plus 25 % headroom, \
-             never below the kernel default.",
-            "",
-        ),
+        kernel_default: t("About 10 % of RAM counted in KiB (one handle per KiB of every 10 KiB), at least 8192; \
+             systemd ≥ 240 may raise it to LONG_MAX at boot.", "约为内存的 10%(以 KiB 计,每 10 KiB 一个句柄),至少 8192;systemd ≥ 240 可能在启动时把它调到 LONG_MAX。"),
+        sizing: t("Total descriptors for the target (1 per connection, 2 for a proxy) plus 25 % headroom, \
+             never below the kernel default.", "目标所需的描述符总数(每连接 1 个,代理 2 个)再加 25% 余量,不低于内核默认。"),
         danger: t("Too low: accept()/connect() fail with ENFILE for every process.", "过低时所有进程的 accept()/connect() 都报 ENFILE。"),
         why: t("all descriptors on the box, with headroom", "全机文件句柄总数,留余量"),
         seeds: "000/001: 1048576; 004: 12553500",
@@ -112,8 +103,8 @@ pub static PARAMS: &[Param] = &[
              160 B of kernel memory.",
             "同一用户所有进程可注册的 epoll 监视总数;每个约占 160 B 内核内存。",
         ),
-        kernel_default: t("4 % of low memory divided by the per-watch cost.", ""),
-        sizing: t("Total sockets plus 25 %, never below the kernel default.", ""),
+        kernel_default: t("4 % of low memory divided by the per-watch cost.", "低端内存的 4% 除以每个监视的开销。"),
+        sizing: t("Total sockets plus 25 %, never below the kernel default.", "socket 总数加 25%,不低于内核默认。"),
         danger: t("Too low: epoll_ctl(ADD) fails with ENOSPC.", "过低时 epoll_ctl(ADD) 报 ENOSPC。"),
         why: t("one epoll watch per socket for the user", "每个 socket 一个 epoll 监视"),
         seeds: "(missed by the notes)",
@@ -136,17 +127,11 @@ pub static PARAMS: &[Param] = &[
              时 TCP 收缩缓冲;超过 max 时分配失败(\"TCP: out of memory -- consider tuning tcp_mem\")。\
              /proc/net/sockstat 的 mem 也以页计。",
         ),
-        kernel_default: t(
-            "limit = nr_free_buffer_pages/16 (about RAM/16); min = 3/4 of limit, pressure = limit, \
-             max = 2 × min.",
-            "",
-        ),
-        sizing: t(
-            "pressure = max(kernel default, connections × sockets per connection × expected \
+        kernel_default: t("limit = nr_free_buffer_pages/16 (about RAM/16); min = 3/4 of limit, pressure = limit, \
+             max = 2 × min.", "limit = nr_free_buffer_pages/16(约为内存页数/16);min = limit 的 3/4,pressure = limit,max = 2 × min。"),
+        sizing: t("pressure = max(kernel default, connections × sockets per connection × expected \
              buffered bytes / page size); min = 3/4 of pressure, max = 2 × min (the kernel's own \
-             shape). An idle socket holds no buffer, so idle connections cost tcp_mem nothing.",
-            "",
-        ),
+             shape). An idle socket holds no buffer, so idle connections cost tcp_mem nothing.", "pressure = max(内核默认, 连接数 × 每连接 socket 数 × 预计排队字节 / 页大小);min = pressure 的 3/4,max = 2 × min(与内核相同的比例)。空闲 socket 不占缓冲,所以空闲连接不消耗 tcp_mem。"),
         danger: t(
             "The notes' 786432 2097152 3145728 is 3/8/12 GiB with 4 KiB pages, fine on big boxes \
              but more than the RAM of a small one; copied to a box with less RAM it lets TCP eat \
@@ -171,7 +156,7 @@ pub static PARAMS: &[Param] = &[
             "每个 socket 接收缓冲的 min、default、max(字节),供自动调节使用;设置 SO_RCVBUF 会关闭该 socket 的自动调节。",
         ),
         kernel_default: t("4096 131072 and a max scaled to RAM (6291456 on older kernels, 33554432 on 6.x).", ""),
-        sizing: t("Left at the default; c1m sizes tcp_mem instead.", ""),
+        sizing: t("Left at the default; c1m sizes tcp_mem instead.", "保持默认;c1m 改为计算 tcp_mem。"),
         danger: t(
             "A small default (4096) cuts memory only while data is buffered; idle sockets hold no \
              buffer either way, and it slows any bulk transfer.",
@@ -191,7 +176,7 @@ pub static PARAMS: &[Param] = &[
             "每个 socket 发送缓冲的 min、default、max(字节);设置 SO_SNDBUF 会关闭自动调节。",
         ),
         kernel_default: t("4096 16384 4194304 on current kernels.", ""),
-        sizing: t("Left at the default; c1m sizes tcp_mem instead.", ""),
+        sizing: t("Left at the default; c1m sizes tcp_mem instead.", "保持默认;c1m 改为计算 tcp_mem。"),
         danger: t(
             "A small default cuts memory only while data is queued, and a broadcast to many slow \
              readers is what tcp_mem must cover anyway.",
@@ -267,12 +252,9 @@ pub static PARAMS: &[Param] = &[
              A full queue drops SYNs/ACKs and bumps ListenOverflows.",
             "监听 socket 全连接队列的上限:listen() 传入的 backlog 会被静默截断到它。队列满时丢弃握手并累加 ListenOverflows。",
         ),
-        kernel_default: t("4096 since Linux 5.4 (128 before); 32-bit since 4.1.", ""),
-        sizing: t(
-            "Room for 1 % of the target arriving at once on one listener (a reconnect storm after \
-             a restart), as a power of two between 4096 and 65535.",
-            "",
-        ),
+        kernel_default: t("4096 since Linux 5.4 (128 before); 32-bit since 4.1.", "Linux 5.4 起为 4096(之前 128);4.1 起为 32 位。"),
+        sizing: t("Room for 1 % of the target arriving at once on one listener (a reconnect storm after \
+             a restart), as a power of two between 4096 and 65535.", "按重连风暴估算:目标连接数的 1% 同时到达同一个监听 socket,取 2 的幂,范围 4096..65535。"),
         danger: t(
             "Too low: a reconnect storm overflows the accept queue and clients retry with \
              exponential backoff (1 s, 3 s, 7 s...).",
@@ -295,8 +277,8 @@ pub static PARAMS: &[Param] = &[
              fills, SYN cookies take over (TCPReqQFullDoCookies) or SYNs drop (TCPReqQFullDrop).",
             "每个监听 socket 半连接(收到 SYN、握手未完成)的上限。满了以后改用 SYN cookie(TCPReqQFullDoCookies)或丢弃(TCPReqQFullDrop)。",
         ),
-        kernel_default: t("max(128, TCP established hash entries / 128).", ""),
-        sizing: t("The same as somaxconn, so neither queue is the narrower one.", ""),
+        kernel_default: t("max(128, TCP established hash entries / 128).", "max(128, TCP established 哈希表项数 / 128)。"),
+        sizing: t("The same as somaxconn, so neither queue is the narrower one.", "与 somaxconn 相同的风暴估算,两个队列都不会成为瓶颈。"),
         danger: t("Too low: connection storms fall back to SYN cookies or drops.", "过低时连接风暴只能靠 SYN cookie 或被丢弃。"),
         why: t("half-open queue matching somaxconn", "半连接队列与 somaxconn 一致"),
         seeds: "000: 8192; 002: 16384; 004: 655360",
@@ -316,7 +298,7 @@ pub static PARAMS: &[Param] = &[
             "1:SYN 队列满时用 SYN cookie 应答。是兜底,不是容量。",
         ),
         kernel_default: t("1.", ""),
-        sizing: t("Keep 1.", ""),
+        sizing: t("Keep 1.", "保持 1。"),
         danger: t("0 turns a full SYN queue into dropped connections.", "设为 0 时 SYN 队列满就直接丢连接。"),
         why: t("keep SYN cookies as the fallback", "保留 SYN cookie 兜底"),
         seeds: "004: 1",
@@ -367,13 +349,10 @@ pub static PARAMS: &[Param] = &[
             "向外连接使用的临时端口范围(默认约 2.8 万个)。全局共享,不按源 IP 区分;socket 在 bind 前设置 \
              IP_BIND_ADDRESS_NO_PORT(Linux 4.2)时,不同四元组可共用同一端口。",
         ),
-        kernel_default: t("32768 60999.", ""),
-        sizing: t(
-            "10000 65535 (55536 ports; ends of different parity as the kernel docs advise; ports \
+        kernel_default: t("32768 60999.", "32768 60999。"),
+        sizing: t("10000 65535 (55536 ports; ends of different parity as the kernel docs advise; ports \
              below 10000 left to services). Beyond that, add source IPs: each holds one range of \
-             ports per destination.",
-            "",
-        ),
+             ports per destination.", "10000 65535(55536 个端口;按内核文档建议两端奇偶不同;10000 以下留给服务)。再多就增加源 IP:每个源 IP 对每个目的地址各有一整段端口。"),
         danger: t(
             "Starting at 1024 (the notes) lets outgoing connections take ports services want to \
              listen on. Without IP_BIND_ADDRESS_NO_PORT, connect() burns CPU in \
@@ -402,8 +381,8 @@ pub static PARAMS: &[Param] = &[
              0 off, 1 global, 2 loopback only. Helps only outgoing connections.",
             "时间戳能证明安全时,允许 connect() 复用处于 TIME_WAIT 的端口。0 关闭,1 全局,2 仅回环。只对向外连接有用。",
         ),
-        kernel_default: t("2 (loopback only).", ""),
-        sizing: t("1 on load generators and proxies; servers leave it alone.", ""),
+        kernel_default: t("2 (loopback only).", "2(仅回环)。"),
+        sizing: t("1 on load generators and proxies; servers leave it alone.", "压测端和代理设为 1;服务端不动。"),
         danger: t("No effect on a server's accepted connections.", "对服务端接受的连接没有作用。"),
         why: t("reuse TIME_WAIT ports for outgoing connections", "向外连接复用 TIME_WAIT 端口"),
         seeds: "000/002/004: 1",
@@ -423,7 +402,7 @@ pub static PARAMS: &[Param] = &[
             "已在 Linux 4.12 删除(commit 4396e46187ca)。它会丢弃时间戳倒退的 SYN:在 NAT 后面出错,\
              时间戳按连接随机化后对所有人都出错。",
         ),
-        kernel_default: t("0 until 4.12; the file no longer exists.", ""),
+        kernel_default: t("0 until 4.12; the file no longer exists.", "4.12 之前为 0;现在该文件已不存在。"),
         danger: t(
             "On old kernels it silently drops clients behind NAT; on current kernels a config line \
              setting it makes `sysctl -p` fail with an error.",
@@ -448,12 +427,9 @@ pub static PARAMS: &[Param] = &[
             "同时保留的 TIME_WAIT socket 上限;超过后直接跳过 TIME_WAIT(计入 TCPTimeWaitOverflow),失去对迷途报文的保护。\
              每个 TIME_WAIT 约 168 B。",
         ),
-        kernel_default: t("Half the TCP established hash size (RAM-scaled).", ""),
-        sizing: t(
-            "At least one per socket of the target (rounded up to a power of two), never below \
-             the kernel default: 1M TIME_WAIT sockets cost about 168 MB.",
-            "",
-        ),
+        kernel_default: t("Half the TCP established hash size (RAM-scaled).", "TCP established 哈希表大小的一半(随内存变化)。"),
+        sizing: t("At least one per socket of the target (rounded up to a power of two), never below \
+             the kernel default: 1M TIME_WAIT sockets cost about 168 MB.", "至少每个 socket 一个(向上取 2 的幂),不低于内核默认:100 万个 TIME_WAIT 约 168 MB。"),
         danger: t(
             "5000 (the notes) is harmful: it throws away TIME_WAIT to save a few hundred KB.",
             "5000(笔记的写法)有害:为了省几百 KB 扔掉了 TIME_WAIT 保护。",
@@ -477,12 +453,9 @@ pub static PARAMS: &[Param] = &[
             "进程已关闭但连接仍在收尾(FIN_WAIT、LAST_ACK……)的 socket 上限。超过时孤儿连接被重置,内核日志\
              \"TCP: too many orphaned sockets\";每个孤儿最多可占约 64 KB 排队数据。",
         ),
-        kernel_default: t("Half the TCP established hash size (RAM-scaled).", ""),
-        sizing: t(
-            "A quarter of the target's sockets closing at once (a peer restart), rounded up to a \
-             power of two, never below the kernel default.",
-            "",
-        ),
+        kernel_default: t("Half the TCP established hash size (RAM-scaled).", "TCP established 哈希表大小的一半(随内存变化)。"),
+        sizing: t("A quarter of the target's sockets closing at once (a peer restart), rounded up to a \
+             power of two, never below the kernel default.", "按四分之一的 socket 同时关闭(对端重启)估算,向上取 2 的幂,不低于内核默认。"),
         danger: t(
             "Lowering it resets connections mid-close; the same log line also appears when tcp_mem \
              runs out, so check sockstat mem before raising.",
@@ -524,7 +497,7 @@ pub static PARAMS: &[Param] = &[
             "1:空闲超过 RTO 后,拥塞窗口从初始窗口重新开始(RFC 2861,RFC 7661 已将其列为历史)。",
         ),
         kernel_default: t("1.", ""),
-        sizing: t("0 for long-lived connections that burst after idle (pushes).", ""),
+        sizing: t("0 for long-lived connections that burst after idle (pushes).", "空闲后突发推送的长连接设为 0。"),
         danger: t(
             "With 1, every push after a quiet spell pays slow start again (seed 003's latency).",
             "为 1 时,每次安静后的推送都要重新慢启动(笔记 003 的延迟问题)。",
@@ -542,13 +515,10 @@ pub static PARAMS: &[Param] = &[
             "Idle seconds before the first keepalive probe, only for sockets with SO_KEEPALIVE.",
             "开始发送保活探测前的空闲秒数,只对设置了 SO_KEEPALIVE 的 socket 生效。",
         ),
-        kernel_default: t("7200 (2 hours).", ""),
-        sizing: t(
-            "Probes per second = sockets with SO_KEEPALIVE / keepalive_time: 1M sockets at 30 s is \
+        kernel_default: t("7200 (2 hours).", "7200(2 小时)。"),
+        sizing: t("Probes per second = sockets with SO_KEEPALIVE / keepalive_time: 1M sockets at 30 s is \
              about 33K probes/s. c1m serve uses application heartbeats, so leave it unless your \
-             server relies on SO_KEEPALIVE, then size it from the probe rate you can afford.",
-            "",
-        ),
+             server relies on SO_KEEPALIVE, then size it from the probe rate you can afford.", "每秒探测数 = 设置了 SO_KEEPALIVE 的 socket 数 / keepalive_time:100 万个 socket 设 30 秒约每秒 3.3 万个探测。c1m serve 用应用层心跳,所以保持默认;若你的服务依赖 SO_KEEPALIVE,按能承受的探测速率来定。"),
         danger: t(
             "30 s on a million sockets is a constant packet storm.",
             "一百万个 socket 设 30 秒就是持续的报文风暴。",
@@ -569,10 +539,7 @@ pub static PARAMS: &[Param] = &[
             "每个 CPU 等待协议栈处理的收包队列。丢包体现在 /proc/net/softnet_stat 第 2 列(第 3 列是 time_squeeze)。",
         ),
         kernel_default: t("1000.", ""),
-        sizing: t(
-            "Raise only when softnet_stat column 2 grows, doubling each time (c1m doctor watches it).",
-            "",
-        ),
+        sizing: t("Raise only when softnet_stat column 2 grows, doubling each time (c1m doctor watches it).", "只有 softnet_stat 第 2 列增长时才调大,每次翻倍(c1m doctor 会监视它)。"),
         danger: t(
             "2000000 (the notes) only hides a CPU that cannot keep up and adds latency.",
             "2000000(笔记的写法)只会掩盖 CPU 处理不过来的问题并增加延迟。",
@@ -594,7 +561,7 @@ pub static PARAMS: &[Param] = &[
             "设为 1 会关闭路径 MTU 发现:报文不带 DF 发出,可能被分片或在黑洞中丢失。",
         ),
         kernel_default: t("0.", ""),
-        sizing: t("Keep 0; use net.ipv4.tcp_mtu_probing=1 against PMTU black holes.", ""),
+        sizing: t("Keep 0; use net.ipv4.tcp_mtu_probing=1 against PMTU black holes.", "保持 0;用 net.ipv4.tcp_mtu_probing=1 应对 PMTU 黑洞。"),
         danger: t(
             "1 (the notes) causes fragmentation and stalled connections; it adds no capacity.",
             "1(笔记的写法)会导致分片和连接卡死;不增加任何容量。",
@@ -649,13 +616,10 @@ pub static PARAMS: &[Param] = &[
             "netfilter 跟踪的连接上限(每个连接一项,约 320 B)。表满时日志 \"nf_conntrack: table full, dropping packet\" \
              并丢弃新连接。已建立连接的表项 5 天后才超时。",
         ),
-        kernel_default: t("= nf_conntrack_buckets = RAM/16384 clamped to 1024..262144.", ""),
-        sizing: t(
-            "Connections' sockets plus 25 %, never below the default; only when conntrack is \
+        kernel_default: t("= nf_conntrack_buckets = RAM/16384 clamped to 1024..262144.", "= nf_conntrack_buckets = 内存/16384,限制在 1024..262144。"),
+        sizing: t("Connections' sockets plus 25 %, never below the default; only when conntrack is \
              loaded (no /proc/sys/net/netfilter/nf_conntrack_max means nothing to do). Or exempt \
-             the port with a NOTRACK rule.",
-            "",
-        ),
+             the port with a NOTRACK rule.", "连接的 socket 数加 25%,不低于默认;只在加载了 conntrack 时(没有 /proc/sys/net/netfilter/nf_conntrack_max 就无需处理)。也可以用 NOTRACK 规则豁免该端口。"),
         danger: t(
             "The notes never mention it; at the default a loaded conntrack caps the box at 262144 \
              tracked connections at most.",
@@ -678,7 +642,7 @@ pub static PARAMS: &[Param] = &[
             "内核换出匿名内存与回收页缓存之间的倾向。",
         ),
         kernel_default: t("60.", ""),
-        sizing: t("Leave the default (or 10).", ""),
+        sizing: t("Leave the default (or 10).", "保持默认(或 10)。"),
         danger: t(
             "0 meant \"never swap\" on some 3.x kernels and OOM-killed hosts under pressure.",
             "0 在部分 3.x 内核上意味着“绝不换出”,内存紧张时会触发 OOM 杀进程。",
@@ -747,13 +711,10 @@ pub static PARAMS: &[Param] = &[
             "pam_limits 的 nofile(软、硬 RLIMIT_NOFILE),只对登录会话生效;systemd 启动的服务不读 limits.conf \
              和 limits.d。`*` 不匹配 root,root 需要单独的行。",
         ),
-        kernel_default: t("Soft 1024; hard 524288 under systemd ≥ 240 (4096 before).", ""),
-        sizing: t(
-            "The next power of two at or above the descriptors one process may hold (all of the \
+        kernel_default: t("Soft 1024; hard 524288 under systemd ≥ 240 (4096 before).", "软限制 1024;systemd ≥ 240 下硬限制 524288(之前 4096)。"),
+        sizing: t("The next power of two at or above the descriptors one process may hold (all of the \
              target plus a 1024 reserve), so a single-process server fits too. Must not exceed \
-             fs.nr_open.",
-            "",
-        ),
+             fs.nr_open.", "不小于单个进程可能持有的描述符数(全部目标连接加 1024 预留)的下一个 2 的幂,单进程服务也能容纳。不得超过 fs.nr_open。"),
         danger: t(
             "Above fs.nr_open, logins fail (seed 002). Appending to limits.conf (the notes) mixes \
              c1m's lines with the distribution's; a drop-in can be removed cleanly.",
@@ -776,8 +737,8 @@ pub static PARAMS: &[Param] = &[
              /etc/systemd/system/UNIT.service.d/*.conf under [Service].",
             "systemd 服务的 RLIMIT_NOFILE,在 /etc/systemd/system/UNIT.service.d/*.conf 的 [Service] 段设置。",
         ),
-        kernel_default: t("Soft 1024, hard 524288 (systemd ≥ 240).", ""),
-        sizing: t("The same value as limits.nofile.", ""),
+        kernel_default: t("Soft 1024, hard 524288 (systemd ≥ 240).", "软 1024,硬 524288(systemd ≥ 240)。"),
+        sizing: t("The same value as limits.nofile.", "与 limits.nofile 相同。"),
         danger: t(
             "Forgetting it is the usual reason a tuned box still stops at 1024 or 524288 \
              descriptors: services do not read limits.d.",

@@ -15,7 +15,7 @@
 use super::calc::Plan;
 use super::check::{check, Row, Status, LIMITS_DROPIN, SYSCTL_DROPIN};
 use super::render::{limits_dropin, sysctl_dropin, systemd_dropin, systemd_path, SysctlLine};
-use crate::params::{lookup, Lang};
+use crate::params::{lookup, Kind, Lang};
 use crate::root::Root;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
@@ -84,9 +84,13 @@ fn live_rows(rows: &[Row]) -> impl Iterator<Item = &Row> {
 
 /// Applies the plan under `root`.
 pub fn apply(root: &Root, plan: &Plan, opts: &Opts) -> Result<Report> {
-    let rows = check(root, plan)?;
+    let rows = check(root, plan, opts.service.as_deref())?;
     let mut rep = Report::default();
-    let verb = if opts.dry_run { "would" } else { "will" };
+    let verb = if opts.dry_run {
+        "would change"
+    } else {
+        "changed"
+    };
 
     // Sysctls to write now, and the lines the drop-in persists (everything with a target, so a
     // value already higher is pinned rather than lowered at the next boot).
@@ -111,9 +115,13 @@ pub fn apply(root: &Root, plan: &Plan, opts: &Opts) -> Result<Report> {
     for r in rows.iter().filter(|r| r.status == Status::Missing) {
         rep.lines.push(format!("skip  {}: {}", r.key, r.note));
     }
+    // sysctl.conf / sysctl.d lines that stay harmful or override c1m at boot. (Limits and unit
+    // rows carry a source too, but c1m's own drop-ins fix those.)
+    let is_sysctl = |r: &&Row| lookup(r.key).is_some_and(|p| p.kind == Kind::Sysctl);
     for r in rows
         .iter()
         .filter(|r| r.source.is_some() && r.status.needs_change())
+        .filter(is_sysctl)
     {
         rep.lines.push(format!(
             "note  {} sets {} = {} ({}): c1m never edits it; remove the line by hand",
@@ -145,7 +153,7 @@ pub fn apply(root: &Root, plan: &Plan, opts: &Opts) -> Result<Report> {
 
     for r in &writes {
         rep.lines.push(format!(
-            "set   {} {verb} change: {} -> {} ({})",
+            "set   {} {verb}: {} -> {} ({})",
             r.key,
             r.live.as_deref().unwrap_or(""),
             r.target.as_deref().unwrap_or(""),
@@ -154,10 +162,12 @@ pub fn apply(root: &Root, plan: &Plan, opts: &Opts) -> Result<Report> {
     }
     for (path, content) in &files {
         let same = root.read_opt(path)?.as_deref() == Some(content.as_str());
-        rep.lines.push(format!(
-            "file  {path} {}",
-            if same { "unchanged" } else { "written" }
-        ));
+        let what = match (same, opts.dry_run) {
+            (true, _) => "unchanged",
+            (false, true) => "would be written",
+            (false, false) => "written",
+        };
+        rep.lines.push(format!("file  {path} {what}"));
     }
     if opts.dry_run {
         rep.lines.push("dry run: nothing written".to_string());
@@ -208,6 +218,10 @@ pub fn apply(root: &Root, plan: &Plan, opts: &Opts) -> Result<Report> {
     rep.lines.push(format!(
         "saved previous values in {STATE_FILE}; `c1m tune --revert` restores them"
     ));
+    rep.lines.push(
+        "note  limits.d applies to new login sessions; after a unit drop-in: systemctl daemon-reload, then restart the service"
+            .to_string(),
+    );
     rep.code = if failed > 0 { 2 } else { 0 };
     Ok(rep)
 }
@@ -220,19 +234,26 @@ pub fn revert(root: &Root, opts: &Opts) -> Result<Report> {
             .push(format!("nothing to revert: no {STATE_FILE}"));
         return Ok(rep);
     };
-    let verb = if opts.dry_run { "would" } else { "will" };
+    // "would be restored" in a dry run, "restored" otherwise.
+    let verb = |done: &str| {
+        if opts.dry_run {
+            format!("would be {done}")
+        } else {
+            done.to_string()
+        }
+    };
     for f in state.files.iter().rev() {
         match &f.previous {
             Some(prev) => {
                 rep.lines
-                    .push(format!("file  {} {verb} be restored", f.path));
+                    .push(format!("file  {} {}", f.path, verb("restored")));
                 if !opts.dry_run {
                     root.write_atomic(&f.path, prev.as_bytes())?;
                 }
             }
             None => {
                 rep.lines
-                    .push(format!("file  {} {verb} be removed", f.path));
+                    .push(format!("file  {} {}", f.path, verb("removed")));
                 if !opts.dry_run {
                     root.remove_file(&f.path)?;
                 }
@@ -247,8 +268,9 @@ pub fn revert(root: &Root, opts: &Opts) -> Result<Report> {
             continue;
         }
         rep.lines.push(format!(
-            "set   {} {verb} be restored to {}",
+            "set   {} {} to {}",
             s.key,
+            verb("restored"),
             crate::root::normalize_value(&s.previous)
         ));
         if !opts.dry_run {

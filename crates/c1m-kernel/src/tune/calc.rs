@@ -15,6 +15,9 @@ use serde::Serialize;
 pub const KERNEL_BYTES_PER_SOCKET: u64 = 4700;
 /// Descriptors a process needs besides its connections (listeners, logs, pipes, libraries).
 pub const FD_RESERVE: u64 = 1024;
+/// The most fs.nr_open can be on 64-bit kernels (`sysctl_nr_open_max`: INT_MAX rounded down to
+/// a multiple of BITS_PER_LONG), so the most descriptors one process can ever hold.
+pub const NR_OPEN_MAX: u64 = 2_147_483_584;
 /// A TIME_WAIT socket (kernel-facts.md): what a raised tcp_max_tw_buckets can cost.
 pub const TIME_WAIT_BYTES: u64 = 168;
 /// Queued data an orphan may still hold (kernel-facts.md).
@@ -198,9 +201,9 @@ fn default_num(p: &Param, host: &Host) -> u64 {
 }
 
 /// Per-process RLIMIT_NOFILE: the next power of two at or above every descriptor of the
-/// target plus a reserve, so even a single-process server fits.
+/// target plus a reserve, so even a single-process server fits; at most what nr_open allows.
 pub fn nofile(target: &Target) -> u64 {
-    pow2(target.sockets().saturating_add(FD_RESERVE))
+    pow2(target.sockets().saturating_add(FD_RESERVE)).min(NR_OPEN_MAX)
 }
 
 /// tcp_mem in pages: pressure covers every socket's buffered bytes at once, in the kernel's
@@ -218,10 +221,15 @@ pub fn tcp_mem_need(host: &Host, target: &Target) -> u64 {
         .div_ceil(host.page_size)
 }
 
-/// somaxconn: 1/100 of the target arriving at once on one listener, as a power of two
-/// between the kernel default and 65535.
+/// Connections that may arrive at once on one listener in a reconnect storm: 1/100 of the
+/// target as a power of two, at most 65535. What somaxconn and tcp_max_syn_backlog need.
+pub fn storm(target: &Target) -> u64 {
+    pow2(target.conns.div_ceil(STORM_DIVISOR)).min(SOMAXCONN_MAX)
+}
+
+/// somaxconn: the storm, never below the kernel default since 5.4.
 pub fn somaxconn(target: &Target) -> u64 {
-    pow2(target.conns.div_ceil(STORM_DIVISOR)).clamp(SOMAXCONN_MIN, SOMAXCONN_MAX)
+    storm(target).max(SOMAXCONN_MIN)
 }
 
 fn recommend(p: &'static Param, host: &Host, target: &Target) -> Rec {
@@ -290,15 +298,15 @@ fn recommend(p: &'static Param, host: &Host, target: &Target) -> Rec {
             }
         }
         Rule::Somaxconn => rec(
-            somaxconn(target),
+            storm(target),
             format!(
                 "{} conns / {STORM_DIVISOR} at once, power of two in {SOMAXCONN_MIN}..{SOMAXCONN_MAX}",
                 target.conns
             ),
         ),
         Rule::SynBacklog => {
-            let s = somaxconn(target);
-            rec(s, format!("= somaxconn {s}; kernel default ≈ {kd}"))
+            let s = storm(target);
+            rec(s, format!("the same storm as somaxconn, {s}; kernel default ≈ {kd}"))
         }
         Rule::PortRange => exact(
             format!("{} {}", PORT_RANGE.0, PORT_RANGE.1),
@@ -399,6 +407,13 @@ pub fn plan(host: Host, target: Target) -> Plan {
             "{} connections fit idle but not with {} B buffered on each at once (about {} do); \
              lower --buffered or add RAM",
             target.conns, target.buffered, m.capacity_busy
+        ));
+    }
+    if target.sockets().saturating_add(FD_RESERVE) > NR_OPEN_MAX {
+        warnings.push(format!(
+            "no process can hold {} descriptors (fs.nr_open tops out at {NR_OPEN_MAX}): spread the \
+             connections over several processes",
+            target.sockets()
         ));
     }
     let tcp_max_bytes = m.tcp_mem[2].saturating_mul(host.page_size);
@@ -527,6 +542,10 @@ mod tests {
         // 524288 pages / 16 = 32768.
         assert_eq!(p.value("net.ipv4.tcp_mem"), Some("24576 32768 49152"));
         assert_eq!(p.value("net.core.somaxconn"), Some("4096"));
+        // 10000 / 100 = 100 → 128 arriving at once; the defaults cover it (syn backlog on
+        // 2 GiB: max(128, 16384 slots / 128) = 128).
+        assert_eq!(p.need("net.core.somaxconn"), Some("128"));
+        assert_eq!(p.value("net.ipv4.tcp_max_syn_backlog"), Some("128"));
         // ehash 2 GiB / 128 KiB = 16384 slots: default orphans 8192 > 10000/4 → 4096.
         assert_eq!(p.value("net.ipv4.tcp_max_orphans"), Some("8192"));
         // What the target itself needs stays below the defaults, so a live default passes.
@@ -542,6 +561,27 @@ mod tests {
         let p = plan(h, target(1_000_000, Role::Server));
         assert_eq!(p.math.capacity_idle, 342_683);
         assert_eq!(p.warnings.len(), 2, "{:?}", p.warnings);
+    }
+
+    #[test]
+    fn buffered_bytes_drive_tcp_mem() {
+        let mut t = target(1_000_000, Role::Server);
+        t.buffered = 16 * 1024;
+        // 1e6 × 16384 B / 4096 B = 4e6 pages; min 3e6, max 6e6 (22.9 GiB: warns on 24 GiB
+        // together with 4.4 GiB of sockets).
+        let p = plan(host(24 * GIB), t);
+        assert_eq!(p.value("net.ipv4.tcp_mem"), Some("3000000 4000000 6000000"));
+        // 19327352832 / (4700 + 16384) = 916683 connections with 16 KiB queued each.
+        assert_eq!(p.math.capacity_busy, 916_683);
+        assert_eq!(p.warnings.len(), 2, "{:?}", p.warnings);
+    }
+
+    #[test]
+    fn nofile_stops_at_nr_open_max() {
+        let p = plan(host(1 << 50), target(3_000_000_000, Role::Server));
+        assert_eq!(p.value("limits.nofile"), Some("2147483584"));
+        assert_eq!(p.value("fs.nr_open"), Some("2147483584"));
+        assert!(p.warnings.iter().any(|w| w.contains("no process can hold")));
     }
 
     #[test]

@@ -17,6 +17,8 @@ struct Labels {
     danger: &'static str,
     seeds: &'static str,
     c1m: &'static str,
+    fix: &'static str,
+    roles: &'static str,
 }
 
 const EN: Labels = Labels {
@@ -29,6 +31,8 @@ const EN: Labels = Labels {
     danger: "danger",
     seeds: "field notes set",
     c1m: "c1m",
+    fix: "safe value",
+    roles: "roles",
 };
 
 const ZH: Labels = Labels {
@@ -41,6 +45,8 @@ const ZH: Labels = Labels {
     danger: "风险",
     seeds: "笔记中的设置",
     c1m: "c1m",
+    fix: "安全值",
+    roles: "适用角色",
 };
 
 /// What c1m does with a key of this verdict.
@@ -71,10 +77,10 @@ pub fn verdict_sentence(v: Verdict, lang: Lang) -> &'static str {
 pub fn render_entry(p: &Param, lang: Lang) -> String {
     let l = if lang == Lang::Zh { &ZH } else { &EN };
     let mut s = format!(
-        "{}  [{}]  {:?}, {}\n",
+        "{}  [{}]  {}, {}\n",
         p.key,
         p.verdict.name(),
-        p.kind,
+        p.kind.name(),
         p.unit.name()
     );
     let mut field = |label: &str, text: &str| {
@@ -90,13 +96,13 @@ pub fn render_entry(p: &Param, lang: Lang) -> String {
     field(l.removed, p.removed.unwrap_or(""));
     field(l.seeds, p.seeds);
     if let Some(fix) = p.fix {
-        field("safe value", fix);
+        field(l.fix, fix);
     }
     field(l.verdict, p.why.get(lang));
     field(l.c1m, verdict_sentence(p.verdict, lang));
     if !p.roles.is_empty() {
         let roles: Vec<&str> = p.roles.iter().map(|r| r.name()).collect();
-        field("roles", &roles.join(", "));
+        field(l.roles, &roles.join(", "));
     }
     s
 }

@@ -11,8 +11,10 @@
 pub mod apply;
 pub mod calc;
 pub mod check;
+mod conf;
 pub mod explain;
 pub mod render;
+pub mod status;
 pub mod units;
 
 use crate::params::{Lang, Role};
@@ -139,7 +141,7 @@ pub fn run_to_string(args: TuneArgs) -> Result<(String, u8)> {
         },
     );
     if args.check {
-        let rows = check::check(&root, &plan)?;
+        let rows = check::check(&root, &plan, args.service.as_deref())?;
         let out = match args.format {
             Format::Json => serde_json::to_string_pretty(&rows).context("encoding check")? + "\n",
             Format::Text => render_check(&plan, &rows),

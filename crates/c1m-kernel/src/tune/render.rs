@@ -124,7 +124,7 @@ pub fn render_text(plan: &Plan, lang: Lang, service: Option<&str>) -> String {
     );
     let _ = writeln!(
         s,
-        "  kernel memory for {} connections: {}",
+        "  kernel memory for {} connections: {} (a load generator on the same box adds as much again)",
         t.conns,
         human_bytes(m.kernel_bytes_total)
     );

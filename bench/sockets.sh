@@ -30,8 +30,8 @@ trap cleanup EXIT
 
 cat > "$WORK/hold.py" <<'PY'
 # hold.py INDEX COUNT READY_FILE: opens COUNT loopback connections from 127.201.x.y to its
-# own listener, writes READY_FILE, and holds them until killed (at most 1 hour).
-import resource, socket, sys, time
+# own listener, writes READY_FILE, and holds them until SIGTERM (at most 1 hour).
+import resource, signal, socket, struct, sys, time
 idx, count, ready = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -49,6 +49,15 @@ for _ in range(count):
     c.connect(dest)
     s, _ = lst.accept()
     held.append((c, s))
+def reset_all(*_):
+    # Close with RST (SO_LINGER 0) so N connections leave no TIME_WAIT sockets behind to
+    # crowd tcp_max_tw_buckets for everyone else on the box.
+    for pair in held:
+        for sk in pair:
+            sk.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            sk.close()
+    sys.exit(0)
+signal.signal(signal.SIGTERM, reset_all)
 open(ready, "w").write(str(len(held)))
 time.sleep(3600)
 PY

@@ -37,22 +37,29 @@ fn proc_counts() -> HashMap<(u8, String), u64> {
     m
 }
 
-fn args(by: By, state: &[&str]) -> SocketsArgs {
+fn args(by: By, state: &[&str], threads: u8) -> SocketsArgs {
     SocketsArgs {
         by,
         state: state.iter().map(|s| s.to_string()).collect(),
         json: false,
         limit: 0,
+        threads,
         root: PathBuf::from("/"),
     }
 }
 
+/// The count of one group, asserting the one-pass and the two-thread dumps agree.
 fn group(by: By, state: &[&str], key: &str) -> u64 {
-    let c = count(&args(by, state)).unwrap();
-    c.groups
-        .iter()
-        .find(|g| g.key == key)
-        .map_or(0, |g| g.count)
+    let n = |threads| {
+        let c = count(&args(by, state, threads)).unwrap();
+        c.groups
+            .iter()
+            .find(|g| g.key == key)
+            .map_or(0, |g| g.count)
+    };
+    let (one, two) = (n(1), n(2));
+    assert_eq!(one, two, "{by:?} {state:?} {key}: 1 thread vs 2");
+    two
 }
 
 #[test]
@@ -112,9 +119,9 @@ fn counts_match_proc_net_tcp_on_12k_sockets() {
     assert_eq!(fin_wait2, HALF_CLOSED as u64);
     assert!(listen_here >= 1);
     // By state: the totals are at least what this test holds (other programs add to them).
-    let by_state = count(&args(By::State, &[])).unwrap();
+    let by_state = count(&args(By::State, &[], 2)).unwrap();
     assert!(by_state.total > 2 * CONNS as u64);
-    eprintln!("netlink count of all sockets by raddr: {netlink_time:?}");
+    eprintln!("netlink count of all sockets by raddr (1 and 2 threads): {netlink_time:?}");
     drop(servers);
     drop(clients);
 }

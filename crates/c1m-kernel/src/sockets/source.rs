@@ -6,7 +6,7 @@
 
 use crate::root::Root;
 use anyhow::{Context, Result};
-use c1m_sys::sock_diag::{self, Family, StateMask, TcpState};
+use c1m_sys::sock_diag::{self, Family, Shard, StateMask, TcpState};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 /// One TCP socket as both sources see it.
@@ -26,16 +26,8 @@ pub struct SockRow {
 pub fn for_each(root: &Root, states: StateMask, mut f: impl FnMut(&SockRow)) -> Result<()> {
     if root.is_live() {
         for fam in [Family::V4, Family::V6] {
-            sock_diag::dump_tcp(fam, states, |m| {
-                f(&SockRow {
-                    state: m.state_raw(),
-                    local: m.local(),
-                    remote: m.remote(),
-                    rqueue: m.rqueue(),
-                    wqueue: m.wqueue(),
-                })
-            })
-            .with_context(|| format!("sock_diag dump ({fam:?})"))?;
+            sock_diag::dump_tcp(fam, states, |m| f(&row(m)))
+                .with_context(|| format!("sock_diag dump ({fam:?})"))?;
         }
         return Ok(());
     }
@@ -56,14 +48,71 @@ pub fn for_each(root: &Root, states: StateMask, mut f: impl FnMut(&SockRow)) -> 
     Ok(())
 }
 
-/// Counts sockets per kernel state number, streaming (netlink on the live box).
-pub fn count_states(root: &Root, states: StateMask) -> Result<[u64; 16]> {
+/// Where to split the table between two dump threads: the middle of the ephemeral port range,
+/// since one end of nearly every connection has a port spread over it.
+fn shard_mid(root: &Root) -> u16 {
+    match crate::doctor::sample::sysctl_nums(root, "net.ipv4.ip_local_port_range").as_deref() {
+        Ok([lo, hi]) if hi >= lo && *hi <= 65535 => ((lo + hi) / 2) as u16,
+        _ => 32768,
+    }
+}
+
+/// Counts sockets per kernel state number, streaming (netlink on the live box, two threads
+/// each dumping half the table).
+pub fn count_states(root: &Root, states: StateMask, parallel: bool) -> Result<[u64; 16]> {
     if root.is_live() {
-        return sock_diag::count_tcp_states(states).context("sock_diag dump");
+        let counts = if parallel {
+            sock_diag::count_tcp_states_parallel(states, shard_mid(root))
+        } else {
+            sock_diag::count_tcp_states(states)
+        };
+        return counts.context("sock_diag dump");
     }
     let mut counts = [0u64; 16];
     for_each(root, states, |r| counts[(r.state & 15) as usize] += 1)?;
     Ok(counts)
+}
+
+/// Folds every TCP socket whose state is in `states` into accumulators made by `init`: on the
+/// live box with `parallel`, two threads each fold half the table (see [`sock_diag::Shard`])
+/// and both accumulators are returned; otherwise there is one.
+pub fn fold<T: Send>(
+    root: &Root,
+    states: StateMask,
+    parallel: bool,
+    init: impl Fn() -> T + Sync,
+    f: impl Fn(&mut T, &SockRow) + Sync,
+) -> Result<Vec<T>> {
+    if !root.is_live() || !parallel {
+        let mut acc = init();
+        for_each(root, states, |r| f(&mut acc, r))?;
+        return Ok(vec![acc]);
+    }
+    let mid = shard_mid(root);
+    let run = |shard: Shard| -> Result<T> {
+        let mut acc = init();
+        for fam in [Family::V4, Family::V6] {
+            sock_diag::dump_tcp_shard(fam, states, Some(shard), |m| f(&mut acc, &row(m)))
+                .with_context(|| format!("sock_diag dump ({fam:?}, {shard:?})"))?;
+        }
+        Ok(acc)
+    };
+    let (a, b) = std::thread::scope(|s| {
+        let other = s.spawn(|| run(Shard::Cross { mid }));
+        (run(Shard::Same { mid }), other.join())
+    });
+    let b = b.map_err(|_| anyhow::anyhow!("sock_diag shard thread panicked"))?;
+    Ok(vec![a?, b?])
+}
+
+fn row(m: &sock_diag::DiagMsg<'_>) -> SockRow {
+    SockRow {
+        state: m.state_raw(),
+        local: m.local(),
+        remote: m.remote(),
+        rqueue: m.rqueue(),
+        wqueue: m.wqueue(),
+    }
 }
 
 /// Parses the text of /proc/net/tcp or tcp6, calling `f` per socket line.

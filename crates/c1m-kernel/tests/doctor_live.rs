@@ -18,6 +18,7 @@ fn args(interval: Duration, only: &[&str]) -> DoctorArgs {
         role: c1m_kernel::params::Role::Server,
         root: PathBuf::from("/"),
         only: only.iter().map(|s| s.to_string()).collect(),
+        list: false,
     }
 }
 

@@ -508,7 +508,7 @@ mod tests {
             let c = TcpStream::connect(addr).unwrap();
             held.push((c, l.accept().unwrap().0));
         }
-        let ours = |m: &DiagMsg<'_>| m.local().port() == addr.port() || m.remote() == addr;
+        let ours = |m: &DiagMsg<'_>| m.local() == addr || m.remote() == addr;
         let collect = |shard: Option<Shard>| {
             let mut v = Vec::new();
             dump_tcp_shard(Family::V4, StateMask::ALL, shard, |m| {

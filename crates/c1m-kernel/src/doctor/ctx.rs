@@ -58,6 +58,8 @@ pub struct Ctx {
     pub after: Sample,
     /// None when sockets could not be listed (reported by the checks as skipped).
     pub listeners: Option<Vec<Listener>>,
+    /// Why sockets could not be listed.
+    pub sockets_error: Option<String>,
     /// Outgoing port use per (source, destination), largest first; None when unknown.
     pub port_use: Option<Vec<PortUse>>,
     pub procs: Vec<ProcFd>,
@@ -125,9 +127,9 @@ impl Pending {
         let live = root.is_live();
         let after = Sample::read(&root)?;
         let log_after = kmsg::read_log(&root, live);
-        let (listeners, port_use) = match read_sockets(&root) {
-            Ok((l, p)) => (Some(l), p),
-            Err(_) => (None, None),
+        let (listeners, port_use, sockets_error) = match read_sockets(&root) {
+            Ok((l, p)) => (Some(l), p, None),
+            Err(e) => (None, None, Some(format!("{e:#}"))),
         };
         let (plan, plan_error) = match target_conns.map(|n| plan_for(&root, n, role)) {
             None => (None, None),
@@ -145,6 +147,7 @@ impl Pending {
             before: self.before,
             after,
             listeners,
+            sockets_error,
             port_use,
             log_before: self.log_before,
             log_after,

@@ -40,6 +40,9 @@ pub struct DoctorArgs {
     /// Run only these checks (comma-separated names); default all.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
+    /// List the checks and what each looks at, then exit.
+    #[arg(long)]
+    pub list: bool,
 }
 
 /// Parses `5s`, `500ms`, `2m` or a bare number of seconds.
@@ -227,6 +230,12 @@ pub fn diagnose(args: &DoctorArgs) -> Result<Report> {
 
 /// `c1m doctor`.
 pub fn run_doctor(args: DoctorArgs) -> Result<u8> {
+    if args.list {
+        for c in checks::REGISTRY {
+            println!("{:<22} {}", c.name, c.about);
+        }
+        return Ok(0);
+    }
     let report = diagnose(&args)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);

@@ -14,7 +14,8 @@ pub fn somaxconn(ctx: &Ctx) -> Finding {
         return skipped(N, "net.core.somaxconn not readable");
     };
     let Some(listeners) = &ctx.listeners else {
-        return skipped(N, "listening sockets could not be listed");
+        let why = ctx.sockets_error.as_deref().unwrap_or("unknown error");
+        return skipped(N, format!("listening sockets could not be listed: {why}"));
     };
     let full: Vec<_> = listeners
         .iter()
@@ -69,7 +70,8 @@ pub fn ephemeral_ports(ctx: &Ctx) -> Finding {
         _ => return skipped(N, "net.ipv4.ip_local_port_range not readable"),
     };
     let Some(uses) = &ctx.port_use else {
-        return skipped(N, "sockets could not be listed");
+        let why = ctx.sockets_error.as_deref().unwrap_or("unknown error");
+        return skipped(N, format!("sockets could not be listed: {why}"));
     };
     let size = hi - lo + 1;
     let Some(top) = uses.first() else {

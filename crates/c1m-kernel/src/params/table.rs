@@ -54,7 +54,12 @@ pub static PARAMS: &[Param] = &[
             "单个进程 RLIMIT_NOFILE 的上限。nofile 设得比它大会失败:nr_open 为 1048576 时在 limits.conf \
              里写 nofile 2000000,PAM 会拒绝登录。",
         ),
-        kernel_default: t("1048576 (1024*1024), the value hard-coded before 2.6.25.", "1048576(1024*1024),即 2.6.25 之前写死的值。"),
+        kernel_default: t(
+            "1048576 (1024*1024), the value hard-coded before 2.6.25. systemd ≥ 240 as PID 1 \
+             raises it to the kernel maximum at boot (build option), so read the live value.",
+            "1048576(1024*1024),即 2.6.25 之前写死的值。systemd ≥ 240 作为 PID 1 启动时会把它调到内核上限\
+             (编译选项),所以要读取实际值。",
+        ),
         sizing: t("At least the per-process nofile c1m recommends; never below the kernel default.", "不小于 c1m 推荐的每进程 nofile;不低于内核默认。"),
         danger: t(
             "Raise it BEFORE raising nofile in limits.d or LimitNOFILE=, or logins and services fail \
@@ -375,7 +380,6 @@ pub static PARAMS: &[Param] = &[
         rule: Rule::Fixed("1"),
         compare: Compare::Exact,
         default: KernelDefault::Fixed("2"),
-        added: Some("2 = loopback only since 4.19"),
         meaning: t(
             "Lets connect() reuse a port held by a TIME_WAIT socket when timestamps prove it safe. \
              0 off, 1 global, 2 loopback only. Helps only outgoing connections.",
@@ -490,7 +494,6 @@ pub static PARAMS: &[Param] = &[
         rule: Rule::Fixed("0"),
         compare: Compare::Exact,
         default: KernelDefault::Fixed("1"),
-        added: Some("2.6.18"),
         meaning: t(
             "1: after an idle period longer than the RTO, the congestion window restarts from the \
              initial window (RFC 2861, now historic per RFC 7661).",

@@ -165,10 +165,12 @@ pub fn render_text(plan: &Plan, lang: Lang, service: Option<&str>) -> String {
     }
     let _ = writeln!(
         s,
-        "  TIME_WAIT at the cap: {}; keepalive probes/s if every socket sets SO_KEEPALIVE: {} at 7200 s, {} at 30 s",
+        "  TIME_WAIT at the cap: {}; keepalive probes/s if every socket sets SO_KEEPALIVE: {} at {} s (default), {} at {} s (the notes)",
         human_bytes(m.time_wait_bytes_at_cap),
         m.keepalive_probes_default,
-        m.keepalive_probes_notes
+        super::calc::DEFAULT_KEEPALIVE_SECS,
+        m.keepalive_probes_notes,
+        super::calc::NOTES_KEEPALIVE_SECS
     );
     for w in &plan.warnings {
         let _ = writeln!(s, "  WARNING: {w}");

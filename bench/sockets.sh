@@ -105,7 +105,7 @@ printf '| %-44s | %10s | %s\n' "command" "seconds" "result"
 printf '|%s|%s|%s\n' "----------------------------------------------" "------------" "--------"
 for cmd in \
   "$C1M sockets" \
-  "$C1M sockets --threads 1" \
+  "$C1M sockets --threads 2" \
   "$C1M sockets --state estab" \
   "$C1M sockets --by lport --limit 3" \
   "ss -tan | wc -l" \

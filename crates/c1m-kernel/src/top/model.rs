@@ -76,7 +76,7 @@ impl Model {
         let mut v = View::default();
         let now = Instant::now();
         let sample = Sample::read(&self.root)?;
-        match source::count_states(&self.root, StateMask::ALL, true) {
+        match source::count_states(&self.root, StateMask::ALL, false) {
             Ok(per) => {
                 for (n, &c) in per.iter().enumerate() {
                     if c > 0 {

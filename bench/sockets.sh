@@ -81,28 +81,31 @@ done
 [[ $ready -ge $procs ]] || { echo "helpers not ready after 10 minutes" >&2; exit 2; }
 t1=$(date +%s.%N)
 
-# best_of CMD...: the fastest of RUNS runs, in seconds; stdout of the last run in $WORK/out.
+# best_of CMD: runs CMD RUNS times; prints the fastest wall time and that run's CPU time
+# (user + sys, children included), in seconds. The CPU figure is the cost itself; wall time
+# also shows how busy the box was. Stdout of the last run is left in $WORK/out.
 best_of() {
-  local best=""
+  local best="" cpu=""
   for ((r = 0; r < RUNS; r++)); do
-    local s e d
-    s=$(date +%s%N)
-    bash -c "$1" > "$WORK/out"
-    e=$(date +%s%N)
-    d=$(( (e - s) / 1000 ))
-    if [[ -z $best || $d -lt $best ]]; then best=$d; fi
+    /usr/bin/time -f "%e %U %S" -o "$WORK/time" bash -c "$1" > "$WORK/out"
+    read -r e u s < "$WORK/time"
+    if [[ -z $best ]] || (( $(echo "$e < $best" | bc) )); then
+      best=$e
+      cpu=$(printf "%.2f" "$(echo "$u + $s" | bc)")
+    fi
   done
-  printf '%d.%06d' $((best / 1000000)) $((best % 1000000))
+  printf '%s %s\n' "$best" "$cpu"
 }
 
 echo "# c1m sockets benchmark"
 echo "date:    $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 echo "kernel:  $(uname -r)   cpus: $(nproc)   mem: $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
 echo "held:    $N loopback connections ($((2 * N)) sockets) in $procs processes, opened in $(echo "$t1 - $t0" | bc) s"
-echo "runs:    best of $RUNS"
+echo "runs:    best of $RUNS (wall); cpu = user + sys of that run"
+echo "load:    $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15 min)"
 echo
-printf '| %-44s | %10s | %s\n' "command" "seconds" "result"
-printf '|%s|%s|%s\n' "----------------------------------------------" "------------" "--------"
+printf '| %-44s | %8s | %8s | %s\n' "command" "wall s" "cpu s" "result"
+printf '|%s|%s|%s|%s\n' "----------------------------------------------" "----------" "----------" "--------"
 for cmd in \
   "$C1M sockets" \
   "$C1M sockets --threads 2" \
@@ -111,7 +114,7 @@ for cmd in \
   "ss -tan | wc -l" \
   "ss -s" \
   "wc -l /proc/net/tcp /proc/net/tcp6"; do
-  t=$(best_of "$cmd")
+  read -r t c < <(best_of "$cmd")
   case $cmd in
     *"c1m sockets --by"*) res=$(grep TOTAL "$WORK/out" | awk '{print "total " $2}') ;;
     *"c1m sockets"*) res=$(grep TOTAL "$WORK/out" | awk '{print "total " $2}') ;;
@@ -119,5 +122,5 @@ for cmd in \
     "wc -l"*) res=$(tail -1 "$WORK/out" | awk '{print $1 " lines"}') ;;
     *) res="$(cat "$WORK/out") lines" ;;
   esac
-  printf '| %-44s | %10s | %s\n' "${cmd/$C1M/c1m}" "$t" "$res"
+  printf '| %-44s | %8s | %8s | %s\n' "${cmd/$C1M/c1m}" "$t" "$c" "$res"
 done

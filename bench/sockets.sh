@@ -108,6 +108,7 @@ printf '| %-44s | %8s | %8s | %s\n' "command" "wall s" "cpu s" "result"
 printf '|%s|%s|%s|%s\n' "----------------------------------------------" "----------" "----------" "--------"
 for cmd in \
   "$C1M sockets" \
+  "$C1M sockets --threads 1" \
   "$C1M sockets --threads 2" \
   "$C1M sockets --state estab" \
   "$C1M sockets --by lport --limit 3" \

@@ -43,7 +43,7 @@ fn args(by: By, state: &[&str], threads: u8) -> SocketsArgs {
         state: state.iter().map(|s| s.to_string()).collect(),
         json: false,
         limit: 0,
-        threads,
+        threads: Some(threads),
         root: PathBuf::from("/"),
     }
 }
@@ -120,6 +120,18 @@ fn counts_match_proc_net_tcp_on_12k_sockets() {
     assert!(listen_here >= 1);
     // By state: the totals are at least what this test holds (other programs add to them).
     let by_state = count(&args(By::State, &[], 2)).unwrap();
+    // And the automatic choice agrees with the explicit ones.
+    let auto = SocketsArgs {
+        threads: None,
+        ..args(By::Raddr, &[], 1)
+    };
+    let auto_all = count(&auto).unwrap();
+    let auto_ours = auto_all
+        .groups
+        .iter()
+        .find(|g| g.key == key)
+        .map(|g| g.count);
+    assert_eq!(auto_ours, Some(2 * CONNS as u64));
     assert!(by_state.total > 2 * CONNS as u64);
     eprintln!("netlink count of all sockets by raddr (1 and 2 threads): {netlink_time:?}");
     drop(servers);

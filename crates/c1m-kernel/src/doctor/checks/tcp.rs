@@ -43,9 +43,12 @@ pub fn accept_queue(ctx: &Ctx) -> Finding {
             }
         }
     }
+    // The plan's value when a target was given, else twice the current one.
+    let want = recommended(ctx, "net.core.somaxconn")
+        .map_or(0, |w| w.value1())
+        .max(somaxconn.saturating_mul(2));
     f.fix(format!(
-        "sysctl -w net.core.somaxconn={}  # then restart the server with a larger listen() backlog; accept faster",
-        somaxconn.max(128).saturating_mul(2)
+        "sysctl -w net.core.somaxconn={want}  # then restart the server with a larger listen() backlog; accept faster"
     ))
 }
 
@@ -66,6 +69,12 @@ pub fn syn_queue(ctx: &Ctx) -> Finding {
     }
     let status = if drop > 0 { Status::Fail } else { Status::Warn };
     let backlog = ctx.sysctl_u64("net.ipv4.tcp_max_syn_backlog").unwrap_or(0);
+    let somaxconn = ctx.sysctl_u64("net.core.somaxconn").unwrap_or(0);
+    let want = |key: &str, cur: u64| {
+        recommended(ctx, key)
+            .map_or(0, |w| w.value1())
+            .max(cur.saturating_mul(2))
+    };
     let mut f = Finding::new(
         N,
         status,
@@ -76,8 +85,8 @@ pub fn syn_queue(ctx: &Ctx) -> Finding {
     )
     .fix(format!(
         "sysctl -w net.ipv4.tcp_max_syn_backlog={} net.core.somaxconn={}",
-        backlog.max(128).saturating_mul(2),
-        backlog.max(128).saturating_mul(2)
+        want("net.ipv4.tcp_max_syn_backlog", backlog),
+        want("net.core.somaxconn", somaxconn)
     ));
     if drop > 0 && ctx.sysctl_u64("net.ipv4.tcp_syncookies").ok() == Some(0) {
         f = f.fix("sysctl -w net.ipv4.tcp_syncookies=1");

@@ -5,30 +5,14 @@
 //! behalf of those commands (always under a `--root` so tests run against a fake tree).
 //! Must not touch: sockets of its own beyond netlink queries (those live in `c1m-sys`).
 
+pub mod doctor;
 pub mod params;
 pub mod root;
+pub mod sockets;
+pub mod top;
 pub mod tune;
 
+pub use doctor::{run_doctor, DoctorArgs};
+pub use sockets::{run_sockets, SocketsArgs};
+pub use top::{run_top, TopArgs};
 pub use tune::{run_tune, TuneArgs};
-
-use clap::Args;
-
-/// `c1m doctor` arguments.
-#[derive(Args, Debug)]
-pub struct DoctorArgs {}
-/// `c1m sockets` arguments.
-#[derive(Args, Debug)]
-pub struct SocketsArgs {}
-/// `c1m top` arguments.
-#[derive(Args, Debug)]
-pub struct TopArgs {}
-
-pub fn run_doctor(_: DoctorArgs) -> anyhow::Result<u8> {
-    anyhow::bail!("c1m doctor is not built yet")
-}
-pub fn run_sockets(_: SocketsArgs) -> anyhow::Result<u8> {
-    anyhow::bail!("c1m sockets is not built yet")
-}
-pub fn run_top(_: TopArgs) -> anyhow::Result<u8> {
-    anyhow::bail!("c1m top is not built yet")
-}

@@ -6,6 +6,7 @@ pub mod fd;
 pub mod mem;
 pub mod process;
 pub mod rlimit;
+pub mod sock_diag;
 pub mod sockopt;
 
 use std::io;

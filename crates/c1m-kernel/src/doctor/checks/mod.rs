@@ -1,0 +1,117 @@
+//! The check registry: every named check, in report order. A check is a plain function of
+//! the [`Ctx`]; adding one is adding a line here and a function in a sibling file.
+//!
+//! Thresholds for "how full is too full" are shared so every ratio check reads the same way:
+//! warn from [`WARN_PCT`], fail from [`FAIL_PCT`].
+
+mod fd;
+mod log;
+mod net;
+mod tcp;
+
+use super::{Check, Ctx, Finding, Status};
+
+/// A ratio at or above this percentage warns.
+pub const WARN_PCT: u64 = 70;
+/// A ratio at or above this percentage fails.
+pub const FAIL_PCT: u64 = 90;
+
+/// Every check, in report order.
+pub static REGISTRY: &[Check] = &[
+    Check {
+        name: "fd.file-max",
+        about: "allocated file handles (file-nr) against fs.file-max and the target",
+        run: fd::file_max,
+    },
+    Check {
+        name: "fd.nr-open",
+        about: "fs.nr_open, the ceiling for RLIMIT_NOFILE, against the target",
+        run: fd::nr_open,
+    },
+    Check {
+        name: "fd.process",
+        about: "each process's open descriptors against its RLIMIT_NOFILE",
+        run: fd::process,
+    },
+    Check {
+        name: "net.somaxconn",
+        about: "listen backlogs in use (sock_diag) against net.core.somaxconn; full accept queues",
+        run: net::somaxconn,
+    },
+    Check {
+        name: "tcp.accept-queue",
+        about: "ListenOverflows / ListenDrops rising during the interval",
+        run: tcp::accept_queue,
+    },
+    Check {
+        name: "tcp.syn-queue",
+        about: "SYN queue drops (TCPReqQFullDrop) and syncookies sent during the interval",
+        run: tcp::syn_queue,
+    },
+    Check {
+        name: "tcp.memory",
+        about: "sockstat mem against tcp_mem; TCPAbortOnMemory, TCPMemoryPressures",
+        run: tcp::memory,
+    },
+    Check {
+        name: "tcp.orphans",
+        about: "orphaned sockets against net.ipv4.tcp_max_orphans",
+        run: tcp::orphans,
+    },
+    Check {
+        name: "tcp.time-wait",
+        about: "TIME_WAIT sockets against tcp_max_tw_buckets; TCPTimeWaitOverflow",
+        run: tcp::time_wait,
+    },
+    Check {
+        name: "net.ephemeral-ports",
+        about: "local ports used per source address and destination against ip_local_port_range",
+        run: net::ephemeral_ports,
+    },
+    Check {
+        name: "net.conntrack",
+        about: "nf_conntrack_count against nf_conntrack_max",
+        run: net::conntrack,
+    },
+    Check {
+        name: "net.softnet",
+        about: "softnet_stat drops (netdev_max_backlog) and time_squeeze during the interval",
+        run: net::softnet,
+    },
+    Check {
+        name: "kernel.log",
+        about: "known kernel messages: orphans, tcp_mem, SYN flooding, conntrack full, file-max",
+        run: log::kernel_log,
+    },
+];
+
+/// Percentage of `used` in `limit` (0 for an empty limit), rounded down.
+pub fn pct(used: u64, limit: u64) -> u64 {
+    if limit == 0 {
+        0
+    } else {
+        ((used as u128 * 100) / limit as u128) as u64
+    }
+}
+
+/// Status for a fill ratio.
+pub fn ratio_status(used: u64, limit: u64) -> Status {
+    let p = pct(used, limit);
+    if limit > 0 && p >= FAIL_PCT {
+        Status::Fail
+    } else if limit > 0 && p >= WARN_PCT {
+        Status::Warn
+    } else {
+        Status::Pass
+    }
+}
+
+/// A `skipped` finding for a missing input.
+pub fn skipped(check: &'static str, why: impl Into<String>) -> Finding {
+    Finding::new(check, Status::Skipped, why)
+}
+
+/// How long the interval was, for summaries ("in 5.0s").
+pub fn over(ctx: &Ctx) -> String {
+    format!("in {:.1}s", ctx.interval.as_secs_f64())
+}

@@ -1,0 +1,208 @@
+//! One reading of the kernel's counters under a root directory: /proc/net/netstat and snmp
+//! (by header name), sockstat, softnet_stat, file-nr, conntrack. Doctor reads two of these an
+//! interval apart and judges the deltas; `top` reads one per tick.
+//!
+//! Owns: parsing those files' text formats. Parsers take `&str` so tests feed them text.
+
+use crate::root::Root;
+use anyhow::{Context, Result};
+use std::collections::HashMap;
+
+/// Reads `rel` (e.g. "proc/net/netstat") under `root`, with the path in the error.
+pub fn read_rel(root: &Root, rel: &str) -> Result<String> {
+    root.read_to_string(rel)
+}
+
+/// Reads a sysctl by dotted key (`net.core.somaxconn`) under `root`/proc/sys, whitespace normalised.
+pub fn sysctl(root: &Root, key: &str) -> Result<String> {
+    root.read_sysctl(key)?
+        .with_context(|| format!("sysctl {key} not present under {}", root.dir().display()))
+}
+
+/// Reads a sysctl holding whitespace-separated integers (`tcp_mem`, `ip_local_port_range`).
+pub fn sysctl_nums(root: &Root, key: &str) -> Result<Vec<u64>> {
+    let text = sysctl(root, key)?;
+    text.split_whitespace()
+        .map(|w| {
+            w.parse::<u64>()
+                .with_context(|| format!("{key}: not a number: {w:?}"))
+        })
+        .collect()
+}
+
+/// Reads a one-integer sysctl.
+pub fn sysctl_u64(root: &Root, key: &str) -> Result<u64> {
+    sysctl_nums(root, key)?
+        .first()
+        .copied()
+        .with_context(|| format!("{key}: empty"))
+}
+
+/// Parses the paired-line format of /proc/net/netstat and /proc/net/snmp
+/// (`TcpExt: A B C` then `TcpExt: 1 2 3`) into `"TcpExt.A" -> 1`, by header name.
+pub fn parse_paired(text: &str, out: &mut HashMap<String, u64>) {
+    let mut lines = text.lines();
+    while let (Some(head), Some(vals)) = (lines.next(), lines.next()) {
+        let (Some((p1, names)), Some((p2, nums))) = (head.split_once(':'), vals.split_once(':'))
+        else {
+            continue;
+        };
+        if p1 != p2 {
+            continue;
+        }
+        for (n, v) in names.split_whitespace().zip(nums.split_whitespace()) {
+            // Some snmp fields (Tcp MaxConn) are -1: store them as 0, they are never judged.
+            out.insert(format!("{p1}.{n}"), v.parse::<u64>().unwrap_or(0));
+        }
+    }
+}
+
+/// Parses /proc/net/sockstat(6) (`TCP: inuse 5 orphan 0 ...`) into `"TCP.inuse" -> 5`.
+pub fn parse_sockstat(text: &str, out: &mut HashMap<String, u64>) {
+    for line in text.lines() {
+        let Some((proto, rest)) = line.split_once(':') else {
+            continue;
+        };
+        let words: Vec<&str> = rest.split_whitespace().collect();
+        for kv in words.chunks(2) {
+            if let [k, v] = kv {
+                if let Ok(v) = v.parse::<u64>() {
+                    out.insert(format!("{proto}.{k}"), v);
+                }
+            }
+        }
+    }
+}
+
+/// Sums of /proc/net/softnet_stat over CPUs (hex columns: processed, dropped, time_squeeze).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Softnet {
+    pub processed: u64,
+    pub dropped: u64,
+    pub time_squeeze: u64,
+}
+
+/// Parses /proc/net/softnet_stat.
+pub fn parse_softnet(text: &str) -> Result<Softnet> {
+    let mut s = Softnet::default();
+    for (i, line) in text.lines().enumerate() {
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        if cols.len() < 3 {
+            anyhow::bail!("softnet_stat line {}: fewer than 3 columns", i + 1);
+        }
+        let hex = |c: &str| {
+            u64::from_str_radix(c, 16).with_context(|| format!("softnet_stat: bad hex {c:?}"))
+        };
+        s.processed += hex(cols[0])?;
+        s.dropped += hex(cols[1])?;
+        s.time_squeeze += hex(cols[2])?;
+    }
+    Ok(s)
+}
+
+/// One reading of every counter doctor and top judge. Missing files leave fields empty/None:
+/// a check that needs them reports `skipped`.
+#[derive(Debug, Default, Clone)]
+pub struct Sample {
+    /// `"TcpExt.ListenOverflows"` style keys from netstat and snmp.
+    pub counters: HashMap<String, u64>,
+    /// `"TCP.inuse"` style keys from sockstat and sockstat6 (the latter as `TCP6.inuse`).
+    pub sockstat: HashMap<String, u64>,
+    pub softnet: Option<Softnet>,
+    /// fs/file-nr: allocated handles and file-max.
+    pub file_nr: Option<(u64, u64)>,
+    /// nf_conntrack count and max, when the module is loaded.
+    pub conntrack: Option<(u64, u64)>,
+}
+
+impl Sample {
+    /// Reads every counter under `root`; a missing file is not an error, a malformed one is.
+    pub fn read(root: &Root) -> Result<Sample> {
+        let mut s = Sample::default();
+        for rel in ["proc/net/netstat", "proc/net/snmp"] {
+            if let Ok(text) = read_rel(root, rel) {
+                parse_paired(&text, &mut s.counters);
+            }
+        }
+        if let Ok(text) = read_rel(root, "proc/net/sockstat") {
+            parse_sockstat(&text, &mut s.sockstat);
+        }
+        if let Ok(text) = read_rel(root, "proc/net/sockstat6") {
+            parse_sockstat(&text, &mut s.sockstat);
+        }
+        if let Ok(text) = read_rel(root, "proc/net/softnet_stat") {
+            s.softnet = Some(parse_softnet(&text)?);
+        }
+        if let Ok(v) = sysctl_nums(root, "fs.file-nr") {
+            if v.len() == 3 {
+                s.file_nr = Some((v[0], v[2]));
+            }
+        }
+        if let (Ok(c), Ok(m)) = (
+            sysctl_u64(root, "net.netfilter.nf_conntrack_count"),
+            sysctl_u64(root, "net.netfilter.nf_conntrack_max"),
+        ) {
+            s.conntrack = Some((c, m));
+        }
+        Ok(s)
+    }
+
+    /// A netstat/snmp counter, 0 when the kernel lacks it.
+    pub fn counter(&self, key: &str) -> u64 {
+        self.counters.get(key).copied().unwrap_or(0)
+    }
+
+    /// Whether the kernel exposes this counter at all.
+    pub fn has_counter(&self, key: &str) -> bool {
+        self.counters.contains_key(key)
+    }
+
+    /// How much `key` grew from `earlier` to `self` (0 if it went backwards, e.g. a netns reset).
+    pub fn delta(&self, earlier: &Sample, key: &str) -> u64 {
+        self.counter(key).saturating_sub(earlier.counter(key))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paired_found_by_name_not_position() {
+        let mut m = HashMap::new();
+        parse_paired(
+            "TcpExt: B ListenOverflows\nTcpExt: 7 42\nIpExt: InOctets\nIpExt: 9\n",
+            &mut m,
+        );
+        assert_eq!(m["TcpExt.ListenOverflows"], 42);
+        assert_eq!(m["TcpExt.B"], 7);
+        assert_eq!(m["IpExt.InOctets"], 9);
+    }
+
+    #[test]
+    fn sockstat_pairs() {
+        let mut m = HashMap::new();
+        parse_sockstat(
+            "sockets: used 13\nTCP: inuse 1 orphan 2 tw 3 alloc 4 mem 216\n",
+            &mut m,
+        );
+        assert_eq!(m["TCP.mem"], 216);
+        assert_eq!(m["TCP.orphan"], 2);
+        assert_eq!(m["sockets.used"], 13);
+    }
+
+    #[test]
+    fn softnet_hex_sums() {
+        let s =
+            parse_softnet("0000001d 00000002 0000000a 0\n00000001 00000010 00000001 0\n").unwrap();
+        assert_eq!(
+            s,
+            Softnet {
+                processed: 0x1e,
+                dropped: 0x12,
+                time_squeeze: 0xb
+            }
+        );
+        assert!(parse_softnet("zz 1 2\n").is_err());
+    }
+}

@@ -1,0 +1,563 @@
+//! The `c1m bench` process. It plans the run, starts worker processes (re-executing the
+//! current binary as `c1m __bench-worker`, config in the environment, commands on stdin,
+//! reports on stdout), runs the publisher, merges worker reports into totals, histograms and a
+//! timeline, prints progress, and at the end writes the summary, JSON report and plot.
+//!
+//! Phases: ramp (until every worker has started all its connections and none is in flight),
+//! hold (`--hold`; publishing runs from its start until `--drain` before its end), stop. The
+//! run also stops at `--duration`, on SIGINT/SIGTERM, when every connection failed and nothing
+//! reconnects, or when all workers are gone. Workers die with the coordinator (PDEATHSIG).
+
+use crate::delivery::DeliveryTotals;
+use crate::errors::{merge, ErrorCounts};
+use crate::hist::{add_pairs, new_hist, percentiles, record};
+use crate::http::{fetch_status, ServerStatus};
+use crate::plan::{self, Target};
+use crate::proto::Proto;
+use crate::publish::{self, PublishPlan, Published};
+use crate::report::{self, Sample};
+use crate::wire::{WorkerConfig, WorkerReport, CONFIG_ENV};
+use crate::BenchArgs;
+use anyhow::{bail, Context};
+use hdrhistogram::Histogram;
+use std::io::{BufRead, BufReader, IsTerminal, Write};
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What reaches the coordinator's loop.
+pub enum Msg {
+    Report(Box<WorkerReport>),
+    WorkerGone(usize),
+    Published(Published),
+}
+
+/// Everything the report needs, merged over workers.
+pub struct Totals {
+    pub attempts: u64,
+    pub connected: u64,
+    pub subscribed: u64,
+    pub closed: u64,
+    pub online: u64,
+    pub connecting: u64,
+    pub errors: ErrorCounts,
+    pub delivery: DeliveryTotals,
+}
+
+pub struct Run {
+    pub args: BenchArgs,
+    pub target: Target,
+    pub dst: SocketAddr,
+    pub workers: usize,
+    pub sources: Vec<IpAddr>,
+    pub per_source: u64,
+    pub started_utc: String,
+    pub command: String,
+    pub latest: Vec<WorkerReport>,
+    pub finals: Vec<bool>,
+    pub connect_h: Histogram<u64>,
+    pub subscribe_h: Histogram<u64>,
+    pub delivery_h: Histogram<u64>,
+    pub publish_h: Histogram<u64>,
+    pub published: u64,
+    pub publish_errors: ErrorCounts,
+    pub timeline: Vec<Sample>,
+    pub peak_online: u64,
+    pub ramp_secs: Option<f64>,
+    pub elapsed_secs: f64,
+    pub stop_reason: String,
+    pub server_before: Option<ServerStatus>,
+    pub server_peak: Option<ServerStatus>,
+    pub publishing: bool,
+    /// Things the reader of a report must know (e.g. a worker that never reported at the end).
+    pub notes: Vec<String>,
+}
+
+impl Run {
+    pub fn totals(&self) -> Totals {
+        let mut t = Totals {
+            attempts: 0,
+            connected: 0,
+            subscribed: 0,
+            closed: 0,
+            online: 0,
+            connecting: 0,
+            errors: ErrorCounts::new(),
+            delivery: DeliveryTotals::default(),
+        };
+        for r in &self.latest {
+            t.attempts += r.attempts;
+            t.connected += r.connected;
+            t.subscribed += r.subscribed;
+            t.closed += r.closed;
+            t.online += r.online;
+            t.connecting += r.connecting;
+            merge(&mut t.errors, &r.errors);
+            t.delivery.add(&r.delivery);
+        }
+        t
+    }
+}
+
+struct WorkerProc {
+    child: Child,
+    stdin: Option<ChildStdin>,
+}
+
+pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
+    c1m_sys::bench_sys::install_sigint_flag().context("install SIGINT handler")?;
+    let nofile = c1m_sys::rlimit::raise_nofile_to_hard().context("raise RLIMIT_NOFILE")?;
+    let (mut run, configs) = plan_run(args, nofile.hard)?;
+    let (tx, rx) = mpsc::channel();
+    if run.target.http {
+        run.server_before = fetch_status(run.target.addr, &run.target.host_header);
+    }
+    let mut procs = spawn_workers(&configs, &tx)?;
+    let result = drive(&mut run, &mut procs, &tx, &rx);
+    // Whatever happened, no worker outlives the run.
+    for p in &mut procs {
+        drop(p.stdin.take());
+        if p.child.try_wait().ok().flatten().is_none() {
+            let _ = p.child.kill();
+        }
+        let _ = p.child.wait();
+    }
+    result?;
+    report::finish(&run)
+}
+
+fn plan_run(args: BenchArgs, hard_nofile: u64) -> anyhow::Result<(Run, Vec<WorkerConfig>)> {
+    if args.conns == 0 {
+        bail!("--conns must be at least 1");
+    }
+    if args.channels == 0 {
+        bail!("--channels must be at least 1");
+    }
+    if args.conns > u64::from(u32::MAX) {
+        bail!("--conns above {} is not supported", u32::MAX);
+    }
+    if !(args.rate >= 0.0 && args.rate.is_finite()) {
+        bail!("--rate must be ≥ 0");
+    }
+    let target = plan::parse_url(&args.url)?;
+    let dst = match args.proto {
+        Proto::Tcp => {
+            let spec = args
+                .tcp
+                .as_deref()
+                .context("--proto tcp needs --tcp ADDR (the line-protocol listener)")?;
+            spec.to_socket_addrs()
+                .with_context(|| format!("resolve --tcp {spec:?}"))?
+                .next()
+                .with_context(|| format!("--tcp {spec:?} resolves to no address"))?
+        }
+        Proto::Sse | Proto::Ws | Proto::Poll if !target.http => {
+            bail!("--proto {} needs an http:// URL", args.proto.name())
+        }
+        _ => target.addr,
+    };
+    let publishing = args.publish_every.is_some() || args.publish_rate.is_some();
+    if publishing && (args.proto == Proto::Connect || !target.http) {
+        bail!("publishing needs an http:// URL and a subscribing protocol (not connect)");
+    }
+    if let Some(r) = args.publish_rate {
+        if !(r > 0.0 && r <= 1e6) {
+            bail!("--publish-rate must be in (0, 1e6]");
+        }
+    }
+    if args.publish_every.is_some_and(|d| d.is_zero()) {
+        bail!("--publish-every must be > 0");
+    }
+    let port_range = match &args.port_range {
+        Some(s) => {
+            let (lo, hi) = s
+                .split_once('-')
+                .and_then(|(a, b)| {
+                    Some((a.trim().parse::<u16>().ok()?, b.trim().parse::<u16>().ok()?))
+                })
+                .filter(|(lo, hi)| lo < hi)
+                .with_context(|| format!("bad --port-range {s:?} (want LO-HI)"))?;
+            Some((lo, hi))
+        }
+        None => None,
+    };
+    let range = port_range.unwrap_or_else(plan::system_port_range);
+    let per_source = args
+        .per_source
+        .unwrap_or_else(|| plan::default_per_source(range))
+        .max(1);
+    let sources = match &args.source {
+        Some(spec) => plan::parse_sources(spec)?,
+        None if dst.ip().is_loopback() && dst.is_ipv4() => {
+            plan::auto_loopback_sources(args.conns, per_source, dst.ip())
+        }
+        None => Vec::new(),
+    };
+    let capacity = per_source * (sources.len().max(1) as u64);
+    if args.conns > capacity {
+        bail!(
+            "{} connections need more than {} source address(es) at {per_source} per (source, destination); \
+             add addresses with --source or raise --per-source",
+            args.conns,
+            sources.len().max(1)
+        );
+    }
+    let per_worker_fds = hard_nofile.saturating_sub(64).max(16);
+    let workers = match args.workers {
+        Some(0) => bail!("--workers must be at least 1"),
+        Some(n) => {
+            if args.conns.div_ceil(n as u64) > per_worker_fds {
+                bail!(
+                    "{n} workers would hold {} connections each, above the fd limit ({hard_nofile})",
+                    args.conns.div_ceil(n as u64)
+                );
+            }
+            n.min(args.conns as usize)
+        }
+        None => plan::worker_count(
+            args.conns,
+            c1m_sys::process::available_cpus(),
+            per_worker_fds,
+        ),
+    };
+    let ramp_est = if args.rate > 0.0 {
+        args.conns as f64 / args.rate
+    } else {
+        args.conns as f64 / 20_000.0
+    };
+    let duration = args.duration.unwrap_or_else(|| {
+        Duration::from_secs_f64(2.0 * ramp_est + 30.0) + args.connect_timeout + args.hold
+    });
+    let mut args = args;
+    args.duration = Some(duration);
+    let parent_pid = std::process::id();
+    let configs = plan::split(args.conns, workers)
+        .into_iter()
+        .enumerate()
+        .map(|(i, (first, n))| WorkerConfig {
+            index: i,
+            parent_pid,
+            proto: args.proto,
+            dst,
+            host: target.host_header.clone(),
+            path_prefix: target.path_prefix.clone(),
+            channel_base: target.channel_base.clone(),
+            channels: args.channels,
+            first_conn: first,
+            conns: n,
+            rate: args.rate * n as f64 / args.conns as f64,
+            max_inflight: args.max_inflight.max(1),
+            connect_timeout_ms: args.connect_timeout.as_millis() as u64,
+            reconnect: args.reconnect.then(|| {
+                (
+                    args.reconnect_min.as_millis().max(1) as u64,
+                    args.reconnect_max.as_millis().max(1) as u64,
+                )
+            }),
+            sources: sources.clone(),
+            port_range,
+            tick_ms: 250,
+            max_runtime_ms: (duration + Duration::from_secs(30)).as_millis() as u64,
+        })
+        .collect();
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let run = Run {
+        target,
+        dst,
+        workers,
+        sources,
+        per_source,
+        started_utc: crate::env::now_utc(),
+        command,
+        latest: (0..workers)
+            .map(|i| WorkerReport {
+                index: i,
+                ..Default::default()
+            })
+            .collect(),
+        finals: vec![false; workers],
+        connect_h: new_hist(),
+        subscribe_h: new_hist(),
+        delivery_h: new_hist(),
+        publish_h: new_hist(),
+        published: 0,
+        publish_errors: ErrorCounts::new(),
+        timeline: Vec::new(),
+        peak_online: 0,
+        ramp_secs: None,
+        elapsed_secs: 0.0,
+        stop_reason: String::new(),
+        server_before: None,
+        server_peak: None,
+        publishing,
+        notes: Vec::new(),
+        args,
+    };
+    Ok((run, configs))
+}
+
+fn spawn_workers(configs: &[WorkerConfig], tx: &Sender<Msg>) -> anyhow::Result<Vec<WorkerProc>> {
+    let exe = std::env::current_exe().context("find own executable to start workers")?;
+    let mut procs = Vec::with_capacity(configs.len());
+    for cfg in configs {
+        let json = serde_json::to_string(cfg).context("encode worker config")?;
+        let mut child = Command::new(&exe)
+            .arg("__bench-worker")
+            .env(CONFIG_ENV, json)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .with_context(|| format!("start worker {} ({})", cfg.index, exe.display()))?;
+        let stdout = child.stdout.take().context("worker stdout")?;
+        let stdin = child.stdin.take();
+        let tx = tx.clone();
+        let index = cfg.index;
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                match serde_json::from_str::<WorkerReport>(&line) {
+                    Ok(r) => {
+                        if tx.send(Msg::Report(Box::new(r))).is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) => eprintln!("c1m bench: worker {index}: bad report line: {e}"),
+                }
+            }
+            let _ = tx.send(Msg::WorkerGone(index));
+        });
+        procs.push(WorkerProc { child, stdin });
+    }
+    Ok(procs)
+}
+
+/// Per-interval state for the timeline and progress line.
+struct Interval {
+    connect_h: Histogram<u64>,
+    delivery_h: Histogram<u64>,
+    last_subscribed: u64,
+    last_at: Instant,
+}
+
+fn handle(run: &mut Run, procs: &mut [WorkerProc], iv: &mut Interval, msg: Msg, gone: &mut [bool]) {
+    match msg {
+        Msg::Report(mut r) => {
+            let i = r.index;
+            if i >= run.latest.len() {
+                return;
+            }
+            add_pairs(&mut run.connect_h, &r.connect_hist);
+            add_pairs(&mut iv.connect_h, &r.connect_hist);
+            add_pairs(&mut run.subscribe_h, &r.subscribe_hist);
+            add_pairs(&mut run.delivery_h, &r.delivery_hist);
+            add_pairs(&mut iv.delivery_h, &r.delivery_hist);
+            r.connect_hist = Vec::new();
+            r.subscribe_hist = Vec::new();
+            r.delivery_hist = Vec::new();
+            if r.last {
+                run.finals[i] = true;
+            }
+            run.latest[i] = *r;
+        }
+        Msg::WorkerGone(i) => {
+            if let Some(g) = gone.get_mut(i) {
+                *g = true;
+            }
+        }
+        Msg::Published(p) => match &p.error {
+            None => {
+                run.published += 1;
+                record(&mut run.publish_h, p.ack_us.saturating_sub(p.sent_us));
+                let line = format!("P {} {} {} {}\n", p.channel, p.seq, p.sent_us, p.ack_us);
+                for w in procs.iter_mut() {
+                    if let Some(stdin) = w.stdin.as_mut() {
+                        if stdin.write_all(line.as_bytes()).is_err() {
+                            w.stdin = None;
+                        }
+                    }
+                }
+            }
+            Some(kind) => crate::errors::bump(&mut run.publish_errors, kind),
+        },
+    }
+}
+
+fn drive(
+    run: &mut Run,
+    procs: &mut [WorkerProc],
+    tx: &Sender<Msg>,
+    rx: &Receiver<Msg>,
+) -> anyhow::Result<()> {
+    let t0 = Instant::now();
+    let duration = run.args.duration.unwrap_or(Duration::from_secs(60));
+    let deadline = t0 + duration;
+    let tty = std::io::stderr().is_terminal();
+    let show = !run.args.quiet;
+    let progress_every = if tty {
+        Duration::from_millis(250).min(run.args.interval)
+    } else {
+        run.args.interval
+    };
+    let mut next_progress = t0 + progress_every;
+    let mut next_sample = t0 + Duration::from_secs(1);
+    let mut iv = Interval {
+        connect_h: new_hist(),
+        delivery_h: new_hist(),
+        last_subscribed: 0,
+        last_at: t0,
+    };
+    let mut rate_last = (t0, 0u64);
+    let mut rate_now = 0.0;
+    let mut gone = vec![false; procs.len()];
+    let mut hold_end: Option<Instant> = None;
+    let pub_stop = Arc::new(AtomicBool::new(false));
+    let mut publisher: Option<std::thread::JoinHandle<()>> = None;
+    let mut publish_until: Option<Instant> = None;
+    let reason;
+    loop {
+        match rx.recv_timeout(Duration::from_millis(50)) {
+            Ok(m) => handle(run, procs, &mut iv, m, &mut gone),
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => bail!("worker channel closed"),
+        }
+        while let Ok(m) = rx.try_recv() {
+            handle(run, procs, &mut iv, m, &mut gone);
+        }
+        let now = Instant::now();
+        let t = run.totals();
+        run.peak_online = run.peak_online.max(t.online);
+        let ramp_done = run.latest.iter().zip(&gone).all(|(r, g)| r.ramp_done || *g);
+        if hold_end.is_none() && ramp_done {
+            run.ramp_secs = Some((now - t0).as_secs_f64());
+            hold_end = Some(now + run.args.hold);
+            if run.publishing && t.online > 0 {
+                publish_until = Some(now + run.args.hold.saturating_sub(run.args.drain));
+                publisher = Some(publish::spawn(
+                    publish_plan(run),
+                    pub_stop.clone(),
+                    tx.clone(),
+                ));
+            }
+        }
+        if publish_until.is_some_and(|u| now >= u) {
+            pub_stop.store(true, Ordering::SeqCst);
+        }
+        if now >= next_sample {
+            next_sample += Duration::from_secs(1);
+            let dt = (now - iv.last_at).as_secs_f64().max(1e-3);
+            let errors: u64 = t.errors.values().sum();
+            run.timeline.push(Sample {
+                t_s: (now - t0).as_secs_f64(),
+                online: t.online,
+                connecting: t.connecting,
+                open_rate: (t.subscribed.saturating_sub(iv.last_subscribed)) as f64 / dt,
+                errors,
+                connect_p99_us: percentiles(&iv.connect_h).p99_us,
+                delivery_p99_us: percentiles(&iv.delivery_h).p99_us,
+                delivered: iv.delivery_h.len(),
+            });
+            iv.connect_h.reset();
+            iv.delivery_h.reset();
+            iv.last_subscribed = t.subscribed;
+            iv.last_at = now;
+        }
+        if show && now >= next_progress {
+            next_progress = now + progress_every;
+            let dt = (now - rate_last.0).as_secs_f64();
+            if dt >= 0.2 {
+                rate_now = t.subscribed.saturating_sub(rate_last.1) as f64 / dt;
+                rate_last = (now, t.subscribed);
+            }
+            let line = report::progress_line(run, &t, rate_now, (now - t0).as_secs_f64());
+            if tty {
+                eprint!("\r\x1b[K{line}");
+            } else {
+                eprintln!("{line}");
+            }
+        }
+        if c1m_sys::bench_sys::sigint_seen() {
+            reason = "interrupted (SIGINT/SIGTERM)";
+            break;
+        }
+        if now >= deadline {
+            reason = "--duration reached";
+            break;
+        }
+        if hold_end.is_some_and(|h| now >= h) {
+            reason = "hold complete";
+            break;
+        }
+        if gone.iter().all(|g| *g) {
+            reason = "all workers exited";
+            break;
+        }
+        if ramp_done && t.online == 0 && run.args.reconnect_is_off() {
+            reason = "no connection online and nothing reconnects";
+            break;
+        }
+    }
+    if tty && show {
+        eprintln!();
+    }
+    run.stop_reason = reason.to_string();
+    run.elapsed_secs = t0.elapsed().as_secs_f64();
+    if run.target.http && run.totals().online > 0 {
+        run.server_peak = fetch_status(run.target.addr, &run.target.host_header);
+    }
+    pub_stop.store(true, Ordering::SeqCst);
+    if let Some(p) = publisher {
+        let _ = p.join();
+    }
+    // Forward the last acknowledgements before the stop command (stdin is ordered).
+    while let Ok(m) = rx.try_recv() {
+        handle(run, procs, &mut iv, m, &mut gone);
+    }
+    for p in procs.iter_mut() {
+        if let Some(mut stdin) = p.stdin.take() {
+            let _ = stdin.write_all(b"S\n");
+        }
+    }
+    let wait_until = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < wait_until && !run.finals.iter().zip(&gone).all(|(f, g)| *f || *g) {
+        match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(m) => handle(run, procs, &mut iv, m, &mut gone),
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    let missing_finals = run.finals.iter().filter(|f| !**f).count();
+    if missing_finals > 0 {
+        run.notes.push(format!(
+            "{missing_finals} worker(s) sent no final report; their last tick counts"
+        ));
+    }
+    Ok(())
+}
+
+fn publish_plan(run: &Run) -> PublishPlan {
+    let (interval, all_channels) = match (run.args.publish_every, run.args.publish_rate) {
+        (Some(d), _) => (d, true),
+        (None, Some(r)) => (Duration::from_secs_f64(1.0 / r), false),
+        (None, None) => (Duration::from_secs(1), true),
+    };
+    PublishPlan {
+        addr: run.target.addr,
+        host: run.target.host_header.clone(),
+        channel_base: run.target.channel_base.clone(),
+        channels: run.args.channels,
+        interval,
+        all_channels,
+        payload_size: run.args.payload_size,
+        key: run.args.publish_key.clone(),
+    }
+}
+
+impl BenchArgs {
+    fn reconnect_is_off(&self) -> bool {
+        !self.reconnect
+    }
+}

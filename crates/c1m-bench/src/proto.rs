@@ -581,7 +581,7 @@ mod tests {
         );
         assert_eq!(&buf[r.unwrap()..], b"id: 8\ndata: par");
         let (r, evs) = run(Proto::Sse, &mut ph, b"id: 8\r\ndata: x\r\n\r\n");
-        assert_eq!(r.unwrap(), 19);
+        assert_eq!(r.unwrap(), 18);
         assert_eq!(evs, vec![Ev::Msg(Some(8), "x".into())]);
     }
 

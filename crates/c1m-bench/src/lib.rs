@@ -87,8 +87,8 @@ pub struct BenchArgs {
     /// targets 127.0.0.2, 127.0.0.3, … as many as --per-source requires; otherwise the kernel's.
     #[arg(long, value_name = "SPEC")]
     pub source: Option<String>,
-    /// Connections per (source address, destination) at most (default 50,000, or 95% of
-    /// the ephemeral port range when smaller).
+    /// Connections per (source address, destination) at most (default 50,000, or 45% of
+    /// the ephemeral port range when smaller: past half the range connect() slows sharply).
     #[arg(long)]
     pub per_source: Option<u64>,
     /// Per-socket ephemeral port range LO-HI via IP_LOCAL_PORT_RANGE (Linux 6.3+).

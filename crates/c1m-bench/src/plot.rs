@@ -1,5 +1,6 @@
-//! `--plot FILE.svg`: online connections (top) and per-second p99 latency of connect and
-//! delivery (bottom) over time, as a hand-written SVG with no dependencies.
+//! `--plot FILE.svg`: online connections (top, linear) and per-second p99 latency of connect
+//! and delivery (bottom, log scale: connects take µs to ms, deliveries to a million take up to
+//! seconds, and both must be readable on one axis), as a hand-written SVG with no dependencies.
 
 use crate::coordinator::Run;
 use crate::report::thousands;
@@ -80,26 +81,63 @@ pub fn svg(run: &Run) -> String {
         &thousands(online_max as u64),
         x_max,
     ));
-    let online: Vec<(f64, f64)> = tl.iter().map(|p| (p.t_s, p.online as f64)).collect();
+    let online: Vec<(f64, f64)> = std::iter::once((0.0, 0.0))
+        .chain(tl.iter().map(|p| (p.t_s, p.online as f64)))
+        .collect();
+    for frac in [0.25, 0.5, 0.75] {
+        let y = top1 + H - frac * H;
+        s.push_str(&format!(
+            "<line x1=\"{LEFT}\" x2=\"{:.0}\" y1=\"{y:.1}\" y2=\"{y:.1}\" stroke=\"#ddd\"/>\n<text x=\"{:.0}\" y=\"{:.1}\" font-size=\"11\" text-anchor=\"end\">{}</text>\n",
+            W - RIGHT,
+            LEFT - 6.0,
+            y + 4.0,
+            thousands((online_max * frac) as u64)
+        ));
+    }
     s.push_str(&polyline(&online, x_max, online_max, top1, "#1f77b4"));
     s.push_str(&axes(
         top2,
-        "p99 latency per second (blue: connect, red: delivery)",
-        &format!("{lat_max:.1} ms"),
+        "p99 latency per second, log scale (blue: connect, red: delivery)",
+        "",
         x_max,
     ));
-    let connect: Vec<(f64, f64)> = tl
-        .iter()
-        .filter(|p| p.connect_p99_us > 0)
-        .map(|p| (p.t_s, p.connect_p99_us as f64 / 1000.0))
-        .collect();
-    let delivery: Vec<(f64, f64)> = tl
-        .iter()
-        .filter(|p| p.delivery_p99_us > 0)
-        .map(|p| (p.t_s, p.delivery_p99_us as f64 / 1000.0))
-        .collect();
-    s.push_str(&polyline(&connect, x_max, lat_max, top2, "#1f77b4"));
-    s.push_str(&polyline(&delivery, x_max, lat_max, top2, "#d62728"));
+    // Decades from 0.1 ms up to the first power of ten above the largest value.
+    let top_decade = lat_max.max(1.0).log10().ceil().max(0.0) as i32;
+    let (lo, hi) = (-1.0f64, f64::from(top_decade));
+    for d in -1..=top_decade {
+        let y = top2 + H - (f64::from(d) - lo) / (hi - lo) * H;
+        let label = match d {
+            -1 => "0.1 ms".to_string(),
+            0..=2 => format!("{} ms", 10i64.pow(d as u32)),
+            _ => format!("{} s", 10i64.pow((d - 3) as u32)),
+        };
+        s.push_str(&format!(
+            "<line x1=\"{LEFT}\" x2=\"{:.0}\" y1=\"{y:.1}\" y2=\"{y:.1}\" stroke=\"#ddd\"/>\n<text x=\"{:.0}\" y=\"{:.1}\" font-size=\"11\" text-anchor=\"end\">{label}</text>\n",
+            W - RIGHT,
+            LEFT - 6.0,
+            y + 4.0
+        ));
+    }
+    let log_pts = |f: &dyn Fn(&crate::report::Sample) -> u64| -> Vec<(f64, f64)> {
+        tl.iter()
+            .filter(|p| f(p) > 0)
+            .map(|p| {
+                let ms = (f(p) as f64 / 1000.0).max(0.1);
+                (p.t_s, ms.log10() - lo)
+            })
+            .collect()
+    };
+    let connect = log_pts(&|p| p.connect_p99_us);
+    let delivery = log_pts(&|p| p.delivery_p99_us);
+    s.push_str(&polyline(&connect, x_max, hi - lo, top2, "#1f77b4"));
+    s.push_str(&polyline(&delivery, x_max, hi - lo, top2, "#d62728"));
+    for (x, y) in &delivery {
+        let px = LEFT + x / x_max * (W - LEFT - RIGHT);
+        let py = top2 + H - y / (hi - lo) * H;
+        s.push_str(&format!(
+            "<circle cx=\"{px:.1}\" cy=\"{py:.1}\" r=\"2.5\" fill=\"#d62728\"/>\n"
+        ));
+    }
     s.push_str("</svg>\n");
     s
 }

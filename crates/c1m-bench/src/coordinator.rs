@@ -435,7 +435,11 @@ fn drive(
             run.ramp_secs = Some((now - t0).as_secs_f64());
             hold_end = Some(now + run.args.hold);
             if run.publishing && t.online > 0 {
-                publish_until = Some(now + run.args.hold.saturating_sub(run.args.drain));
+                let drain = run
+                    .args
+                    .drain
+                    .unwrap_or_else(|| Duration::from_secs(2).min(run.args.hold / 4));
+                publish_until = Some(now + run.args.hold.saturating_sub(drain));
                 publisher = Some(publish::spawn(
                     publish_plan(run),
                     pub_stop.clone(),

@@ -40,7 +40,7 @@ use std::time::Duration;
 /// the publisher posts to each of them.
 #[derive(Args, Debug, Clone)]
 #[command(
-    after_help = "Exit codes: 0 every connection came online, no errors and (when publishing) \
+    after_help = "Exit codes: 0 the full --hold ran, every connection came online, no errors and (when publishing) \
 every expected message was delivered exactly once; 1 the run finished short of that; 2 error."
 )]
 pub struct BenchArgs {
@@ -106,9 +106,10 @@ pub struct BenchArgs {
     /// Payload size in bytes (at least the stamp, ~40 bytes).
     #[arg(long, default_value_t = 0)]
     pub payload_size: usize,
-    /// Stop publishing this long before the hold ends, so deliveries can land.
-    #[arg(long, value_parser = parse_duration, default_value = "2s")]
-    pub drain: Duration,
+    /// Stop publishing this long before the hold ends, so deliveries can land
+    /// (default: 2s, or a quarter of --hold when that is shorter).
+    #[arg(long, value_parser = parse_duration)]
+    pub drain: Option<Duration>,
     /// Bearer key for `/pub` (c1m serve --publish-key).
     #[arg(long)]
     pub publish_key: Option<String>,

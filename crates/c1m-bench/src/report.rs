@@ -92,12 +92,15 @@ fn bench_memory(run: &Run) -> (u64, u64, Option<f64>) {
     (start, end, per)
 }
 
-/// The verdict behind exit code 0.
+/// The verdict behind exit code 0: the run held its full --hold, every connection came online,
+/// nothing failed, and (when publishing) every due message arrived exactly once.
 pub fn success(run: &Run, t: &Totals) -> bool {
     let all_online = run.peak_online >= run.args.conns;
     let no_errors = t.errors.is_empty() && run.publish_errors.is_empty();
     let delivered = !run.publishing || (run.published > 0 && t.delivery.delivered_to_all());
-    all_online && no_errors && delivered
+    // An interrupted run, or one cut by --duration, did not do what was asked.
+    let completed = run.stop_reason == "hold complete";
+    all_online && no_errors && delivered && completed
 }
 
 pub fn json_report(run: &Run) -> serde_json::Value {

@@ -20,6 +20,8 @@ enum Fault {
     Repeat(u64),
     /// Accept connections and never answer a subscribe.
     Silent,
+    /// Close every SSE stream this many ms after it started.
+    CloseAfter(u64),
 }
 
 enum Sub {
@@ -155,6 +157,10 @@ fn serve_http(s: TcpStream, hub: &Arc<(Mutex<Hub>, Condvar)>, fault: Fault) -> s
             {
                 w.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n\r\n")?;
                 subscribe(hub, &ch, Sub::Sse(w.try_clone()?));
+                if let Fault::CloseAfter(ms) = fault {
+                    std::thread::sleep(Duration::from_millis(ms));
+                    return w.shutdown(std::net::Shutdown::Both);
+                }
                 return hold(r);
             } else {
                 let last: Option<u64> = query.strip_prefix("last_id=").and_then(|v| v.parse().ok());
@@ -562,6 +568,73 @@ fn connect_proto_holds_plain_tcp() {
     assert_eq!(o.report["result"]["online_at_end"], 50);
     assert!(o.report["memory"]["bench"]["pss_delta_bytes_per_connection"].is_number());
     assert!(o.elapsed < Duration::from_secs(10));
+}
+
+#[test]
+fn reconnect_storm_is_bounded_and_counted() {
+    let s = start_server(Fault::CloseAfter(300));
+    let o = bench(&[
+        &url(&s, "rc"),
+        "--conns",
+        "10",
+        "--reconnect",
+        "--reconnect-min",
+        "50ms",
+        "--reconnect-max",
+        "200ms",
+        "--hold",
+        "2s",
+    ]);
+    let r = &o.report;
+    assert_eq!(r["result"]["stop_reason"], "hold complete");
+    assert!(
+        r["result"]["attempts"].as_u64().unwrap() > 20,
+        "{}",
+        r["result"]
+    );
+    assert!(r["errors"]["EOF (server closed)"].as_u64().unwrap() > 10);
+    assert!(r["result"]["subscribed"].as_u64().unwrap() > 20);
+    assert!(o.elapsed < Duration::from_secs(8));
+    assert_eq!(o.code, 1);
+}
+
+#[test]
+fn sigint_stops_the_run_with_a_report() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let dir = std::env::temp_dir().join(format!("c1m-bench-int-{}", rand_suffix()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let report = dir.join("r.json");
+    let start = Instant::now();
+    let child = Command::new(env!("CARGO_BIN_EXE_c1m"))
+        .args([
+            "bench",
+            &format!("tcp://{addr}"),
+            "--proto",
+            "connect",
+            "--conns",
+            "20",
+        ])
+        .args(["--hold", "60s", "--report"])
+        .arg(&report)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let killed = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let out = child.wait_with_output().unwrap();
+    assert!(start.elapsed() < Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(1));
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(r["result"]["stop_reason"], "interrupted (SIGINT/SIGTERM)");
+    assert_eq!(r["result"]["peak_online"], 20);
+    let _ = std::fs::remove_dir_all(&dir);
+    drop(l);
 }
 
 fn args<'a>(a: &[&'a str], b: &[&'a str]) -> Vec<&'a str> {

@@ -393,6 +393,7 @@ fn drive(
     rx: &Receiver<Msg>,
 ) -> anyhow::Result<()> {
     let t0 = Instant::now();
+    let t0_us = crate::payload::now_us();
     let duration = run.args.duration.unwrap_or(Duration::from_secs(60));
     let deadline = t0 + duration;
     let tty = std::io::stderr().is_terminal();
@@ -432,7 +433,11 @@ fn drive(
         run.peak_online = run.peak_online.max(t.online);
         let ramp_done = run.latest.iter().zip(&gone).all(|(r, g)| r.ramp_done || *g);
         if hold_end.is_none() && ramp_done {
-            run.ramp_secs = Some((now - t0).as_secs_f64());
+            // Exact: from the coordinator's start to the last worker's ramp end (wall clock),
+            // not rounded up to the 250 ms report tick.
+            let last_us = run.latest.iter().map(|r| r.ramp_done_us).max().unwrap_or(0);
+            let exact = (last_us > t0_us).then(|| (last_us - t0_us) as f64 / 1e6);
+            run.ramp_secs = Some(exact.unwrap_or((now - t0).as_secs_f64()));
             hold_end = Some(now + run.args.hold);
             if run.publishing && t.online > 0 {
                 let drain = run

@@ -74,6 +74,9 @@ pub struct WorkerReport {
     pub peak_online: u64,
     /// All of this worker's first attempts started and none in flight.
     pub ramp_done: bool,
+    /// Wall-clock µs when `ramp_done` first became true (exact, not tick-rounded).
+    #[serde(default)]
+    pub ramp_done_us: u64,
     pub errors: ErrorCounts,
     pub delivery: DeliveryTotals,
     pub connect_hist: Vec<(u64, u64)>,

@@ -168,6 +168,9 @@ impl Worker {
                 }
             }
             self.expire_timeouts();
+            if self.r.ramp_done_us == 0 && self.next >= self.cfg.conns && self.inflight == 0 {
+                self.r.ramp_done_us = now_us();
+            }
             if Instant::now() >= next_tick {
                 next_tick += tick;
                 self.report(false)?;

@@ -46,6 +46,11 @@ pub fn environment() -> Value {
             .map(|(_, v)| v.trim().to_string())
     });
     let nofile = c1m_sys::rlimit::nofile().ok();
+    // Whether this kernel has IP_LOCAL_PORT_RANGE (6.3+): probe it on a throwaway socket.
+    let port_range_sockopt =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+            .ok()
+            .map(|s| c1m_sys::sockopt::set_local_port_range(&s, 32768, 60999).is_ok());
     json!({
         "kernel": read_trim("/proc/sys/kernel/osrelease"),
         "cpus": c1m_sys::process::available_cpus(),
@@ -53,6 +58,7 @@ pub fn environment() -> Value {
         "mem_total_bytes": mem_total,
         "nofile_soft": nofile.map(|n| n.soft),
         "nofile_hard": nofile.map(|n| n.hard),
+        "ip_local_port_range_sockopt": port_range_sockopt,
         "sysctls": sysctls,
     })
 }

@@ -39,10 +39,19 @@ use std::time::Duration;
 /// `--channels K` (K > 1) connection i subscribes to `news-{i mod K}` (news-0 … news-K-1) and
 /// the publisher posts to each of them.
 #[derive(Args, Debug, Clone)]
-#[command(
-    after_help = "Exit codes: 0 the full --hold ran, every connection came online, no errors and (when publishing) \
-every expected message was delivered exactly once; 1 the run finished short of that; 2 error."
-)]
+#[command(after_help = "Examples:
+  c1m bench http://127.0.0.1:8080/sub/news --conns 1000000 --rate 40000 --hold 60s \\
+      --publish-every 1s --report out.json --plot out.svg
+  c1m bench http://127.0.0.1:8080/sub/news --proto ws --channels 100 --publish-rate 500
+  c1m bench http://127.0.0.1:8080/sub/news --proto tcp --tcp 127.0.0.1:9001
+  c1m bench tcp://127.0.0.1:9000 --proto connect --conns 100000 --rate 0
+  c1m bench http://198.51.100.5:8080/sub/a --source 198.51.100.10-198.51.100.29 --reconnect
+
+Channels: --channels K > 1 subscribes connection i to {base}-{i mod K} (news-0 .. news-K-1).
+Durations: 500ms, 10s, 2m, 1h. Progress goes to stderr, the summary to stdout.
+Exit codes: 0 the full --hold ran, every connection came online, no errors and (when
+publishing) every expected message was delivered exactly once; 1 the run finished short of
+that; 2 error.")]
 pub struct BenchArgs {
     /// Target: http://HOST:PORT/sub/CHANNEL (sse, ws, poll; also the publish address for tcp),
     /// or tcp://HOST:PORT for --proto connect.

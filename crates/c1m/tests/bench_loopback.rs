@@ -37,6 +37,8 @@ struct Hub {
     per_channel: HashMap<String, u64>,
     subs: HashMap<String, Vec<Sub>>,
     subscribers: u64,
+    /// Subscribers per peer address (shows which source addresses bench used).
+    peers: HashMap<std::net::IpAddr, u64>,
     /// Long-poll history per channel: (id, data).
     history: HashMap<String, Vec<(u64, String)>>,
 }
@@ -183,6 +185,12 @@ fn hold(mut r: BufReader<TcpStream>) -> std::io::Result<()> {
 fn subscribe(hub: &Arc<(Mutex<Hub>, Condvar)>, ch: &str, sub: Sub) {
     let mut h = hub.0.lock().unwrap();
     h.subscribers += 1;
+    let peer = match &sub {
+        Sub::Sse(s) | Sub::Ws(s) | Sub::Tcp(s) => s.peer_addr().map(|a| a.ip()),
+    };
+    if let Ok(ip) = peer {
+        *h.peers.entry(ip).or_default() += 1;
+    }
     h.subs.entry(ch.to_string()).or_default().push(sub);
 }
 
@@ -635,6 +643,68 @@ fn sigint_stops_the_run_with_a_report() {
     assert_eq!(r["result"]["peak_online"], 20);
     let _ = std::fs::remove_dir_all(&dir);
     drop(l);
+}
+
+#[test]
+fn source_addresses_are_spread_and_capped() {
+    // Explicit range: 9 connections over 3 addresses, 3 each.
+    let s = start_server(Fault::None);
+    let o = bench(&[
+        &url(&s, "src"),
+        "--conns",
+        "9",
+        "--source",
+        "127.0.0.5-127.0.0.7",
+        "--hold",
+        "1s",
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stdout);
+    let peers = s.hub.0.lock().unwrap().peers.clone();
+    let mut got: Vec<(String, u64)> = peers.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+    got.sort();
+    assert_eq!(
+        got,
+        vec![
+            ("127.0.0.5".into(), 3),
+            ("127.0.0.6".into(), 3),
+            ("127.0.0.7".into(), 3)
+        ]
+    );
+    // Automatic loopback sources: at most --per-source connections per address.
+    let s = start_server(Fault::None);
+    let o = bench(&[
+        &url(&s, "auto"),
+        "--conns",
+        "10",
+        "--per-source",
+        "4",
+        "--hold",
+        "1s",
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stdout);
+    assert_eq!(o.report["plan"]["source_addresses"], 3);
+    let peers = s.hub.0.lock().unwrap().peers.clone();
+    assert_eq!(peers.len(), 3);
+    assert!(peers.values().all(|n| *n <= 4));
+    assert!(peers
+        .keys()
+        .all(|ip| ip.to_string().starts_with("127.0.0.")));
+    // Too few addresses for the cap is refused before anything is sent.
+    let out = Command::new(env!("CARGO_BIN_EXE_c1m"))
+        .args([
+            "bench",
+            &url(&s, "x"),
+            "--conns",
+            "10",
+            "--per-source",
+            "4",
+            "--source",
+            "127.0.0.9",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--source"));
 }
 
 fn args<'a>(a: &[&'a str], b: &[&'a str]) -> Vec<&'a str> {

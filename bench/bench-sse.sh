@@ -30,7 +30,7 @@ fi
     --max-conns $((N * 3 / 2)) >"$OUT/serve-$N.log" 2>&1 &
 SPID=$!
 for _ in $(seq 1 100); do
-    if exec 3<>"/dev/tcp/127.0.0.1/$PORT" 2>/dev/null; then exec 3>&-; break; fi
+    if (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; then break; fi
     sleep 0.1
 done
 timeout 900 "$C1M" bench "http://127.0.0.1:$PORT/sub/news" --proto "$PROTO" \

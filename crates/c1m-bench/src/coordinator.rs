@@ -228,8 +228,12 @@ fn plan_run(args: BenchArgs, hard_nofile: u64) -> anyhow::Result<(Run, Vec<Worke
     } else {
         args.conns as f64 / 20_000.0
     };
+    // try_from: an absurdly low --rate must not overflow a Duration; a year is bound enough.
     let duration = args.duration.unwrap_or_else(|| {
-        Duration::from_secs_f64(2.0 * ramp_est + 30.0) + args.connect_timeout + args.hold
+        Duration::try_from_secs_f64(2.0 * ramp_est + 30.0)
+            .unwrap_or(Duration::from_secs(365 * 86_400))
+            .saturating_add(args.connect_timeout)
+            .saturating_add(args.hold)
     });
     let mut args = args;
     args.duration = Some(duration);

@@ -255,6 +255,16 @@ fn http_head(buf: &[u8], ws_accept: &str) -> Result<Option<(u16, usize, bool)>, 
     match resp.parse(buf) {
         Ok(httparse::Status::Complete(used)) => {
             let status = resp.code.unwrap_or(0);
+            // A chunked SSE body would be misread as events (chunk sizes between lines);
+            // c1m serve never chunks it, other servers may: say so instead of guessing.
+            if status == 200
+                && resp.headers.iter().any(|h| {
+                    h.name.eq_ignore_ascii_case("transfer-encoding")
+                        && !h.value.eq_ignore_ascii_case(b"identity")
+                })
+            {
+                return Err(perr("sse chunked body unsupported"));
+            }
             let accept_ok = resp.headers.iter().any(|h| {
                 h.name.eq_ignore_ascii_case("sec-websocket-accept")
                     && h.value.trim_ascii() == ws_accept.as_bytes()
@@ -590,6 +600,13 @@ mod tests {
         let mut ph = Phase::Head;
         let (r, _) = run(Proto::Sse, &mut ph, b"HTTP/1.1 503 Busy\r\n\r\n");
         assert_eq!(r.unwrap_err().0, "HTTP 503");
+        let mut ph = Phase::Head;
+        let (r, _) = run(
+            Proto::Sse,
+            &mut ph,
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+        );
+        assert_eq!(r.unwrap_err().0, "sse chunked body unsupported");
     }
 
     #[test]

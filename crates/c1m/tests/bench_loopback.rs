@@ -459,19 +459,29 @@ fn poll_counts_match() {
 fn tcp_counts_match() {
     let s = start_server(Fault::None);
     let tcp = s.tcp.to_string();
-    let o = bench(&args(
-        &[
-            &url(&s, "t"),
-            "--conns",
-            "10",
-            "--proto",
-            "tcp",
-            "--tcp",
-            &tcp,
-        ],
-        RUN,
-    ));
-    check_all_delivered(&o, &s, 10, 1, "t");
+    // 100 KB payloads span several reads of the 64 KiB scratch buffer: the per-connection
+    // tail is kept and joined. Round-robin publishing with --publish-rate over 2 channels.
+    let o = bench(&[
+        &url(&s, "t"),
+        "--conns",
+        "10",
+        "--channels",
+        "2",
+        "--proto",
+        "tcp",
+        "--tcp",
+        &tcp,
+        "--payload-size",
+        "100000",
+        "--publish-rate",
+        "8",
+        "--hold",
+        "2s",
+        "--drain",
+        "600ms",
+    ]);
+    check_all_delivered(&o, &s, 10, 2, "t");
+    assert_eq!(o.report["plan"]["payload_size"], 100000);
 }
 
 #[test]

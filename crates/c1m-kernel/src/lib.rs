@@ -5,11 +5,14 @@
 //! behalf of those commands (always under a `--root` so tests run against a fake tree).
 //! Must not touch: sockets of its own beyond netlink queries (those live in `c1m-sys`).
 
+pub mod params;
+pub mod root;
+pub mod tune;
+
+pub use tune::{run_tune, TuneArgs};
+
 use clap::Args;
 
-/// `c1m tune` arguments.
-#[derive(Args, Debug)]
-pub struct TuneArgs {}
 /// `c1m doctor` arguments.
 #[derive(Args, Debug)]
 pub struct DoctorArgs {}
@@ -20,9 +23,6 @@ pub struct SocketsArgs {}
 #[derive(Args, Debug)]
 pub struct TopArgs {}
 
-pub fn run_tune(_: TuneArgs) -> anyhow::Result<u8> {
-    anyhow::bail!("c1m tune is not built yet")
-}
 pub fn run_doctor(_: DoctorArgs) -> anyhow::Result<u8> {
     anyhow::bail!("c1m doctor is not built yet")
 }

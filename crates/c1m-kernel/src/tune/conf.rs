@@ -1,0 +1,223 @@
+//! Config files under the root: sysctl.conf and sysctl.d (lines that set obsolete or harmful
+//! keys, or that are read after c1m's drop-in and would undo it at boot), pam_limits nofile
+//! for `*`, and a named systemd unit's LimitNOFILE=.
+//!
+//! Owns: parsing those files' syntax. c1m reads them and never edits them.
+
+use super::calc::Plan;
+use super::check::{lookup_exact, Row, SYSCTL_DROPIN};
+use super::status::{compare, is_harmful, Status};
+use crate::params::{Param, Verdict};
+use crate::root::{normalize_value, Root};
+use anyhow::Result;
+use std::path::Path;
+
+/// pam_limits nofile as configured for `*`: limits.conf, then limits.d/*.conf in name order;
+/// the last line for each of soft and hard wins.
+pub(super) fn check_limits(root: &Root, plan: &Plan, p: &'static Param) -> Result<Row> {
+    let rec: Option<u64> = plan.value(p.key).and_then(|v| v.parse().ok());
+    let mut files = vec![Path::new("/etc/security/limits.conf").to_path_buf()];
+    files.extend(root.list_dir("/etc/security/limits.d")?);
+    let (mut soft, mut hard) = (None, None);
+    let mut source = None;
+    for f in files
+        .iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "conf"))
+    {
+        let Some(text) = root.read_opt(f)? else {
+            continue;
+        };
+        for (i, line) in text.lines().enumerate() {
+            let line = line.split('#').next().unwrap_or("");
+            let w: Vec<&str> = line.split_whitespace().collect();
+            if let [domain, kind, item, value] = w[..] {
+                if domain != "*" || item != "nofile" {
+                    continue;
+                }
+                let v = if value == "unlimited" || value == "infinity" {
+                    Some(u64::MAX)
+                } else {
+                    value.parse().ok()
+                };
+                if matches!(kind, "soft" | "-") {
+                    soft = v;
+                }
+                if matches!(kind, "hard" | "-") {
+                    hard = v;
+                }
+                source = Some(format!("{}:{}", f.display(), i + 1));
+            }
+        }
+    }
+    let live = match (soft, hard) {
+        (None, None) => None,
+        (s, h) => Some(format!(
+            "soft {} hard {}",
+            s.map_or("default".into(), |v| v.to_string()),
+            h.map_or("default".into(), |v| v.to_string())
+        )),
+    };
+    let ok = rec.is_some_and(|r| soft.unwrap_or(0) >= r && hard.unwrap_or(0) >= r);
+    let mut r = Row::new(
+        p,
+        if ok { Status::Ok } else { Status::Low },
+        live,
+        "login sessions (pam_limits) for `*`; root needs its own lines",
+    );
+    r.recommended = rec.map(|v| v.to_string());
+    r.source = source;
+    Ok(r)
+}
+
+/// The unit's LimitNOFILE= from its drop-ins (and the unit file under /etc), last one wins.
+pub(super) fn check_systemd(
+    root: &Root,
+    plan: &Plan,
+    p: &'static Param,
+    service: &str,
+) -> Result<Row> {
+    let rec: Option<u64> = plan.value(p.key).and_then(|v| v.parse().ok());
+    let unit_dir = Path::new(&super::render::systemd_path(service))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    let unit_file = unit_dir.with_extension("");
+    let mut files = vec![unit_file];
+    files.extend(root.list_dir(&unit_dir)?);
+    let (mut value, mut source) = (None, None);
+    for f in &files {
+        let Some(text) = root.read_opt(f)? else {
+            continue;
+        };
+        for (i, line) in text.lines().enumerate() {
+            if let Some(v) = line.trim().strip_prefix("LimitNOFILE=") {
+                value = Some(v.trim().to_string());
+                source = Some(format!("{}:{}", f.display(), i + 1));
+            }
+        }
+    }
+    // `N`, `soft:hard` or `infinity`: both halves must reach the recommendation.
+    let enough = |v: &str| {
+        v.split(':')
+            .all(|x| x == "infinity" || x.parse::<u64>().is_ok_and(|n| rec.is_some_and(|r| n >= r)))
+    };
+    let ok = value.as_deref().is_some_and(enough);
+    let mut r = Row::new(
+        p,
+        if ok { Status::Ok } else { Status::Low },
+        value,
+        format!("LimitNOFILE= of {service}; services do not read limits.d"),
+    );
+    r.recommended = rec.map(|v| v.to_string());
+    r.source = source;
+    Ok(r)
+}
+
+/// One `key = value` line of a sysctl config file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfLine {
+    pub file: String,
+    pub line: usize,
+    pub key: String,
+    pub value: String,
+}
+
+/// Parses sysctl.conf syntax: `#`/`;` comments, optional leading `-` (ignore errors), keys
+/// with `.` or `/`.
+pub fn parse_sysctl_conf(file: &str, text: &str) -> Vec<ConfLine> {
+    let mut out = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        let t = raw.trim();
+        if t.is_empty() || t.starts_with('#') || t.starts_with(';') {
+            continue;
+        }
+        let Some((k, v)) = t.split_once('=') else {
+            continue;
+        };
+        let key = k.trim().trim_start_matches('-').trim().replace('/', ".");
+        out.push(ConfLine {
+            file: file.to_string(),
+            line: i + 1,
+            key,
+            value: normalize_value(v),
+        });
+    }
+    out
+}
+
+/// Config lines that set obsolete or harmful values, or that (being read after c1m's drop-in)
+/// would put a key back below the recommendation at boot.
+pub(super) fn scan_sysctl_configs(root: &Root, plan: &Plan) -> Result<Vec<Row>> {
+    let dropin_name = Path::new(SYSCTL_DROPIN).file_name();
+    let mut files: Vec<(std::path::PathBuf, bool)> = Vec::new();
+    for f in root.list_dir("/etc/sysctl.d")? {
+        if f.extension().is_none_or(|e| e != "conf") || f.file_name() == dropin_name {
+            continue;
+        }
+        let after = f.file_name() > dropin_name;
+        files.push((f, after));
+    }
+    // procps `sysctl --system` reads /etc/sysctl.conf last.
+    files.push((Path::new("/etc/sysctl.conf").to_path_buf(), true));
+    let mut rows = Vec::new();
+    for (f, after) in files {
+        let Some(text) = root.read_opt(&f)? else {
+            continue;
+        };
+        for cl in parse_sysctl_conf(&f.display().to_string(), &text) {
+            let Some(p) = lookup_exact(&cl.key) else {
+                continue;
+            };
+            let source = Some(format!("{}:{}", cl.file, cl.line));
+            let mut status = None;
+            let mut note = String::new();
+            if p.verdict == Verdict::Obsolete {
+                status = Some(Status::Obsolete);
+                note = format!(
+                    "removed in {}; delete this line: {}",
+                    p.removed.unwrap_or("?"),
+                    p.danger.en
+                );
+            } else if is_harmful(p, &cl.value, &plan.host) {
+                status = Some(Status::Harmful);
+                note = format!("delete this line: {}", p.danger.en);
+            } else if let (true, Some(need)) = (after && p.verdict.writes(), plan.need(p.key)) {
+                let s = compare(p, &cl.value, need, &plan.host);
+                if s.needs_change() {
+                    status = Some(s);
+                    note = format!(
+                        "read after {SYSCTL_DROPIN}, so at boot it overrides c1m's value (needs {need})"
+                    );
+                }
+            }
+            if let Some(status) = status {
+                rows.push(Row {
+                    key: p.key,
+                    status,
+                    live: Some(cl.value),
+                    recommended: plan.value(p.key).map(str::to_string),
+                    target: None,
+                    note,
+                    source,
+                });
+            }
+        }
+    }
+    Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conf_parsing() {
+        let t = "# c\n; c\nnet.ipv4.tcp_tw_recycle = 1\n-net/ipv4/tcp_mem=1 2  3\nnonsense\n";
+        let v = parse_sysctl_conf("/etc/sysctl.conf", t);
+        assert_eq!(v.len(), 2);
+        assert_eq!(v[0].key, "net.ipv4.tcp_tw_recycle");
+        assert_eq!(v[0].line, 3);
+        assert_eq!(v[1].key, "net.ipv4.tcp_mem");
+        assert_eq!(v[1].value, "1 2 3");
+    }
+}

@@ -1,0 +1,196 @@
+//! Test harness: starts the real `c1m serve` binary on loopback ports chosen by the kernel,
+//! and talks to it with independent clients (ureq for HTTP, a small SSE parser over a raw
+//! TcpStream written from the spec, curl where a whole separate program is wanted).
+#![allow(dead_code)] // each test file uses a different part of the harness
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+pub fn c1m() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_c1m"))
+}
+
+pub struct Server {
+    pub child: Child,
+    pub http: SocketAddr,
+    pub tcp: Option<SocketAddr>,
+}
+
+impl Server {
+    /// `c1m serve --listen 127.0.0.1:0 ARGS…`
+    pub fn start(args: &[&str]) -> Server {
+        let mut cmd = c1m();
+        cmd.args(["serve", "--listen", "127.0.0.1:0"]).args(args);
+        Server::spawn(cmd)
+    }
+
+    pub fn spawn(mut cmd: Command) -> Server {
+        let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().expect("spawn c1m serve");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        assert!(line.starts_with("c1m serve: listening on http "), "unexpected first line: {line:?}");
+        let http = line.split_whitespace().nth(4).unwrap().trim_end_matches([',', ';']).parse().unwrap();
+        let tcp = line.split(", tcp ").nth(1).map(|r| r.split(';').next().unwrap().parse().unwrap());
+        let server = Server { child, http, tcp };
+        server.wait_status(|s| s["workers"].as_array().unwrap().iter().all(|w| w["pid"].as_u64() != Some(0)));
+        server
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.http)
+    }
+
+    pub fn status(&self) -> serde_json::Value {
+        let body = ureq::get(&self.url("/status")).call().unwrap().into_string().unwrap();
+        serde_json::from_str(&body).unwrap()
+    }
+
+    /// Polls /status until `pred` holds (figures are pushed every 250 ms), at most 10 s.
+    pub fn wait_status(&self, pred: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(resp) = ureq::get(&self.url("/status")).call() {
+                let v: serde_json::Value = serde_json::from_str(&resp.into_string().unwrap()).unwrap();
+                if pred(&v) {
+                    return v;
+                }
+                if Instant::now() > deadline {
+                    panic!("status never matched; last: {v}");
+                }
+            } else if Instant::now() > deadline {
+                panic!("status never answered");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn publish(&self, channel: &str, payload: &[u8]) -> u64 {
+        let body = ureq::post(&self.url(&format!("/pub/{channel}"))).send_bytes(payload).unwrap().into_string().unwrap();
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["channel"], channel);
+        v["id"].as_u64().unwrap()
+    }
+
+    pub fn signal(&self, sig: i32) {
+        c1m_sys::process::kill(self.child.id(), sig).unwrap();
+    }
+
+    /// Waits for the master to exit, at most `limit`.
+    pub fn wait_exit(&mut self, limit: Duration) -> ExitStatus {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "server did not exit within {limit:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn worker_pids(&self) -> Vec<u32> {
+        self.status()["workers"].as_array().unwrap().iter().map(|w| w["pid"].as_u64().unwrap() as u32).collect()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // Workers die with the master (PR_SET_PDEATHSIG).
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One SSE event as a client sees it.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Event {
+    pub event: Option<String>,
+    pub id: Option<String>,
+    pub data: String,
+}
+
+/// A minimal SSE client over a raw TcpStream, following the WHATWG parsing rules.
+pub struct Sse {
+    pub stream: TcpStream,
+    buf: Vec<u8>,
+    pub head: String,
+}
+
+impl Sse {
+    pub fn connect(addr: SocketAddr, path: &str, extra_headers: &str) -> Sse {
+        let mut stream = TcpStream::connect(addr).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        write!(stream, "GET {path} HTTP/1.1\r\nHost: t\r\nAccept: text/event-stream\r\n{extra_headers}\r\n").unwrap();
+        let mut sse = Sse { stream, buf: Vec::new(), head: String::new() };
+        let end = sse.read_until(b"\r\n\r\n");
+        sse.head = String::from_utf8(sse.buf.drain(..end).collect()).unwrap();
+        assert!(sse.head.starts_with("HTTP/1.1 200"), "{}", sse.head);
+        assert!(sse.head.contains("text/event-stream"));
+        sse
+    }
+
+    fn read_until(&mut self, pat: &[u8]) -> usize {
+        loop {
+            if let Some(p) = self.buf.windows(pat.len()).position(|w| w == pat) {
+                return p + pat.len();
+            }
+            let mut chunk = [0u8; 8192];
+            let n = self.stream.read(&mut chunk).expect("read from server");
+            assert!(n > 0, "server closed the stream; buffered: {:?}", String::from_utf8_lossy(&self.buf));
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    /// Next event (comments skipped).
+    pub fn next(&mut self) -> Event {
+        loop {
+            let end = self.read_until(b"\n\n");
+            let block: Vec<u8> = self.buf.drain(..end).collect();
+            let text = String::from_utf8(block).unwrap();
+            let mut ev = Event::default();
+            let mut data: Vec<&str> = Vec::new();
+            for line in text.lines() {
+                if line.starts_with(':') || line.is_empty() {
+                    continue;
+                }
+                let (field, value) = line.split_once(':').unwrap_or((line, ""));
+                let value = value.strip_prefix(' ').unwrap_or(value);
+                match field {
+                    "event" => ev.event = Some(value.to_string()),
+                    "id" => ev.id = Some(value.to_string()),
+                    "data" => data.push(value),
+                    _ => {}
+                }
+            }
+            if data.is_empty() && ev.event.is_none() {
+                continue; // a comment-only block (heartbeat)
+            }
+            ev.data = data.join("\n");
+            return ev;
+        }
+    }
+
+    /// Raw bytes until the server closes (for shutdown checks).
+    pub fn read_to_close(&mut self) -> String {
+        let mut rest = Vec::new();
+        self.stream.read_to_end(&mut rest).unwrap();
+        self.buf.extend(rest);
+        String::from_utf8_lossy(&self.buf).to_string()
+    }
+}
+
+/// Sends raw bytes and returns everything the server answers until it closes (≤ 10 s).
+pub fn raw_exchange(addr: SocketAddr, request: &[u8]) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(request).unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).to_string()
+}
+
+/// Status line code of a raw HTTP answer.
+pub fn status_code(answer: &str) -> u16 {
+    answer.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0)
+}

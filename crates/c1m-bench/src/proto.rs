@@ -694,6 +694,65 @@ mod tests {
         assert_eq!(r.unwrap_err().0, "tcp ERR limit");
     }
 
+    /// Contract: bench parses exactly what c1m serve's encoders (c1m-proto) produce.
+    #[test]
+    fn parses_c1m_proto_encodings() {
+        let mut buf = c1m_proto::sse::RESPONSE_HEAD.to_vec();
+        buf.extend(c1m_proto::sse::encode_message(None, 41, b"c1mb 0 1 5"));
+        buf.extend(c1m_proto::sse::encode_message(Some("news"), 42, b"two"));
+        buf.extend(c1m_proto::sse::HEARTBEAT);
+        buf.extend(c1m_proto::sse::encode_gap("news", 1, 9));
+        buf.extend(c1m_proto::sse::SHUTDOWN);
+        let mut ph = Phase::Head;
+        let (r, evs) = run(Proto::Sse, &mut ph, &buf);
+        assert_eq!(r.unwrap(), buf.len());
+        assert_eq!(
+            evs,
+            vec![
+                Ev::Online,
+                Ev::Msg(Some(41), "c1mb 0 1 5".into()),
+                Ev::Msg(Some(42), "two".into()),
+                Ev::Gap,
+                Ev::Closed
+            ]
+        );
+
+        let mut buf = b"OK 7\n".to_vec();
+        buf.extend(c1m_proto::line::encode_msg("news", 8, b"a\nb"));
+        buf.extend(c1m_proto::line::encode_gap("news", 1, 2));
+        let mut ph = Phase::Head;
+        let (r, evs) = run(Proto::Tcp, &mut ph, &buf);
+        assert_eq!(r.unwrap(), buf.len());
+        assert_eq!(
+            evs,
+            vec![Ev::Online, Ev::Msg(Some(8), "a\nb".into()), Ev::Gap]
+        );
+
+        let body = c1m_proto::longpoll::encode_body(
+            &[c1m_proto::longpoll::PollMessage {
+                channel: "news",
+                id: 9,
+                payload: b"p",
+            }],
+            &[c1m_proto::longpoll::PollGap {
+                channel: "news",
+                after: 1,
+                through: 3,
+            }],
+            9,
+        );
+        let mut buf =
+            format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len()).into_bytes();
+        buf.extend(body);
+        let mut ph = Phase::Head;
+        let (r, evs) = run(Proto::Poll, &mut ph, &buf);
+        assert_eq!(r.unwrap(), buf.len());
+        assert_eq!(
+            evs,
+            vec![Ev::Gap, Ev::Msg(Some(9), "p".into()), Ev::Done(Some(9))]
+        );
+    }
+
     #[test]
     fn requests() {
         let r = subscribe_request(Proto::Sse, "h", "/sub/a", "a", Some(3), "");

@@ -115,8 +115,10 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
     if run.target.http {
         run.server_before = fetch_status(run.target.addr, &run.target.host_header);
     }
+    // The clock starts before the workers do: their start-up is part of the ramp.
+    let t0 = (Instant::now(), crate::payload::now_us());
     let mut procs = spawn_workers(&configs, &tx)?;
-    let result = drive(&mut run, &mut procs, &tx, &rx);
+    let result = drive(&mut run, &mut procs, &tx, &rx, t0);
     // Whatever happened, no worker outlives the run.
     for p in &mut procs {
         drop(p.stdin.take());
@@ -196,6 +198,9 @@ fn plan_run(args: BenchArgs, hard_nofile: u64) -> anyhow::Result<(Run, Vec<Worke
         }
         None => Vec::new(),
     };
+    if let Some(bad) = sources.iter().find(|s| s.is_ipv4() != dst.is_ipv4()) {
+        bail!("source address {bad} and destination {dst} are of different IP families");
+    }
     let capacity = per_source * (sources.len().max(1) as u64);
     if args.conns > capacity {
         bail!(
@@ -395,9 +400,8 @@ fn drive(
     procs: &mut [WorkerProc],
     tx: &Sender<Msg>,
     rx: &Receiver<Msg>,
+    (t0, t0_us): (Instant, u64),
 ) -> anyhow::Result<()> {
-    let t0 = Instant::now();
-    let t0_us = crate::payload::now_us();
     let duration = run.args.duration.unwrap_or(Duration::from_secs(60));
     let deadline = t0 + duration;
     let tty = std::io::stderr().is_terminal();

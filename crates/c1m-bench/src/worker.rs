@@ -231,8 +231,11 @@ impl Worker {
         )?;
         if !self.cfg.sources.is_empty() {
             let src = self.cfg.sources[global as usize % self.cfg.sources.len()];
+            // The option lives at the IP level but also applies to IPv6 binds; an IPv6
+            // socket that refuses it still works, just with a port picked at bind time.
+            let no_port = c1m_sys::sockopt::set_bind_address_no_port(&sock);
             if src.is_ipv4() {
-                c1m_sys::sockopt::set_bind_address_no_port(&sock)?;
+                no_port?;
                 if let Some((lo, hi)) = self.cfg.port_range {
                     if let Err(e) = c1m_sys::sockopt::set_local_port_range(&sock, lo, hi) {
                         if !self.port_range_warned {

@@ -440,6 +440,17 @@ fn drive(
         let t = run.totals();
         run.peak_online = run.peak_online.max(t.online);
         let ramp_done = run.latest.iter().zip(&gone).all(|(r, g)| r.ramp_done || *g);
+        if publisher.is_none()
+            && hold_end.is_none()
+            && run.publishing
+            && run.args.publish_from_start
+        {
+            publisher = Some(publish::spawn(
+                publish_plan(run),
+                pub_stop.clone(),
+                tx.clone(),
+            ));
+        }
         if hold_end.is_none() && ramp_done {
             // Exact: from the coordinator's start to the last worker's ramp end (wall clock),
             // not rounded up to the 250 ms report tick.
@@ -447,7 +458,14 @@ fn drive(
             let exact = (last_us > t0_us).then(|| (last_us - t0_us) as f64 / 1e6);
             run.ramp_secs = Some(exact.unwrap_or((now - t0).as_secs_f64()));
             hold_end = Some(now + run.args.hold);
-            if run.publishing && t.online > 0 {
+            if run.publishing && publisher.is_some() {
+                // Already publishing since the ramp began (--publish-from-start).
+                let drain = run
+                    .args
+                    .drain
+                    .unwrap_or_else(|| Duration::from_secs(2).min(run.args.hold / 4));
+                publish_until = Some(now + run.args.hold.saturating_sub(drain));
+            } else if run.publishing && t.online > 0 {
                 let drain = run
                     .args
                     .drain

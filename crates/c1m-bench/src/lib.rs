@@ -33,7 +33,28 @@ use plan::parse_duration;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// `c1m bench` arguments.
+/// `c1m bench` arguments. The options live behind a Box so that the CLI's subcommand enum stays
+/// small (clippy's large_enum_variant); reading `args.conns` works through Deref.
+#[derive(Args, Debug, Clone)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub opts: Box<BenchOptions>,
+}
+
+impl std::ops::Deref for BenchArgs {
+    type Target = BenchOptions;
+    fn deref(&self) -> &BenchOptions {
+        &self.opts
+    }
+}
+
+impl std::ops::DerefMut for BenchArgs {
+    fn deref_mut(&mut self) -> &mut BenchOptions {
+        &mut self.opts
+    }
+}
+
+/// All `c1m bench` options.
 ///
 /// Channels: with `--channels 1` subscribers use the URL's channel (`/sub/news` → `news`); with
 /// `--channels K` (K > 1) connection i subscribes to `news-{i mod K}` (news-0 … news-K-1) and
@@ -52,7 +73,7 @@ Durations: 500ms, 10s, 2m, 1h. Progress goes to stderr, the summary to stdout.
 Exit codes: 0 the full --hold ran, every connection came online, no errors and (when
 publishing) every expected message was delivered exactly once; 1 the run finished short of
 that; 2 error.")]
-pub struct BenchArgs {
+pub struct BenchOptions {
     /// Target: http://HOST:PORT/sub/CHANNEL (sse, ws, poll; also the publish address for tcp),
     /// or tcp://HOST:PORT for --proto connect.
     pub url: String,
@@ -112,6 +133,10 @@ pub struct BenchArgs {
     /// Or publish this many messages per second, round-robin over channels.
     #[arg(long, conflicts_with = "publish_every")]
     pub publish_rate: Option<f64>,
+    /// Publish during the ramp too (by default publishing starts when the ramp is done).
+    /// Connections that come online later expect only what was sent after they did.
+    #[arg(long)]
+    pub publish_from_start: bool,
     /// Payload size in bytes (at least the stamp, ~40 bytes).
     #[arg(long, default_value_t = 0)]
     pub payload_size: usize,

@@ -150,15 +150,16 @@ fn serve_http(s: TcpStream, hub: &Arc<(Mutex<Hub>, Condvar)>, fault: Fault) -> s
             let ch = ch.to_string();
             if let Some(key) = headers.get("sec-websocket-key") {
                 let accept = c1m_bench::proto::ws_accept(key);
-                write!(w, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n")?;
-                subscribe(hub, &ch, Sub::Ws(w.try_clone()?));
+                let head = format!("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n");
+                subscribe(hub, &ch, Sub::Ws(w.try_clone()?), |_| head.into_bytes())?;
                 return hold(r);
             } else if headers
                 .get("accept")
                 .is_some_and(|a| a.contains("text/event-stream"))
             {
-                w.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n\r\n")?;
-                subscribe(hub, &ch, Sub::Sse(w.try_clone()?));
+                subscribe(hub, &ch, Sub::Sse(w.try_clone()?), |_| {
+                    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n\r\n".to_vec()
+                })?;
                 if let Fault::CloseAfter(ms) = fault {
                     std::thread::sleep(Duration::from_millis(ms));
                     return w.shutdown(std::net::Shutdown::Both);
@@ -182,8 +183,19 @@ fn hold(mut r: BufReader<TcpStream>) -> std::io::Result<()> {
     Ok(())
 }
 
-fn subscribe(hub: &Arc<(Mutex<Hub>, Condvar)>, ch: &str, sub: Sub) {
+/// Registers a subscriber and sends its confirmation under the hub lock, so no publish can
+/// fall between "confirmed" and "registered" (what a correct server must guarantee).
+fn subscribe(
+    hub: &Arc<(Mutex<Hub>, Condvar)>,
+    ch: &str,
+    sub: Sub,
+    confirm: impl FnOnce(&Hub) -> Vec<u8>,
+) -> std::io::Result<()> {
     let mut h = hub.0.lock().unwrap();
+    let bytes = confirm(&h);
+    match &sub {
+        Sub::Sse(s) | Sub::Ws(s) | Sub::Tcp(s) => (&*s).write_all(&bytes)?,
+    }
     h.subscribers += 1;
     let peer = match &sub {
         Sub::Sse(s) | Sub::Ws(s) | Sub::Tcp(s) => s.peer_addr().map(|a| a.ip()),
@@ -192,6 +204,7 @@ fn subscribe(hub: &Arc<(Mutex<Hub>, Condvar)>, ch: &str, sub: Sub) {
         *h.peers.entry(ip).or_default() += 1;
     }
     h.subs.entry(ch.to_string()).or_default().push(sub);
+    Ok(())
 }
 
 fn long_poll(
@@ -283,9 +296,9 @@ fn serve_tcp(s: TcpStream, hub: &Arc<(Mutex<Hub>, Condvar)>) -> std::io::Result<
         return (&s).write_all(b"ERR bad command\n");
     }
     let ch = words.next().unwrap_or("").to_string();
-    let id = hub.0.lock().unwrap().next_id;
-    (&s).write_all(format!("OK {id}\n").as_bytes())?;
-    subscribe(hub, &ch, Sub::Tcp(s.try_clone()?));
+    subscribe(hub, &ch, Sub::Tcp(s.try_clone()?), |h| {
+        format!("OK {}\n", h.next_id).into_bytes()
+    })?;
     hold(r)
 }
 
@@ -482,6 +495,35 @@ fn tcp_counts_match() {
     ]);
     check_all_delivered(&o, &s, 10, 2, "t");
     assert_eq!(o.report["plan"]["payload_size"], 100000);
+}
+
+#[test]
+fn publishing_during_the_ramp_counts_only_what_each_subscriber_could_get() {
+    let s = start_server(Fault::None);
+    let o = bench(&[
+        &url(&s, "ramp"),
+        "--conns",
+        "20",
+        "--rate",
+        "15",
+        "--publish-from-start",
+        "--publish-every",
+        "100ms",
+        "--hold",
+        "1s",
+        "--drain",
+        "300ms",
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stdout);
+    let d = &o.report["delivery"]["totals"];
+    let published = o.report["publishing"]["published"].as_u64().unwrap();
+    let expected = d["expected"].as_u64().unwrap();
+    // Late joiners missed early messages on purpose: fewer due than 20 x published, none lost.
+    assert!(published > 12, "published {published}");
+    assert!(expected < 20 * published && expected > 20 * 4, "{d}");
+    assert_eq!(d["missing"], 0);
+    assert_eq!(d["received_in_window"], d["expected"]);
+    assert_eq!(o.report["delivery"]["delivered_to_all"], true);
 }
 
 #[test]

@@ -54,6 +54,8 @@ pub struct Run {
     pub workers: usize,
     pub sources: Vec<IpAddr>,
     pub per_source: u64,
+    /// IP_LOCAL_PORT_RANGE applied to every socket, if any.
+    pub port_range: Option<(u16, u16)>,
     pub started_utc: String,
     pub command: String,
     pub latest: Vec<WorkerReport>,
@@ -173,7 +175,13 @@ fn plan_run(args: BenchArgs, hard_nofile: u64) -> anyhow::Result<(Run, Vec<Worke
     if args.publish_every.is_some_and(|d| d.is_zero()) {
         bail!("--publish-every must be > 0");
     }
-    let port_range = match &args.port_range {
+    // IP_LOCAL_PORT_RANGE on every socket where the kernel has it (6.3+), by default with the
+    // system's own range: besides clamping, a socket with a per-socket range makes connect()
+    // search ports one by one instead of "one parity first" (measured here: 25,000
+    // connections per pair open at ~66K/s with it, ~1.3K/s without).
+    let sockopt = plan::port_range_sockopt_supported();
+    let port_range = match args.port_range.as_deref() {
+        Some("off") => None,
         Some(s) => {
             let (lo, hi) = s
                 .split_once('-')
@@ -181,15 +189,21 @@ fn plan_run(args: BenchArgs, hard_nofile: u64) -> anyhow::Result<(Run, Vec<Worke
                     Some((a.trim().parse::<u16>().ok()?, b.trim().parse::<u16>().ok()?))
                 })
                 .filter(|(lo, hi)| lo < hi)
-                .with_context(|| format!("bad --port-range {s:?} (want LO-HI)"))?;
+                .with_context(|| format!("bad --port-range {s:?} (want LO-HI or off)"))?;
+            if !sockopt {
+                bail!(
+                    "--port-range needs IP_LOCAL_PORT_RANGE (Linux 6.3+), which this kernel lacks"
+                );
+            }
             Some((lo, hi))
         }
+        None if sockopt => Some(plan::system_port_range()),
         None => None,
     };
     let range = port_range.unwrap_or_else(plan::system_port_range);
     let per_source = args
         .per_source
-        .unwrap_or_else(|| plan::default_per_source(range))
+        .unwrap_or_else(|| plan::default_per_source(range, port_range.is_some()))
         .max(1);
     let sources = match &args.source {
         Some(spec) => plan::parse_sources(spec)?,
@@ -279,6 +293,7 @@ fn plan_run(args: BenchArgs, hard_nofile: u64) -> anyhow::Result<(Run, Vec<Worke
         workers,
         sources,
         per_source,
+        port_range,
         started_utc: crate::env::now_utc(),
         command,
         latest: (0..workers)

@@ -117,12 +117,14 @@ pub struct BenchOptions {
     /// targets 127.0.0.2, 127.0.0.3, … as many as --per-source requires; otherwise the kernel's.
     #[arg(long, value_name = "SPEC")]
     pub source: Option<String>,
-    /// Connections per (source address, destination) at most (default 50,000, or 45% of
-    /// the ephemeral port range when smaller: past half the range connect() slows sharply).
+    /// Connections per (source address, destination) at most. Default: 50,000, or 90% of the
+    /// port range when smaller (45% on kernels without IP_LOCAL_PORT_RANGE, where connect()
+    /// slows sharply past half the range).
     #[arg(long)]
     pub per_source: Option<u64>,
-    /// Per-socket ephemeral port range LO-HI via IP_LOCAL_PORT_RANGE (Linux 6.3+).
-    #[arg(long, value_name = "LO-HI")]
+    /// Per-socket ephemeral port range LO-HI (IP_LOCAL_PORT_RANGE, Linux 6.3+), or `off`.
+    /// Default: the system range, on every socket, where the kernel has the option.
+    #[arg(long, value_name = "LO-HI|off")]
     pub port_range: Option<String>,
     /// Worker processes (default: enough for the fd limit, at least one per CPU).
     #[arg(long)]

@@ -140,6 +140,7 @@ pub fn json_report(run: &Run) -> serde_json::Value {
             "sources_first": run.sources.first().map(|s| s.to_string()),
             "sources_last": run.sources.last().map(|s| s.to_string()),
             "per_source_max": run.per_source,
+            "port_range_per_socket": run.port_range.map(|(lo, hi)| format!("{lo}-{hi}")),
             "max_inflight_per_worker": run.args.max_inflight,
             "connect_timeout_s": run.args.connect_timeout.as_secs_f64(),
             "hold_s": run.args.hold.as_secs_f64(),

@@ -229,6 +229,19 @@ impl Worker {
             Type::STREAM.nonblocking().cloexec(),
             None,
         )?;
+        // Per-socket port range (IPv4; the coordinator enables it only where the kernel has
+        // it, so a failure here is unexpected and counted once).
+        if let (Some((lo, hi)), true) = (self.cfg.port_range, dst.is_ipv4()) {
+            if let Err(e) = c1m_sys::sockopt::set_local_port_range(&sock, lo, hi) {
+                if !self.port_range_warned {
+                    self.port_range_warned = true;
+                    bump(
+                        &mut self.r.errors,
+                        &format!("IP_LOCAL_PORT_RANGE failed ({})", io_kind(&e)),
+                    );
+                }
+            }
+        }
         if !self.cfg.sources.is_empty() {
             let src = self.cfg.sources[global as usize % self.cfg.sources.len()];
             // The option lives at the IP level but also applies to IPv6 binds; an IPv6
@@ -236,17 +249,6 @@ impl Worker {
             let no_port = c1m_sys::sockopt::set_bind_address_no_port(&sock);
             if src.is_ipv4() {
                 no_port?;
-                if let Some((lo, hi)) = self.cfg.port_range {
-                    if let Err(e) = c1m_sys::sockopt::set_local_port_range(&sock, lo, hi) {
-                        if !self.port_range_warned {
-                            self.port_range_warned = true;
-                            bump(
-                                &mut self.r.errors,
-                                &format!("IP_LOCAL_PORT_RANGE unavailable ({})", io_kind(&e)),
-                            );
-                        }
-                    }
-                }
             }
             sock.bind(&SocketAddr::new(src, 0).into())?;
         }

@@ -627,6 +627,9 @@ fn connect_proto_holds_plain_tcp() {
     assert_eq!(o.report["result"]["peak_online"], 50);
     assert_eq!(o.report["result"]["online_at_end"], 50);
     assert!(o.report["memory"]["bench"]["pss_delta_bytes_per_connection"].is_number());
+    // IP_LOCAL_PORT_RANGE goes on every socket exactly where the kernel has it.
+    let has = o.report["environment"]["ip_local_port_range_sockopt"] == true;
+    assert_eq!(o.report["plan"]["port_range_per_socket"].is_string(), has);
     assert!(o.elapsed < Duration::from_secs(10));
 }
 

@@ -3,7 +3,8 @@
 #
 # 1. Starts holdlisten (bench/holdlisten.c: multi-process SO_REUSEPORT accept-and-hold).
 # 2. c1m bench --proto connect opens and holds N connections as fast as it can (--rate 0);
-#    its report gives the workers' PSS growth per held connection and the open rate.
+#    its report gives bench's PSS growth (workers + coordinator) per held connection and the
+#    open rate.
 # 3. Restarts the listener and opens the same N with bench/blockconnect.c (plain blocking
 #    connect() in as many processes as the fd limit needs): the floor to compare with.
 # Writes bench/out/self-N.json (+ .svg) and prints a Markdown block for BENCHMARKS.md.
@@ -85,7 +86,7 @@ print(f"- environment: kernel {env['kernel']}, {env['cpus']} CPUs ({env.get('cpu
       f"ip_local_port_range {env['sysctls'].get('net.ipv4.ip_local_port_range')}")
 print(f"- c1m bench: {r['plan']['workers']} workers, {r['plan']['source_addresses']} source addresses; "
       f"peak online {res['peak_online']:,}, errors {r['errors_total']}; user-space memory per held "
-      f"connection (workers' PSS growth / connections) per round: "
+      f"connection (PSS growth of workers + coordinator / connections) per round: "
       + ", ".join(f"{m:.0f} B" for m in mems))
 print(f"- open rate, {rounds} alternating rounds: c1m bench "
       + ", ".join(f"{b:,.0f}/s" for b in bench) + f" (median **{statistics.median(bench):,.0f}/s**); "

@@ -80,9 +80,11 @@ fn pct_line(name: &str, p: &Percentiles) -> String {
     )
 }
 
-/// Bench's own memory: summed PSS growth of the workers over the connections they held.
+/// Bench's own memory: summed PSS growth of the workers and the coordinator over the
+/// connections held at the end.
 fn bench_memory(run: &Run) -> (u64, u64, Option<f64>) {
-    let (mut start, mut end, mut held) = (0u64, 0u64, 0u64);
+    let (mut start, mut end) = run.coordinator_pss;
+    let mut held = 0u64;
     for r in run.latest.iter().filter(|r| r.last) {
         start += r.pss_start;
         end += r.pss_now;
@@ -182,8 +184,10 @@ pub fn json_report(run: &Run) -> serde_json::Value {
         },
         "memory": {
             "bench": {
-                "workers_pss_start_bytes": pss_start,
-                "workers_pss_end_bytes": pss_end,
+                "pss_start_bytes": pss_start,
+                "pss_end_bytes": pss_end,
+                "coordinator_pss_start_bytes": run.coordinator_pss.0,
+                "coordinator_pss_end_bytes": run.coordinator_pss.1,
                 "pss_delta_bytes_per_connection": per_conn,
             },
             "server": server,
@@ -272,7 +276,7 @@ pub fn text_summary(run: &Run) -> String {
     let (_, _, per) = bench_memory(run);
     if let Some(per) = per {
         s.push_str(&format!(
-            "memory     bench {:.0} B per held connection (workers' PSS growth)",
+            "memory     bench {:.0} B per held connection (PSS growth of workers and coordinator)",
             per
         ));
         if let Some(peak) = run.server_peak {

@@ -75,6 +75,8 @@ pub struct Run {
     pub server_before: Option<ServerStatus>,
     pub server_peak: Option<ServerStatus>,
     pub publishing: bool,
+    /// The coordinator's own PSS at start and at the end of the hold (bytes).
+    pub coordinator_pss: (u64, u64),
     /// Things the reader of a report must know (e.g. a worker that never reported at the end).
     pub notes: Vec<String>,
 }
@@ -118,6 +120,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
     if run.target.http {
         run.server_before = fetch_status(run.target.addr, &run.target.host_header);
     }
+    run.coordinator_pss.0 = own_pss();
     // The clock starts before the workers do: their start-up is part of the ramp.
     let t0 = (Instant::now(), crate::payload::now_us());
     let mut procs = spawn_workers(&configs, &tx)?;
@@ -366,6 +369,7 @@ fn drive(
     }
     run.stop_reason = reason.to_string();
     run.elapsed_secs = t0.elapsed().as_secs_f64();
+    run.coordinator_pss.1 = own_pss();
     if run.target.http && run.totals().online > 0 {
         run.server_peak = fetch_status(run.target.addr, &run.target.host_header);
     }
@@ -397,6 +401,12 @@ fn drive(
         ));
     }
     Ok(())
+}
+
+fn own_pss() -> u64 {
+    c1m_sys::mem::process_memory(std::process::id())
+        .map(|m| m.pss_bytes)
+        .unwrap_or(0)
 }
 
 fn publish_plan(run: &Run) -> PublishPlan {

@@ -200,6 +200,7 @@ pub(super) fn plan_run(
         server_before: None,
         server_peak: None,
         publishing,
+        coordinator_pss: (0, 0),
         notes: Vec::new(),
         args,
     };

@@ -93,7 +93,7 @@ impl ConnDelivery {
     pub fn on_message(&mut self, seq: u32, sent_us: u64, t: &mut DeliveryTotals) -> Arrival {
         t.received += 1;
         let arrival = if seq > self.last_seq {
-            if self.last_seq != 0 && seq > self.last_seq + 1 {
+            if self.last_seq != 0 && seq > self.last_seq.saturating_add(1) {
                 t.seq_jumps += 1;
             }
             let shift = seq - self.last_seq;
@@ -133,7 +133,7 @@ impl ConnDelivery {
             && self.window_start_us != 0
             && sent_us >= self.window_start_us
         {
-            self.in_window += 1;
+            self.in_window = self.in_window.saturating_add(1);
             t.received_in_window += 1;
         }
         arrival
@@ -190,6 +190,16 @@ mod tests {
         assert_eq!(t.seq_jumps, 2);
         assert_eq!(t.received, 9);
         assert_eq!(t.received_in_window, 6);
+    }
+
+    #[test]
+    fn extreme_sequences_do_not_overflow() {
+        let mut c = ConnDelivery::default();
+        let mut t = DeliveryTotals::default();
+        assert_eq!(c.on_message(u32::MAX, 1, &mut t), Arrival::Fresh);
+        assert_eq!(c.on_message(u32::MAX, 1, &mut t), Arrival::Duplicate);
+        assert_eq!(c.on_message(1, 1, &mut t), Arrival::Late);
+        assert_eq!(c.on_message(u32::MAX - 64, 1, &mut t), Arrival::Late);
     }
 
     #[test]

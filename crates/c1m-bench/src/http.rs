@@ -119,6 +119,7 @@ fn read_response(s: &mut TcpStream, buf: &mut Vec<u8>) -> anyhow::Result<(Respon
                 }
             }
             let body = match len {
+                Some(n) if n > 16 << 20 => bail!("answer body too large ({n} bytes)"),
                 Some(n) => {
                     while buf.len() < head + n {
                         let k = s.read(&mut chunk).context("read body")?;

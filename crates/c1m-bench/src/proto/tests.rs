@@ -222,3 +222,53 @@ fn requests() {
     assert_eq!(r, b"SUB a\n");
     assert!(subscribe_request(Proto::Connect, "h", "/", "a", None, "").is_empty());
 }
+
+/// Bad input from a server is an error, never a panic: random bytes and random cuts of valid
+/// streams through every parser, in both phases.
+#[test]
+fn random_input_never_panics() {
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let mut rnd = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let valid: [&[u8]; 4] = [
+        b"HTTP/1.1 200 OK\r\n\r\nid: 1\ndata: x\n\nevent: gap\ndata: {}\n\n",
+        b"HTTP/1.1 101 OK\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n\x81\x02hi\x89\x00\x88\x00",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}HTTP/1.1 204 No Content\r\n\r\n",
+        b"OK 1\nMSG a 2 3\nabc\nGAP a 1 2\nBYE\n",
+    ];
+    for round in 0..4000 {
+        let len = (rnd() % 200) as usize;
+        let mut buf: Vec<u8> = if round % 2 == 0 {
+            (0..len).map(|_| rnd() as u8).collect()
+        } else {
+            let v = valid[round % 4];
+            let mut b = v[..(rnd() as usize % (v.len() + 1))].to_vec();
+            if !b.is_empty() {
+                let i = rnd() as usize % b.len();
+                b[i] = rnd() as u8;
+            }
+            b
+        };
+        if round % 7 == 0 {
+            buf.extend_from_slice(b"\n\n\r\n");
+        }
+        for proto in [
+            Proto::Sse,
+            Proto::Ws,
+            Proto::Poll,
+            Proto::Tcp,
+            Proto::Connect,
+        ] {
+            for phase in [Phase::Head, Phase::Body] {
+                let mut ph = phase;
+                if let (Ok(used), _) = run(proto, &mut ph, &buf) {
+                    assert!(used <= buf.len());
+                }
+            }
+        }
+    }
+}

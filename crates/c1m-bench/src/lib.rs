@@ -140,6 +140,10 @@ pub struct BenchOptions {
     /// Connections that come online later expect only what was sent after they did.
     #[arg(long)]
     pub publish_from_start: bool,
+    /// Publisher threads, each with its own connection; channels are split between them
+    /// (for many channels, where one connection's round trips cannot keep up).
+    #[arg(long, default_value_t = 1)]
+    pub publishers: u32,
     /// Payload size in bytes (at least the stamp, ~40 bytes).
     #[arg(long, default_value_t = 0)]
     pub payload_size: usize,

@@ -2,6 +2,8 @@
 //! (`--publish-every D`: one message to every channel each D; `--publish-rate R`: R messages
 //! per second round-robin over channels) until told to stop. Each acknowledged publish goes to
 //! the coordinator, which forwards it to the workers for their expected-delivery arithmetic.
+//! `--publishers N` splits the channels over N threads, each with its own keep-alive
+//! connection (channel c belongs to thread c mod N, so each channel's sequence has one owner).
 
 use crate::http::Client;
 use crate::payload::{encode, now_us, Stamp};
@@ -23,6 +25,8 @@ pub struct PublishPlan {
     pub all_channels: bool,
     pub payload_size: usize,
     pub key: Option<String>,
+    /// Publisher threads (each its own connection).
+    pub publishers: u32,
 }
 
 /// One publish attempt's outcome.
@@ -41,10 +45,32 @@ pub fn spawn(
     stop: Arc<AtomicBool>,
     out: Sender<crate::coordinator::Msg>,
 ) -> std::thread::JoinHandle<()> {
-    std::thread::spawn(move || run(plan, &stop, &out))
+    let n = plan.publishers.clamp(1, plan.channels.max(1));
+    let plan = Arc::new(plan);
+    let threads: Vec<_> = (0..n)
+        .map(|i| {
+            let (plan, stop, out) = (plan.clone(), stop.clone(), out.clone());
+            std::thread::spawn(move || {
+                let mine: Vec<u32> = (0..plan.channels.max(1)).filter(|c| c % n == i).collect();
+                run(&plan, &mine, n, &stop, &out)
+            })
+        })
+        .collect();
+    // One handle for the coordinator: it returns when every publisher thread has.
+    std::thread::spawn(move || {
+        for t in threads {
+            let _ = t.join();
+        }
+    })
 }
 
-fn run(plan: PublishPlan, stop: &AtomicBool, out: &Sender<crate::coordinator::Msg>) {
+fn run(
+    plan: &PublishPlan,
+    mine: &[u32],
+    threads: u32,
+    stop: &AtomicBool,
+    out: &Sender<crate::coordinator::Msg>,
+) {
     let mut client = Client::new(plan.addr, &plan.host, Duration::from_secs(5));
     let channels = plan.channels.max(1);
     let mut seqs = vec![0u32; channels as usize];
@@ -53,7 +79,13 @@ fn run(plan: PublishPlan, stop: &AtomicBool, out: &Sender<crate::coordinator::Ms
         .as_ref()
         .map(|k| format!("Authorization: Bearer {k}\r\n"))
         .unwrap_or_default();
-    let mut rr = 0u32;
+    // Round-robin mode: this thread carries 1/threads of the rate.
+    let interval = if plan.all_channels {
+        plan.interval
+    } else {
+        plan.interval * threads
+    };
+    let mut rr = 0usize;
     let mut next = Instant::now();
     while !stop.load(Ordering::SeqCst) {
         let now = Instant::now();
@@ -61,15 +93,15 @@ fn run(plan: PublishPlan, stop: &AtomicBool, out: &Sender<crate::coordinator::Ms
             std::thread::sleep((next - now).min(Duration::from_millis(20)));
             continue;
         }
-        next += plan.interval;
+        next += interval;
         let targets: Vec<u32> = if plan.all_channels {
-            (0..channels).collect()
+            mine.to_vec()
         } else {
-            rr = (rr + 1) % channels;
-            vec![rr]
+            rr = (rr + 1) % mine.len().max(1);
+            mine.get(rr).copied().into_iter().collect()
         };
-        // A round is finished even if stop comes meanwhile: every channel then has the same
-        // number of messages, which keeps "due" easy to state.
+        // A round is finished even if stop comes meanwhile: with one publisher thread every
+        // channel then has the same number of messages, which keeps "due" easy to state.
         for ch in targets {
             seqs[ch as usize] += 1;
             let seq = seqs[ch as usize];

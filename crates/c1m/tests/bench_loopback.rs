@@ -416,6 +416,8 @@ fn sse_counts_match_exactly_over_channels() {
             "3",
             "--proto",
             "sse",
+            "--publishers",
+            "3",
         ],
         RUN,
     ));

@@ -424,6 +424,7 @@ fn publish_plan(run: &Run) -> PublishPlan {
         all_channels,
         payload_size: run.args.payload_size,
         key: run.args.publish_key.clone(),
+        publishers: run.args.publishers,
     }
 }
 

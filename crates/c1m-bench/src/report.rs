@@ -151,6 +151,8 @@ pub fn json_report(run: &Run) -> serde_json::Value {
             "publish_every_s": run.args.publish_every.map(|d| d.as_secs_f64()),
             "publish_rate": run.args.publish_rate,
             "payload_size": run.args.payload_size,
+            "publishers": run.args.publishers,
+            "publish_from_start": run.args.publish_from_start,
         },
         "result": {
             "success": success(run, &t),

@@ -72,7 +72,7 @@ pub struct WorkerReport {
     pub online: u64,
     pub connecting: u64,
     pub peak_online: u64,
-    /// All of this worker's first attempts started and none in flight.
+    /// All of this worker's first attempts started and resolved (online or failed).
     pub ramp_done: bool,
     /// Wall-clock µs when `ramp_done` first became true (exact, not tick-rounded).
     #[serde(default)]

@@ -664,6 +664,33 @@ fn reconnect_storm_is_bounded_and_counted() {
 }
 
 #[test]
+fn reconnecting_to_a_closed_port_still_ends_the_ramp_and_the_run() {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let o = bench(&[
+        &format!("http://127.0.0.1:{port}/sub/x"),
+        "--conns",
+        "10",
+        "--reconnect",
+        "--reconnect-min",
+        "20ms",
+        "--reconnect-max",
+        "100ms",
+        "--hold",
+        "1s",
+        "--duration",
+        "20s",
+    ]);
+    assert_eq!(o.report["result"]["stop_reason"], "hold complete");
+    assert!(o.report["errors"]["ECONNREFUSED"].as_u64().unwrap() > 20);
+    assert!(o.elapsed < Duration::from_secs(6), "took {:?}", o.elapsed);
+    assert_eq!(o.code, 1);
+}
+
+#[test]
 fn sigint_stops_the_run_with_a_report() {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();

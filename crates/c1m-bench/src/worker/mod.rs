@@ -49,6 +49,8 @@ struct Conn {
     state: State,
     phase: Phase,
     attempts: u8,
+    /// The first attempt has not resolved yet (online or failed): the ramp is not done.
+    first: bool,
     /// Monotonic µs when this attempt was due (open model: latency counts from here).
     due_us: u64,
     /// Highest server message id seen (0 = none); also the resume position.
@@ -70,6 +72,9 @@ struct Worker {
     rng: u64,
     /// Next first-attempt index to start (0..cfg.conns).
     next: u64,
+    /// Connections whose first attempt is still unresolved. Reconnects do not count, so a
+    /// reconnect storm cannot keep the ramp from ending.
+    first_unresolved: u64,
     inflight: usize,
     timeouts: VecDeque<(u64, usize, u32)>,
     backoff: BinaryHeap<Reverse<(u64, usize, u32)>>,
@@ -120,6 +125,7 @@ impl Worker {
             scratch: vec![0; SCRATCH],
             gen: 0,
             next: 0,
+            first_unresolved: 0,
             inflight: 0,
             timeouts: VecDeque::new(),
             backoff: BinaryHeap::new(),
@@ -131,6 +137,11 @@ impl Worker {
             delivery_h: new_hist(),
             port_range_warned: false,
         })
+    }
+
+    /// Every first attempt started and resolved.
+    fn ramp_done(&self) -> bool {
+        self.next >= self.cfg.conns && self.first_unresolved == 0
     }
 
     fn mono_us(&self) -> u64 {
@@ -171,7 +182,7 @@ impl Worker {
                 }
             }
             self.expire_timeouts();
-            if self.r.ramp_done_us == 0 && self.next >= self.cfg.conns && self.inflight == 0 {
+            if self.r.ramp_done_us == 0 && self.ramp_done() {
                 self.r.ramp_done_us = now_us();
             }
             if Instant::now() >= next_tick {
@@ -196,6 +207,7 @@ impl Worker {
             }
             let global = (self.cfg.first_conn + self.next) as u32;
             self.next += 1;
+            self.first_unresolved += 1;
             let key = self.conns.insert(Conn {
                 stream: None,
                 gen: 0,
@@ -203,6 +215,7 @@ impl Worker {
                 state: State::Backoff,
                 phase: Phase::Head,
                 attempts: 0,
+                first: true,
                 due_us: due,
                 last_id: 0,
                 delivery: ConnDelivery::default(),
@@ -395,6 +408,10 @@ impl Worker {
         self.r.subscribed += 1;
         self.r.peak_online = self.r.peak_online.max(self.r.online);
         if let Some(c) = self.conns.get_mut(key) {
+            if c.first {
+                c.first = false;
+                self.first_unresolved = self.first_unresolved.saturating_sub(1);
+            }
             c.attempts = 0;
             record(&mut self.subscribe_h, now_mono.saturating_sub(c.due_us));
             if self.cfg.proto != Proto::Poll {
@@ -478,6 +495,10 @@ impl Worker {
             State::Backoff => return,
         }
         self.r.closed += 1;
+        if c.first {
+            c.first = false;
+            self.first_unresolved = self.first_unresolved.saturating_sub(1);
+        }
         let ch = (c.global % self.cfg.channels.max(1)) as usize;
         if let Some(pubs) = self.publishes.get(ch) {
             c.delivery
@@ -512,7 +533,7 @@ impl Worker {
 
     fn report(&mut self, last: bool) -> anyhow::Result<()> {
         self.r.last = last;
-        self.r.ramp_done = self.next >= self.cfg.conns && self.inflight == 0;
+        self.r.ramp_done = self.ramp_done();
         self.r.connect_hist = to_pairs(&self.connect_h);
         self.r.subscribe_hist = to_pairs(&self.subscribe_h);
         self.r.delivery_hist = to_pairs(&self.delivery_h);

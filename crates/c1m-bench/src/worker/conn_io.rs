@@ -23,13 +23,14 @@ impl Worker {
         let Some(s) = c.stream.as_mut() else {
             return false;
         };
+        let mut out = c.out.take();
         let mut done = 0;
         let res = loop {
-            match s.write(&c.out[done..]) {
+            match s.write(&out[done..]) {
                 Ok(0) => break Err(io::Error::from(io::ErrorKind::WriteZero)),
                 Ok(n) => {
                     done += n;
-                    if done == c.out.len() {
+                    if done == out.len() {
                         break Ok(());
                     }
                 }
@@ -38,11 +39,9 @@ impl Worker {
                 Err(e) => break Err(e),
             }
         };
-        if done == c.out.len() {
-            c.out = Vec::new();
-        } else {
-            c.out.drain(..done);
-        }
+        // Keep only what the socket did not take; nothing at all when it took everything.
+        out.drain(..done);
+        c.out.put(out);
         match res {
             Ok(()) => true,
             Err(e) => {
@@ -103,7 +102,7 @@ impl Worker {
             proto,
             ws_accept: &accept,
         };
-        let mut pending = std::mem::take(&mut c.pending);
+        let mut pending = c.pending.take();
         let from_pending = !pending.is_empty();
         if from_pending {
             pending.extend_from_slice(&self.scratch[..n]);
@@ -147,15 +146,12 @@ impl Worker {
                 self.end(key, Some("answer too large".into()));
                 return false;
             }
-            if pending.is_empty() {
-                pending = Vec::new();
-            }
         } else if consumed < n {
             pending = self.scratch[consumed..n].to_vec();
         }
-        c.pending = pending;
+        c.pending.put(pending);
         if let Some(p) = pong {
-            c.out.extend_from_slice(&p);
+            c.out.extend(&p);
         }
         if online {
             c.state = State::Online;
@@ -176,7 +172,7 @@ impl Worker {
             let gen = c.gen;
             let req = self.request(my_ch, last, gen);
             if let Some(c) = self.conns.get_mut(key) {
-                c.out.extend_from_slice(&req);
+                c.out.extend(&req);
             }
         }
         if closed {

@@ -2,6 +2,7 @@
 //! /proc readers and netlink sock_diag. The only crate allowed `unsafe`; every block carries a
 //! `// SAFETY:` note, and every libc call goes through [`cvt`] so errors become `io::Error`.
 
+pub mod bench_sys;
 pub mod fd;
 pub mod mem;
 pub mod process;

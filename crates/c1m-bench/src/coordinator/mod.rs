@@ -1,0 +1,435 @@
+//! The `c1m bench` process. It plans the run, starts worker processes (re-executing the
+//! current binary as `c1m __bench-worker`, config in the environment, commands on stdin,
+//! reports on stdout), runs the publisher, merges worker reports into totals, histograms and a
+//! timeline, prints progress, and at the end writes the summary, JSON report and plot.
+//!
+//! Phases: ramp (until every worker has started all its connections and none is in flight),
+//! hold (`--hold`; publishing runs from its start until `--drain` before its end), stop. The
+//! run also stops at `--duration`, on SIGINT/SIGTERM, when every connection failed and nothing
+//! reconnects, or when all workers are gone. Workers die with the coordinator (PDEATHSIG).
+
+use crate::delivery::DeliveryTotals;
+use crate::errors::{merge, ErrorCounts};
+use crate::hist::{add_pairs, new_hist, percentiles, record};
+use crate::http::{fetch_status, ServerStatus};
+use crate::plan::Target;
+use crate::publish::{self, PublishPlan, Published};
+use crate::report::{self, Sample};
+mod setup;
+
+use crate::wire::{WorkerConfig, WorkerReport, CONFIG_ENV};
+use crate::BenchArgs;
+use anyhow::{bail, Context};
+use hdrhistogram::Histogram;
+use std::io::{BufRead, BufReader, IsTerminal, Write};
+use std::net::{IpAddr, SocketAddr};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What reaches the coordinator's loop.
+pub enum Msg {
+    Report(Box<WorkerReport>),
+    WorkerGone(usize),
+    Published(Published),
+}
+
+/// Everything the report needs, merged over workers.
+pub struct Totals {
+    pub attempts: u64,
+    pub connected: u64,
+    pub subscribed: u64,
+    pub closed: u64,
+    pub online: u64,
+    pub connecting: u64,
+    pub errors: ErrorCounts,
+    pub delivery: DeliveryTotals,
+}
+
+pub struct Run {
+    pub args: BenchArgs,
+    pub target: Target,
+    pub dst: SocketAddr,
+    pub workers: usize,
+    pub sources: Vec<IpAddr>,
+    pub per_source: u64,
+    /// IP_LOCAL_PORT_RANGE applied to every socket, if any.
+    pub port_range: Option<(u16, u16)>,
+    pub started_utc: String,
+    pub command: String,
+    pub latest: Vec<WorkerReport>,
+    pub finals: Vec<bool>,
+    pub connect_h: Histogram<u64>,
+    pub subscribe_h: Histogram<u64>,
+    pub delivery_h: Histogram<u64>,
+    pub publish_h: Histogram<u64>,
+    pub published: u64,
+    pub publish_errors: ErrorCounts,
+    pub timeline: Vec<Sample>,
+    pub peak_online: u64,
+    pub ramp_secs: Option<f64>,
+    pub elapsed_secs: f64,
+    pub stop_reason: String,
+    pub server_before: Option<ServerStatus>,
+    pub server_peak: Option<ServerStatus>,
+    pub publishing: bool,
+    /// The coordinator's own PSS at start and at the end of the hold (bytes).
+    pub coordinator_pss: (u64, u64),
+    /// Things the reader of a report must know (e.g. a worker that never reported at the end).
+    pub notes: Vec<String>,
+}
+
+impl Run {
+    pub fn totals(&self) -> Totals {
+        let mut t = Totals {
+            attempts: 0,
+            connected: 0,
+            subscribed: 0,
+            closed: 0,
+            online: 0,
+            connecting: 0,
+            errors: ErrorCounts::new(),
+            delivery: DeliveryTotals::default(),
+        };
+        for r in &self.latest {
+            t.attempts += r.attempts;
+            t.connected += r.connected;
+            t.subscribed += r.subscribed;
+            t.closed += r.closed;
+            t.online += r.online;
+            t.connecting += r.connecting;
+            merge(&mut t.errors, &r.errors);
+            t.delivery.add(&r.delivery);
+        }
+        t
+    }
+}
+
+struct WorkerProc {
+    child: Child,
+    stdin: Option<ChildStdin>,
+}
+
+pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
+    c1m_sys::bench_sys::install_sigint_flag().context("install SIGINT handler")?;
+    let nofile = c1m_sys::rlimit::raise_nofile_to_hard().context("raise RLIMIT_NOFILE")?;
+    let (mut run, configs) = setup::plan_run(args, nofile.hard)?;
+    let (tx, rx) = mpsc::channel();
+    if run.target.http {
+        run.server_before = fetch_status(run.target.addr, &run.target.host_header);
+    }
+    run.coordinator_pss.0 = own_pss();
+    // The clock starts before the workers do: their start-up is part of the ramp.
+    let t0 = (Instant::now(), crate::payload::now_us());
+    let mut procs = spawn_workers(&configs, &tx)?;
+    let result = drive(&mut run, &mut procs, &tx, &rx, t0);
+    // Whatever happened, no worker outlives the run.
+    for p in &mut procs {
+        drop(p.stdin.take());
+        if p.child.try_wait().ok().flatten().is_none() {
+            let _ = p.child.kill();
+        }
+        let _ = p.child.wait();
+    }
+    result?;
+    report::finish(&run)
+}
+
+fn spawn_workers(configs: &[WorkerConfig], tx: &Sender<Msg>) -> anyhow::Result<Vec<WorkerProc>> {
+    let exe = std::env::current_exe().context("find own executable to start workers")?;
+    let mut procs = Vec::with_capacity(configs.len());
+    for cfg in configs {
+        let json = serde_json::to_string(cfg).context("encode worker config")?;
+        let mut child = Command::new(&exe)
+            .arg("__bench-worker")
+            .env(CONFIG_ENV, json)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .with_context(|| format!("start worker {} ({})", cfg.index, exe.display()))?;
+        let stdout = child.stdout.take().context("worker stdout")?;
+        let stdin = child.stdin.take();
+        let tx = tx.clone();
+        let index = cfg.index;
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                match serde_json::from_str::<WorkerReport>(&line) {
+                    Ok(r) => {
+                        if tx.send(Msg::Report(Box::new(r))).is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) => eprintln!("c1m bench: worker {index}: bad report line: {e}"),
+                }
+            }
+            let _ = tx.send(Msg::WorkerGone(index));
+        });
+        procs.push(WorkerProc { child, stdin });
+    }
+    Ok(procs)
+}
+
+/// Per-interval state for the timeline and progress line.
+struct Interval {
+    connect_h: Histogram<u64>,
+    delivery_h: Histogram<u64>,
+    last_subscribed: u64,
+    last_at: Instant,
+}
+
+fn handle(run: &mut Run, procs: &mut [WorkerProc], iv: &mut Interval, msg: Msg, gone: &mut [bool]) {
+    match msg {
+        Msg::Report(mut r) => {
+            let i = r.index;
+            if i >= run.latest.len() {
+                return;
+            }
+            add_pairs(&mut run.connect_h, &r.connect_hist);
+            add_pairs(&mut iv.connect_h, &r.connect_hist);
+            add_pairs(&mut run.subscribe_h, &r.subscribe_hist);
+            add_pairs(&mut run.delivery_h, &r.delivery_hist);
+            add_pairs(&mut iv.delivery_h, &r.delivery_hist);
+            r.connect_hist = Vec::new();
+            r.subscribe_hist = Vec::new();
+            r.delivery_hist = Vec::new();
+            if r.last {
+                run.finals[i] = true;
+            }
+            run.latest[i] = *r;
+        }
+        Msg::WorkerGone(i) => {
+            if let Some(g) = gone.get_mut(i) {
+                *g = true;
+            }
+        }
+        Msg::Published(p) => match &p.error {
+            None => {
+                run.published += 1;
+                record(&mut run.publish_h, p.ack_us.saturating_sub(p.sent_us));
+                let line = format!("P {} {} {} {}\n", p.channel, p.seq, p.sent_us, p.ack_us);
+                for w in procs.iter_mut() {
+                    if let Some(stdin) = w.stdin.as_mut() {
+                        if stdin.write_all(line.as_bytes()).is_err() {
+                            w.stdin = None;
+                        }
+                    }
+                }
+            }
+            Some(kind) => crate::errors::bump(&mut run.publish_errors, kind),
+        },
+    }
+}
+
+fn drive(
+    run: &mut Run,
+    procs: &mut [WorkerProc],
+    tx: &Sender<Msg>,
+    rx: &Receiver<Msg>,
+    (t0, t0_us): (Instant, u64),
+) -> anyhow::Result<()> {
+    let duration = run.args.duration.unwrap_or(Duration::from_secs(60));
+    let deadline = t0 + duration;
+    let tty = std::io::stderr().is_terminal();
+    let show = !run.args.quiet;
+    let progress_every = if tty {
+        Duration::from_millis(250).min(run.args.interval)
+    } else {
+        run.args.interval
+    };
+    let mut next_progress = t0 + progress_every;
+    let mut next_sample = t0 + Duration::from_secs(1);
+    let mut iv = Interval {
+        connect_h: new_hist(),
+        delivery_h: new_hist(),
+        last_subscribed: 0,
+        last_at: t0,
+    };
+    let mut rate_last = (t0, 0u64);
+    let mut rate_now = 0.0;
+    let mut gone = vec![false; procs.len()];
+    let mut hold_end: Option<Instant> = None;
+    let pub_stop = Arc::new(AtomicBool::new(false));
+    let mut publisher: Option<std::thread::JoinHandle<()>> = None;
+    let mut publish_until: Option<Instant> = None;
+    let reason;
+    loop {
+        match rx.recv_timeout(Duration::from_millis(50)) {
+            Ok(m) => handle(run, procs, &mut iv, m, &mut gone),
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => bail!("worker channel closed"),
+        }
+        while let Ok(m) = rx.try_recv() {
+            handle(run, procs, &mut iv, m, &mut gone);
+        }
+        let now = Instant::now();
+        let t = run.totals();
+        run.peak_online = run.peak_online.max(t.online);
+        let ramp_done = run.latest.iter().zip(&gone).all(|(r, g)| r.ramp_done || *g);
+        if publisher.is_none()
+            && hold_end.is_none()
+            && run.publishing
+            && run.args.publish_from_start
+        {
+            publisher = Some(publish::spawn(
+                publish_plan(run),
+                pub_stop.clone(),
+                tx.clone(),
+            ));
+        }
+        if hold_end.is_none() && ramp_done {
+            // Exact: from the coordinator's start to the last worker's ramp end (wall clock),
+            // not rounded up to the 250 ms report tick.
+            let last_us = run.latest.iter().map(|r| r.ramp_done_us).max().unwrap_or(0);
+            let exact = (last_us > t0_us).then(|| (last_us - t0_us) as f64 / 1e6);
+            run.ramp_secs = Some(exact.unwrap_or((now - t0).as_secs_f64()));
+            hold_end = Some(now + run.args.hold);
+            if run.publishing && publisher.is_some() {
+                // Already publishing since the ramp began (--publish-from-start).
+                let drain = run
+                    .args
+                    .drain
+                    .unwrap_or_else(|| Duration::from_secs(2).min(run.args.hold / 4));
+                publish_until = Some(now + run.args.hold.saturating_sub(drain));
+            } else if run.publishing && t.online > 0 {
+                let drain = run
+                    .args
+                    .drain
+                    .unwrap_or_else(|| Duration::from_secs(2).min(run.args.hold / 4));
+                publish_until = Some(now + run.args.hold.saturating_sub(drain));
+                publisher = Some(publish::spawn(
+                    publish_plan(run),
+                    pub_stop.clone(),
+                    tx.clone(),
+                ));
+            }
+        }
+        if publish_until.is_some_and(|u| now >= u) {
+            pub_stop.store(true, Ordering::SeqCst);
+        }
+        if now >= next_sample {
+            next_sample += Duration::from_secs(1);
+            let dt = (now - iv.last_at).as_secs_f64().max(1e-3);
+            let errors: u64 = t.errors.values().sum();
+            run.timeline.push(Sample {
+                t_s: (now - t0).as_secs_f64(),
+                online: t.online,
+                connecting: t.connecting,
+                open_rate: (t.subscribed.saturating_sub(iv.last_subscribed)) as f64 / dt,
+                errors,
+                connect_p99_us: percentiles(&iv.connect_h).p99_us,
+                delivery_p99_us: percentiles(&iv.delivery_h).p99_us,
+                delivered: iv.delivery_h.len(),
+            });
+            iv.connect_h.reset();
+            iv.delivery_h.reset();
+            iv.last_subscribed = t.subscribed;
+            iv.last_at = now;
+        }
+        if show && now >= next_progress {
+            next_progress = now + progress_every;
+            let dt = (now - rate_last.0).as_secs_f64();
+            if dt >= 0.2 {
+                rate_now = t.subscribed.saturating_sub(rate_last.1) as f64 / dt;
+                rate_last = (now, t.subscribed);
+            }
+            let line = report::progress_line(run, &t, rate_now, (now - t0).as_secs_f64());
+            if tty {
+                eprint!("\r\x1b[K{line}");
+            } else {
+                eprintln!("{line}");
+            }
+        }
+        if c1m_sys::bench_sys::sigint_seen() {
+            reason = "interrupted (SIGINT/SIGTERM)";
+            break;
+        }
+        if now >= deadline {
+            reason = "--duration reached";
+            break;
+        }
+        if hold_end.is_some_and(|h| now >= h) {
+            reason = "hold complete";
+            break;
+        }
+        if gone.iter().all(|g| *g) {
+            reason = "all workers exited";
+            break;
+        }
+        if ramp_done && t.online == 0 && run.args.reconnect_is_off() {
+            reason = "no connection online and nothing reconnects";
+            break;
+        }
+    }
+    if tty && show {
+        eprintln!();
+    }
+    run.stop_reason = reason.to_string();
+    run.elapsed_secs = t0.elapsed().as_secs_f64();
+    run.coordinator_pss.1 = own_pss();
+    if run.target.http && run.totals().online > 0 {
+        run.server_peak = fetch_status(run.target.addr, &run.target.host_header);
+    }
+    pub_stop.store(true, Ordering::SeqCst);
+    if let Some(p) = publisher {
+        let _ = p.join();
+    }
+    // Forward the last acknowledgements before the stop command (stdin is ordered).
+    while let Ok(m) = rx.try_recv() {
+        handle(run, procs, &mut iv, m, &mut gone);
+    }
+    for p in procs.iter_mut() {
+        if let Some(mut stdin) = p.stdin.take() {
+            let _ = stdin.write_all(b"S\n");
+        }
+    }
+    let wait_until = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < wait_until && !run.finals.iter().zip(&gone).all(|(f, g)| *f || *g) {
+        match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(m) => handle(run, procs, &mut iv, m, &mut gone),
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    let missing_finals = run.finals.iter().filter(|f| !**f).count();
+    if missing_finals > 0 {
+        run.notes.push(format!(
+            "{missing_finals} worker(s) sent no final report; their last tick counts"
+        ));
+    }
+    Ok(())
+}
+
+fn own_pss() -> u64 {
+    c1m_sys::mem::process_memory(std::process::id())
+        .map(|m| m.pss_bytes)
+        .unwrap_or(0)
+}
+
+fn publish_plan(run: &Run) -> PublishPlan {
+    let (interval, all_channels) = match (run.args.publish_every, run.args.publish_rate) {
+        (Some(d), _) => (d, true),
+        (None, Some(r)) => (Duration::from_secs_f64(1.0 / r), false),
+        (None, None) => (Duration::from_secs(1), true),
+    };
+    PublishPlan {
+        addr: run.target.addr,
+        host: run.target.host_header.clone(),
+        channel_base: run.target.channel_base.clone(),
+        channels: run.args.channels,
+        interval,
+        all_channels,
+        payload_size: run.args.payload_size,
+        key: run.args.publish_key.clone(),
+        publishers: run.args.publishers,
+    }
+}
+
+impl BenchArgs {
+    fn reconnect_is_off(&self) -> bool {
+        !self.reconnect
+    }
+}

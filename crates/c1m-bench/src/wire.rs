@@ -1,0 +1,88 @@
+//! Coordinator ⇄ worker messages. The coordinator passes a [`WorkerConfig`] as JSON in the
+//! `C1M_BENCH_WORKER` environment variable, then writes commands on the worker's stdin
+//! (`P ch seq sent_us ack_us` for each acknowledged publish, `S` to stop; EOF also stops).
+//! The worker writes one JSON [`WorkerReport`] line to stdout per tick and a final one.
+
+use crate::delivery::DeliveryTotals;
+use crate::errors::ErrorCounts;
+use crate::proto::Proto;
+use serde::{Deserialize, Serialize};
+use std::net::{IpAddr, SocketAddr};
+
+pub const CONFIG_ENV: &str = "C1M_BENCH_WORKER";
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WorkerConfig {
+    pub index: usize,
+    pub parent_pid: u32,
+    pub proto: Proto,
+    pub dst: SocketAddr,
+    /// Host header value.
+    pub host: String,
+    /// Subscribe path prefix, e.g. `/sub/`.
+    pub path_prefix: String,
+    /// Channel base name; with `channels > 1` channel i is `{base}-{i}`.
+    pub channel_base: String,
+    pub channels: u32,
+    /// Global index of this worker's first connection, and how many it opens.
+    pub first_conn: u64,
+    pub conns: u64,
+    /// New connections per second for this worker (0 = as fast as in-flight allows).
+    pub rate: f64,
+    pub max_inflight: usize,
+    pub connect_timeout_ms: u64,
+    /// (min, max) reconnect backoff in ms; None = no reconnect.
+    pub reconnect: Option<(u64, u64)>,
+    /// Source addresses; connection g binds `sources[g % len]`. Empty = kernel's choice.
+    pub sources: Vec<IpAddr>,
+    pub port_range: Option<(u16, u16)>,
+    pub tick_ms: u64,
+    /// The worker exits by itself this long after start even if never told to stop.
+    pub max_runtime_ms: u64,
+}
+
+impl WorkerConfig {
+    pub fn channel_name(&self, ch: u32) -> String {
+        channel_name(&self.channel_base, self.channels, ch)
+    }
+}
+
+pub fn channel_name(base: &str, channels: u32, ch: u32) -> String {
+    if channels <= 1 {
+        base.to_string()
+    } else {
+        format!("{base}-{ch}")
+    }
+}
+
+/// Cumulative counters of one worker plus histogram deltas since its previous report.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct WorkerReport {
+    pub index: usize,
+    pub pid: u32,
+    pub last: bool,
+    /// Connections started (including reconnects).
+    pub attempts: u64,
+    /// TCP connects that completed.
+    pub connected: u64,
+    /// Subscriptions the server confirmed (SSE 200, WS 101, TCP OK; poll/connect: connected).
+    pub subscribed: u64,
+    /// Connections that ended (error, timeout, server close).
+    pub closed: u64,
+    pub online: u64,
+    pub connecting: u64,
+    pub peak_online: u64,
+    /// All of this worker's first attempts started and resolved (online or failed).
+    pub ramp_done: bool,
+    /// Wall-clock µs when `ramp_done` first became true (exact, not tick-rounded).
+    #[serde(default)]
+    pub ramp_done_us: u64,
+    pub errors: ErrorCounts,
+    pub delivery: DeliveryTotals,
+    pub connect_hist: Vec<(u64, u64)>,
+    pub subscribe_hist: Vec<(u64, u64)>,
+    pub delivery_hist: Vec<(u64, u64)>,
+    pub pss_start: u64,
+    pub pss_now: u64,
+    pub rss_now: u64,
+}

@@ -1,0 +1,254 @@
+//! A worker's connection I/O: writing queued output, reading until the socket would block,
+//! and feeding bytes to the protocol parser with the per-connection tail kept only while a
+//! unit is cut by a read boundary; plus what one received message does to the accounting.
+
+use super::{State, Worker};
+use crate::delivery::{Arrival, ConnDelivery, DeliveryTotals};
+use crate::errors::io_kind;
+use crate::hist::record;
+use crate::payload::{self, now_us};
+use crate::proto::{self, Ctx, Event, Phase, Proto};
+use hdrhistogram::Histogram;
+use std::io::{self, Read, Write};
+
+impl Worker {
+    /// Writes pending output; false when the connection ended.
+    pub(super) fn flush(&mut self, key: usize) -> bool {
+        let Some(c) = self.conns.get_mut(key) else {
+            return false;
+        };
+        if c.out.is_empty() {
+            return true;
+        }
+        let Some(s) = c.stream.as_mut() else {
+            return false;
+        };
+        let mut out = c.out.take();
+        let mut done = 0;
+        let res = loop {
+            match s.write(&out[done..]) {
+                Ok(0) => break Err(io::Error::from(io::ErrorKind::WriteZero)),
+                Ok(n) => {
+                    done += n;
+                    if done == out.len() {
+                        break Ok(());
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => break Err(e),
+            }
+        };
+        // Keep only what the socket did not take; nothing at all when it took everything.
+        out.drain(..done);
+        c.out.put(out);
+        match res {
+            Ok(()) => true,
+            Err(e) => {
+                self.end(key, Some(io_kind(&e)));
+                false
+            }
+        }
+    }
+
+    pub(super) fn read(&mut self, key: usize) {
+        loop {
+            let Some(c) = self.conns.get_mut(key) else {
+                return;
+            };
+            let Some(s) = c.stream.as_mut() else {
+                return;
+            };
+            match s.read(&mut self.scratch) {
+                Ok(0) => {
+                    let kind = if c.state == State::Online {
+                        "EOF (server closed)"
+                    } else {
+                        "EOF before subscribed"
+                    };
+                    self.end(key, Some(kind.to_string()));
+                    return;
+                }
+                Ok(n) => {
+                    if !self.consume(key, n) {
+                        return;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.end(key, Some(io_kind(&e)));
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Parses `n` fresh bytes in the scratch buffer for connection `key`; false if it ended.
+    fn consume(&mut self, key: usize, n: usize) -> bool {
+        let proto = self.cfg.proto;
+        let channels = self.cfg.channels.max(1);
+        let Some(c) = self.conns.get_mut(key) else {
+            return false;
+        };
+        let accept = if proto == Proto::Ws && c.phase == Phase::Head {
+            proto::ws_accept(&proto::ws_key(
+                u64::from(c.gen) ^ ((self.cfg.index as u64) << 40),
+            ))
+        } else {
+            String::new()
+        };
+        let ctx = Ctx {
+            proto,
+            ws_accept: &accept,
+        };
+        let mut pending = c.pending.take();
+        let from_pending = !pending.is_empty();
+        if from_pending {
+            pending.extend_from_slice(&self.scratch[..n]);
+        }
+        let my_ch = c.global % channels;
+        let mut online = false;
+        let mut closed = false;
+        let mut repoll: Option<Option<u64>> = None;
+        let mut pong: Option<Vec<u8>> = None;
+        let t = &mut self.r.delivery;
+        let dh = &mut self.delivery_h;
+        let delivery = &mut c.delivery;
+        let last_id = &mut c.last_id;
+        let mut on = |ev: Event<'_>| match ev {
+            Event::Online => online = true,
+            Event::Message { id, data } => {
+                on_message(delivery, last_id, my_ch, id, data, t, dh);
+            }
+            Event::Gap => t.server_gaps += 1,
+            Event::PollDone { last_id: l } => repoll = Some(l),
+            Event::Ping(p) => pong = Some(proto::ws_client_frame(10, p, [0x5a, 0x17, 0x3c, 0x99])),
+            Event::Closed => closed = true,
+        };
+        let data: &[u8] = if from_pending {
+            &pending
+        } else {
+            &self.scratch[..n]
+        };
+        let result = proto::parse(&ctx, &mut c.phase, data, &mut on);
+        let consumed = match result {
+            Ok(used) => used,
+            Err(e) => {
+                self.end(key, Some(e.0));
+                return false;
+            }
+        };
+        // Keep only the unparsed tail, and free it when there is none.
+        if from_pending {
+            pending.drain(..consumed);
+            if pending.len() > proto::MAX_PENDING {
+                self.end(key, Some("answer too large".into()));
+                return false;
+            }
+        } else if consumed < n {
+            pending = self.scratch[consumed..n].to_vec();
+        }
+        c.pending.put(pending);
+        if let Some(p) = pong {
+            c.out.extend(&p);
+        }
+        if online {
+            c.state = State::Online;
+            let now = self.mono_us();
+            self.went_online(key, now);
+        }
+        if let Some(l) = repoll {
+            let Some(c) = self.conns.get_mut(key) else {
+                return false;
+            };
+            if let Some(id) = l {
+                c.last_id = c.last_id.max(id);
+            }
+            if c.last_id != 0 && c.delivery.window_start_us == 0 {
+                c.delivery.window_start_us = now_us();
+            }
+            let last = (c.last_id != 0).then_some(c.last_id);
+            let gen = c.gen;
+            let req = self.request(my_ch, last, gen);
+            if let Some(c) = self.conns.get_mut(key) {
+                c.out.extend(&req);
+            }
+        }
+        if closed {
+            self.end(key, Some("server closed the stream".into()));
+            return false;
+        }
+        self.flush(key)
+    }
+}
+
+fn on_message(
+    d: &mut ConnDelivery,
+    last_id: &mut u64,
+    my_ch: u32,
+    id: Option<u64>,
+    data: &[u8],
+    t: &mut DeliveryTotals,
+    dh: &mut Histogram<u64>,
+) {
+    let Some(stamp) = payload::decode(data) else {
+        t.foreign += 1;
+        if let Some(id) = id {
+            *last_id = (*last_id).max(id);
+        }
+        return;
+    };
+    if stamp.channel != my_ch {
+        t.wrong_channel += 1;
+        return;
+    }
+    let arrival = d.on_message(stamp.seq, stamp.sent_us, t);
+    if arrival != Arrival::Duplicate {
+        record(dh, now_us().saturating_sub(stamp.sent_us));
+    }
+    if let Some(id) = id {
+        if arrival == Arrival::Fresh && *last_id != 0 && id <= *last_id {
+            t.id_regressions += 1;
+        }
+        *last_id = (*last_id).max(id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hist::new_hist;
+
+    #[test]
+    fn message_accounting() {
+        let mut d = ConnDelivery {
+            window_start_us: 1,
+            ..Default::default()
+        };
+        let mut t = DeliveryTotals::default();
+        let mut h = new_hist();
+        let mut last = 0;
+        let p = |seq, ch| {
+            payload::encode(
+                payload::Stamp {
+                    channel: ch,
+                    seq,
+                    sent_us: now_us(),
+                },
+                0,
+            )
+        };
+        on_message(&mut d, &mut last, 2, Some(10), &p(1, 2), &mut t, &mut h);
+        on_message(&mut d, &mut last, 2, Some(9), &p(2, 2), &mut t, &mut h);
+        on_message(&mut d, &mut last, 2, Some(11), &p(2, 2), &mut t, &mut h);
+        on_message(&mut d, &mut last, 2, Some(12), &p(3, 1), &mut t, &mut h);
+        on_message(&mut d, &mut last, 2, None, b"hello", &mut t, &mut h);
+        assert_eq!(last, 11);
+        assert_eq!(t.id_regressions, 1);
+        assert_eq!(t.duplicates, 1);
+        assert_eq!(t.wrong_channel, 1);
+        assert_eq!(t.foreign, 1);
+        assert_eq!(h.len(), 2);
+    }
+}

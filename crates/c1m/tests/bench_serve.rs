@@ -1,0 +1,160 @@
+//! `c1m bench` against the real `c1m serve`, over loopback: for SSE, long-poll and the raw TCP
+//! line protocol, every subscriber comes online, every message published while it was online
+//! arrives exactly once, and the report records the server's memory per connection from
+//! `/status`. Both processes are bounded: bench by `--hold`/`--duration`, serve by a kill at the
+//! end of each test (its workers die with it).
+
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Serve {
+    child: Child,
+    http: String,
+    tcp: String,
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn start_serve() -> Serve {
+    let http = format!("127.0.0.1:{}", free_port());
+    let tcp = format!("127.0.0.1:{}", free_port());
+    let child = Command::new(env!("CARGO_BIN_EXE_c1m"))
+        .args(["serve", "--listen", &http, "--tcp-listen", &tcp])
+        .args(["--workers", "2", "--max-conns", "10000"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let serve = Serve { child, http, tcp };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if let Ok(mut s) = TcpStream::connect(&serve.http) {
+            let _ = s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+            let mut answer = String::new();
+            let _ = s.read_to_string(&mut answer);
+            if answer.starts_with("HTTP/1.1 200") {
+                return serve;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("c1m serve did not come up on {}", serve.http);
+}
+
+fn bench(args: &[&str]) -> (i32, Value, String) {
+    let report = std::env::temp_dir().join(format!(
+        "c1m-bench-serve-{}-{}.json",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    let out = Command::new(env!("CARGO_BIN_EXE_c1m"))
+        .arg("bench")
+        .args(args)
+        .arg("--report")
+        .arg(&report)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let text = std::fs::read_to_string(&report).unwrap_or_else(|e| {
+        panic!(
+            "no report ({e}):\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    let _ = std::fs::remove_file(&report);
+    eprintln!("{stdout}");
+    (
+        out.status.code().unwrap_or(-1),
+        serde_json::from_str(&text).unwrap(),
+        stdout,
+    )
+}
+
+fn run_and_check(proto: &str, conns: u64) {
+    let serve = start_serve();
+    let url = format!("http://{}/sub/feed", serve.http);
+    let n = conns.to_string();
+    let (code, r, stdout) = bench(&[
+        &url,
+        "--proto",
+        proto,
+        "--tcp",
+        &serve.tcp,
+        "--conns",
+        &n,
+        "--channels",
+        "4",
+        "--rate",
+        "2000",
+        "--hold",
+        "3s",
+        "--publish-every",
+        "200ms",
+        "--drain",
+        "1s",
+        "--duration",
+        "30s",
+    ]);
+    assert_eq!(code, 0, "{stdout}");
+    assert_eq!(r["result"]["peak_online"], conns);
+    assert_eq!(r["result"]["online_at_end"], conns);
+    assert_eq!(r["errors_total"], 0);
+    let d = &r["delivery"]["totals"];
+    let published = r["publishing"]["published"].as_u64().unwrap();
+    assert!(published >= 8, "published {published}");
+    // Publishing starts after every subscriber is online, so each one is due every message
+    // of its channel (long-poll: all but what came before its first answer).
+    assert_eq!(d["received_in_window"], d["expected"], "{d}");
+    assert_eq!(d["missing"], 0);
+    assert_eq!(d["duplicates"], 0);
+    assert_eq!(d["reordered"], 0);
+    assert_eq!(d["id_regressions"], 0);
+    if proto != "poll" {
+        assert_eq!(
+            d["expected"].as_u64().unwrap(),
+            conns * published / 4,
+            "{d}"
+        );
+    }
+    assert_eq!(r["delivery"]["delivered_to_all"], true);
+    let server = &r["memory"]["server"];
+    assert!(
+        server["peak"]["connections"].as_u64().unwrap() >= conns,
+        "{server}"
+    );
+    assert!(server["pss_bytes_per_connection"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn sse_against_serve() {
+    run_and_check("sse", 400);
+}
+
+#[test]
+fn poll_against_serve() {
+    run_and_check("poll", 200);
+}
+
+#[test]
+fn tcp_against_serve() {
+    run_and_check("tcp", 400);
+}

@@ -1,3 +1,4 @@
 //! Wire formats, no I/O: HTTP/1.1 request heads, SSE, WebSocket frames and handshake,
 //! long-poll bodies and the raw TCP line protocol. Shared by `c1m-server` and `c1m-bench`.
 //! Everything here is pure and fuzzable: bytes in, values or bytes out.
+pub mod ws;

@@ -62,7 +62,7 @@ impl OriginPolicy {
 }
 
 /// Why a handshake was refused; also the label for metrics.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RejectReason {
     /// RFC 6455 4.1: the method MUST be GET.
     Method,

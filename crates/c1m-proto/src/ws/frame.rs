@@ -412,14 +412,17 @@ fn unmask(bytes: &mut [u8], mask: [u8; 4]) {
     if mask == [0; 4] {
         return;
     }
-    // Word-at-a-time is several times faster than bytewise and needs no unsafe.
-    let key = u32::from_ne_bytes(mask);
-    let mut chunks = bytes.chunks_exact_mut(4);
-    for c in &mut chunks {
-        let w = u32::from_ne_bytes([c[0], c[1], c[2], c[3]]) ^ key;
-        c.copy_from_slice(&w.to_ne_bytes());
+    // Eight bytes at a time is several times faster than bytewise and needs no unsafe; 8 is
+    // a multiple of 4, so the key phase is the same at the start of the remainder.
+    let [a, b, c, d] = mask;
+    let key = u64::from_ne_bytes([a, b, c, d, a, b, c, d]);
+    let mut chunks = bytes.chunks_exact_mut(8);
+    for chunk in &mut chunks {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(chunk);
+        chunk.copy_from_slice(&(u64::from_ne_bytes(w) ^ key).to_ne_bytes());
     }
-    for (b, k) in chunks.into_remainder().iter_mut().zip(mask) {
+    for (b, k) in chunks.into_remainder().iter_mut().zip(mask.iter().cycle()) {
         *b ^= k;
     }
 }

@@ -273,6 +273,39 @@ fn reject(reason: RejectReason) -> Reject {
     }
 }
 
+/// Client side (the load generator): the upgrade request for `path` on `host`, with
+/// `nonce` as the key (RFC 6455 4.1: 16 random bytes per connection). Returns the request and
+/// the accept value the server must answer with.
+pub fn client_request(host: &str, path: &str, nonce: [u8; 16]) -> (Vec<u8>, String) {
+    let key = base64::engine::general_purpose::STANDARD.encode(nonce);
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    )
+    .into_bytes();
+    (request, accept_key(key.as_bytes()))
+}
+
+/// Client side: does a parsed response head accept our upgrade (RFC 6455 4.1, the client's
+/// checks: 101, Upgrade and Connection tokens, and the expected Sec-WebSocket-Accept)?
+pub fn client_accepts<'h>(
+    status: u16,
+    headers: impl IntoIterator<Item = (&'h str, &'h [u8])>,
+    expected_accept: &str,
+) -> bool {
+    let (mut upgrade, mut connection, mut accept) = (false, false, false);
+    for (name, value) in headers {
+        if name.eq_ignore_ascii_case("upgrade") {
+            upgrade |= has_token(value, b"websocket");
+        } else if name.eq_ignore_ascii_case("connection") {
+            connection |= has_token(value, b"upgrade");
+        } else if name.eq_ignore_ascii_case("sec-websocket-accept") {
+            accept = trim(value) == expected_accept.as_bytes();
+        }
+    }
+    status == 101 && upgrade && connection && accept
+}
+
 /// Is `token` one of the comma-separated tokens of `value` (ASCII case-insensitive)?
 fn has_token(value: &[u8], token: &[u8]) -> bool {
     value

@@ -230,3 +230,32 @@ fn reject_responses_have_exact_content_length() {
         assert_eq!(p.code, Some(r.status()));
     }
 }
+
+#[test]
+fn rfc6455_4_1_client_request_round_trips() {
+    let (req, expect) = client_request("localhost:8080", "/sub/a,b", [7; 16]);
+    let mut hs = [httparse::EMPTY_HEADER; 16];
+    let mut r = httparse::Request::new(&mut hs);
+    assert!(r.parse(&req).unwrap().is_complete());
+    let pairs: Vec<(&str, &[u8])> = r.headers.iter().map(|h| (h.name, h.value)).collect();
+    let a = validate(
+        r.method.unwrap(),
+        r.path.unwrap(),
+        r.version.unwrap(),
+        pairs,
+        &OriginPolicy::Any,
+    )
+    .unwrap();
+    assert_eq!(a.accept, expect);
+    let mut hs = [httparse::EMPTY_HEADER; 16];
+    let mut resp = httparse::Response::new(&mut hs);
+    assert!(resp.parse(&a.response).unwrap().is_complete());
+    let pairs: Vec<(&str, &[u8])> = resp.headers.iter().map(|h| (h.name, h.value)).collect();
+    assert!(client_accepts(101, pairs.iter().copied(), &expect));
+    assert!(!client_accepts(200, pairs.iter().copied(), &expect));
+    assert!(!client_accepts(
+        101,
+        pairs.iter().copied(),
+        "AAAAAAAAAAAAAAAAAAAAAAAAAAA="
+    ));
+}

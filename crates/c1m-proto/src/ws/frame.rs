@@ -211,7 +211,7 @@ impl Decoder {
         let out = if self.frame != FRAME_NONE {
             self.payload_piece(buf, 0)
         } else {
-            self.frame(buf, limits)
+            self.start_frame(buf, limits)
         };
         if out.is_err() {
             self.done = true;
@@ -220,7 +220,7 @@ impl Decoder {
     }
 
     /// Parses a frame header at the front of `buf`, and for a control frame its payload too.
-    fn frame(&mut self, buf: &mut [u8], limits: &Limits) -> Result<Decoded, WsError> {
+    fn start_frame(&mut self, buf: &mut [u8], limits: &Limits) -> Result<Decoded, WsError> {
         const NEED_MORE: Decoded = Decoded {
             consumed: 0,
             event: None,

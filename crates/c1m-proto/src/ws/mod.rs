@@ -78,7 +78,9 @@ mod utf8;
 mod frame_tests;
 
 pub use close::CloseCode;
-pub use frame::{DataKind, Decoded, Decoder, Event, Limits, Masking, WsError, MAX_BUFFERED};
+pub use frame::{
+    decode, DataKind, Decoded, Decoder, Event, Limits, Masking, WsError, MAX_BUFFERED,
+};
 pub use utf8::Utf8State;
 
 /// Frame opcodes (RFC 6455 5.2). 0x3-0x7 and 0xB-0xF are reserved.

@@ -249,3 +249,34 @@ fn generated_streams_reach_every_outcome() {
     }
     assert!(messages > 5_000, "only {messages} events");
 }
+
+#[test]
+fn ws_encoders_round_trip_200k_payloads() {
+    let mut rng = XorShift(0x0BAD_CAFE_F00D_0001);
+    let mut input = Vec::new();
+    let pieces: &[&[u8]] = &[
+        b"a",
+        b"\"",
+        b"\\",
+        b"\n",
+        b"\x01",
+        "é".as_bytes(),
+        "😀".as_bytes(),
+        b"\xFF",
+        b"\xE2\x82",
+    ];
+    for i in 0..CASES {
+        input.clear();
+        // Mostly short payloads; every 1000th crosses the 125 and 16-bit length edges.
+        let len = if i % 1000 == 0 {
+            100 + (rng.next() % 70_000) as usize
+        } else {
+            (rng.next() % 140) as usize
+        };
+        while input.len() < len {
+            input.extend_from_slice(pieces[(rng.next() % pieces.len() as u64) as usize]);
+        }
+        input.truncate(len);
+        harness::ws_roundtrip(&input);
+    }
+}

@@ -242,3 +242,68 @@ fn check_answer(r: Result<handshake::Accept, handshake::Reject>) -> Option<Rejec
         }
     }
 }
+
+/// Target: whatever the encoders build from arbitrary bytes decodes back to the same thing
+/// (server frames in the client role, masked client frames in the server role).
+pub fn ws_roundtrip(data: &[u8]) {
+    let client = Limits {
+        max_message: u64::MAX,
+        masking: Masking::Forbidden,
+    };
+    let server = Limits {
+        max_message: u64::MAX,
+        masking: Masking::Required,
+    };
+    let text = std::str::from_utf8(data).is_ok();
+    let out = feed([&encode::message_frame(data)[..]], &client);
+    assert_eq!(out.error, None);
+    assert_eq!(out.seen, [(if text { 1 } else { 2 }, data.to_vec())]);
+
+    let id = data
+        .iter()
+        .fold(0u64, |a, &b| a.rotate_left(8) ^ u64::from(b));
+    let out = feed([&encode::envelope_frame("ch.1", id, data)[..]], &client);
+    assert_eq!(out.error, None);
+    let [(1, json)] = &out.seen[..] else {
+        panic!("envelope is not one text message")
+    };
+    let v: serde_json::Value = serde_json::from_slice(json).expect("envelope is JSON");
+    assert_eq!(v["channel"], "ch.1");
+    assert_eq!(v["id"].as_u64(), Some(id));
+    assert_eq!(v["data"].as_str(), Some(&*String::from_utf8_lossy(data)));
+
+    let cut = data.len().min(125);
+    let mut control = Vec::new();
+    control.extend_from_slice(encode::ping(data).as_bytes());
+    control.extend_from_slice(encode::pong(data).as_bytes());
+    let reason = String::from_utf8_lossy(data);
+    control.extend_from_slice(encode::close(Some(4000), &reason).as_bytes());
+    let out = feed([&control[..]], &client);
+    assert_eq!(out.error, None);
+    assert_eq!(out.seen[0], (9, data[..cut].to_vec()));
+    assert_eq!(out.seen[1], (10, data[..cut].to_vec()));
+    let (8, close) = &out.seen[2] else {
+        panic!("no close")
+    };
+    assert_eq!(close[..2], 4000u16.to_be_bytes());
+    assert!(reason.as_bytes().starts_with(&close[2..]) && close.len() <= 125);
+
+    let mask = [
+        data.first().copied().unwrap_or(0),
+        1,
+        data.last().copied().unwrap_or(2),
+        3,
+    ];
+    let mut masked = Vec::new();
+    let (a, b) = data.split_at(data.len() / 2);
+    encode::write_masked(&mut masked, 2, false, a, mask);
+    encode::write_masked(
+        &mut masked,
+        0,
+        true,
+        b,
+        [mask[3], mask[2], mask[1], mask[0]],
+    );
+    let out = feed(masked.chunks(7), &server);
+    assert_eq!(out.seen, [(2, data.to_vec())]);
+}

@@ -6,7 +6,9 @@
 //! streamed: once a data frame's header has been seen the decoder remembers how much payload
 //! is left and its masking key, and hands out each piece as it arrives. So the only bytes a
 //! caller ever has to keep between reads are an incomplete header or an incomplete control
-//! frame: at most [`MAX_BUFFERED`] bytes, kept only while that partial frame exists.
+//! frame: at most [`MAX_BUFFERED`] bytes, kept only while that partial frame exists. Between
+//! messages the state is all zeros ([`Decoder::is_idle`]), so a server may even store it only
+//! for connections that are mid-message.
 //!
 //! One call yields at most one [`Event`]; call again with the unconsumed rest until
 //! `consumed == 0`. Every protocol violation is an error carrying the close code to send; after
@@ -195,6 +197,13 @@ impl Decoder {
         self.msg != MSG_NONE
     }
 
+    /// True between frames and outside any message: the state equals `Decoder::default()`,
+    /// so a caller that stores decoders only for connections that are mid-message (e.g. in an
+    /// `Option<Box<Decoder>>`) may drop this one and start afresh on the next read.
+    pub fn is_idle(&self) -> bool {
+        *self == Decoder::default()
+    }
+
     /// True once a Close was received or an error returned; later input is discarded.
     pub fn is_done(&self) -> bool {
         self.done
@@ -365,12 +374,16 @@ impl Decoder {
         {
             return Err(WsError::InvalidUtf8);
         }
+        // Back to all-zero state between messages, so `is_idle` holds and a caller may drop
+        // the state (Option<Box<Decoder>>) while the peer is quiet.
         if frame_ends {
             self.frame = FRAME_NONE;
+            self.mask = [0; 4];
         }
         if msg_ends {
             self.msg = MSG_NONE;
             self.msg_len = 0;
+            self.utf8 = Utf8State::default();
         }
         // A non-final empty frame (or its empty tail) carries nothing worth an event.
         let event = (n > 0 || msg_ends).then(|| Event::Data {

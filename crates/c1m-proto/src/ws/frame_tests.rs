@@ -617,3 +617,33 @@ fn encoded_frames_decode_in_client_role() {
         [msg(DataKind::Text, b"abc")]
     );
 }
+
+#[test]
+fn state_returns_to_default_between_messages() {
+    // So the server may keep a decoder only while a client is mid-message.
+    let limits = server();
+    let mut dec = Decoder::default();
+    assert!(dec.is_idle());
+    let mut s = frame(false, TEXT, &[0xCE]);
+    s.extend(frame(true, PING, b"x"));
+    s.extend(frame(true, CONTINUATION, &[0xBA]));
+    s.extend(frame(true, BINARY, &[1; 300]));
+    let mut pos = 0;
+    let mut idle_after = Vec::new();
+    while pos < s.len() {
+        let d = dec.decode(&mut s[pos..], &limits).unwrap();
+        pos += d.consumed;
+        idle_after.push(dec.is_idle());
+    }
+    // Text start (mid-message), ping (still mid-message), continuation end, binary end.
+    assert_eq!(idle_after, [false, false, true, true]);
+    assert_eq!(dec, Decoder::default());
+    // Half a frame header is kept by the caller, not the decoder: still idle.
+    let mut half = frame(true, TEXT, b"abc");
+    assert_eq!(dec.decode(&mut half[..3], &limits).unwrap().consumed, 0);
+    assert!(dec.is_idle());
+    // After a Close it is not idle (it discards input from then on).
+    let mut c = frame(true, CLOSE, b"");
+    dec.decode(&mut c, &limits).unwrap();
+    assert!(!dec.is_idle());
+}

@@ -20,7 +20,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the push gateway (SSE, WebSocket, long-poll, raw TCP).
-    Serve(c1m_server::ServeArgs),
+    Serve(Box<c1m_server::ServeArgs>),
     /// Open, hold and measure many connections against a server.
     Bench(c1m_bench::BenchArgs),
     /// Compute, check, apply and revert kernel and limit settings for a target connection count.
@@ -42,7 +42,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Serve(args) => c1m_server::run(args),
+        Command::Serve(args) => c1m_server::run(*args),
         Command::ServeWorker => c1m_server::run_worker_from_env(),
         Command::Bench(args) => c1m_bench::run(args),
         Command::BenchWorker => c1m_bench::run_worker_from_env(),

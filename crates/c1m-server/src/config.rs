@@ -1,0 +1,251 @@
+//! `c1m serve` configuration: command-line flags (clap, with `C1M_*` environment variables)
+//! over a TOML file (`--config`) over the embedded defaults. [`Config`] is the resolved result;
+//! the master hands it to each worker as JSON.
+
+use anyhow::{bail, Context};
+use clap::Args;
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Worker count: a number, or `auto` (enough processes for `max_conns` under the fd limit,
+/// at least one per CPU).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Workers {
+    Auto,
+    #[serde(untagged)]
+    Count(usize),
+}
+
+impl std::str::FromStr for Workers {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "auto" {
+            return Ok(Workers::Auto);
+        }
+        match s.parse::<usize>() {
+            Ok(n) if n > 0 => Ok(Workers::Count(n)),
+            _ => Err(format!("expected a positive number or `auto`, got {s:?}")),
+        }
+    }
+}
+
+/// The resolved configuration. Field docs are the TOML keys' docs.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// HTTP listen address (SSE, WebSocket, long-poll, publish, status).
+    pub listen: SocketAddr,
+    /// Optional raw TCP line-protocol listen address.
+    pub tcp_listen: Option<SocketAddr>,
+    pub workers: Workers,
+    /// Connections the whole server holds before refusing new ones.
+    pub max_conns: u64,
+    pub max_channels_per_sub: usize,
+    /// Messages kept per channel for resume.
+    pub history_size: usize,
+    #[serde(with = "humantime_serde")]
+    pub history_age: Duration,
+    /// Largest publish body in bytes (larger gets 413).
+    pub max_payload: usize,
+    /// Bearer key required to publish; without it only loopback peers may publish.
+    pub publish_key: Option<String>,
+    #[serde(with = "humantime_serde")]
+    pub poll_timeout: Duration,
+    /// SSE heartbeat comment interval; none = off.
+    #[serde(with = "humantime_serde")]
+    pub sse_heartbeat: Option<Duration>,
+    /// Time a client has to send a complete request head (slowloris guard).
+    #[serde(with = "humantime_serde")]
+    pub head_timeout: Duration,
+    /// Unsent bytes a subscriber may have queued before it is disconnected.
+    pub max_unsent: usize,
+    /// How long shutdown waits for streams to end before exiting anyway.
+    #[serde(with = "humantime_serde")]
+    pub grace: Duration,
+    /// listen() backlog (the kernel caps it at net.core.somaxconn).
+    pub backlog: i32,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: "0.0.0.0:8080".parse().expect("static address"),
+            tcp_listen: None,
+            workers: Workers::Auto,
+            max_conns: 1_000_000,
+            max_channels_per_sub: 16,
+            history_size: 100,
+            history_age: Duration::from_secs(300),
+            max_payload: 64 * 1024,
+            publish_key: None,
+            poll_timeout: Duration::from_secs(30),
+            sse_heartbeat: None,
+            head_timeout: Duration::from_secs(10),
+            max_unsent: 1024 * 1024,
+            grace: Duration::from_secs(5),
+            backlog: 65535,
+        }
+    }
+}
+
+/// `c1m serve` flags. Every flag also reads `C1M_<NAME>` from the environment.
+#[derive(Args, Debug, Default)]
+#[command(after_help = "Examples:
+  c1m serve                                   # :8080, workers auto for 1M connections
+  c1m serve --listen 127.0.0.1:9000 --workers 4 --max-conns 50000
+  c1m serve --tcp-listen 0.0.0.0:9001 --sse-heartbeat 15s --history-size 1000
+  C1M_PUBLISH_KEY=secret c1m serve            # publishing needs `Authorization: Bearer secret`
+  c1m serve --config /etc/c1m/serve.toml      # TOML keys are the flag names with underscores
+
+Subscribe:  curl -N -H 'Accept: text/event-stream' http://127.0.0.1:8080/sub/news
+Publish:    curl -d 'hello' http://127.0.0.1:8080/pub/news
+Protocol:   docs/PROTOCOL.md")]
+pub struct ServeArgs {
+    /// TOML configuration file; flags and environment override its values.
+    #[arg(long, env = "C1M_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// HTTP listen address [default: 0.0.0.0:8080].
+    #[arg(long, env = "C1M_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    /// Raw TCP line-protocol listen address [default: off].
+    #[arg(long, env = "C1M_TCP_LISTEN")]
+    pub tcp_listen: Option<SocketAddr>,
+    /// Worker processes: N or `auto` [default: auto].
+    #[arg(long, env = "C1M_WORKERS")]
+    pub workers: Option<Workers>,
+    /// Connections held before new ones are refused [default: 1000000].
+    #[arg(long, env = "C1M_MAX_CONNS")]
+    pub max_conns: Option<u64>,
+    /// Channels one subscription may name [default: 16].
+    #[arg(long, env = "C1M_MAX_CHANNELS_PER_SUB")]
+    pub max_channels_per_sub: Option<usize>,
+    /// Messages kept per channel for resume [default: 100].
+    #[arg(long, env = "C1M_HISTORY_SIZE")]
+    pub history_size: Option<usize>,
+    /// Longest a message stays in history [default: 5m].
+    #[arg(long, env = "C1M_HISTORY_AGE", value_parser = humantime::parse_duration)]
+    pub history_age: Option<Duration>,
+    /// Largest publish body in bytes [default: 65536].
+    #[arg(long, env = "C1M_MAX_PAYLOAD")]
+    pub max_payload: Option<usize>,
+    /// Bearer key required to publish [default: none, loopback peers only].
+    #[arg(long, env = "C1M_PUBLISH_KEY", hide_env_values = true)]
+    pub publish_key: Option<String>,
+    /// Long-poll wait before an empty 204 [default: 30s].
+    #[arg(long, env = "C1M_POLL_TIMEOUT", value_parser = humantime::parse_duration)]
+    pub poll_timeout: Option<Duration>,
+    /// SSE heartbeat comment interval, e.g. 15s [default: off].
+    #[arg(long, env = "C1M_SSE_HEARTBEAT", value_parser = humantime::parse_duration)]
+    pub sse_heartbeat: Option<Duration>,
+    /// Time allowed to send a complete request head [default: 10s].
+    #[arg(long, env = "C1M_HEAD_TIMEOUT", value_parser = humantime::parse_duration)]
+    pub head_timeout: Option<Duration>,
+    /// Unsent bytes per subscriber before it is disconnected [default: 1048576].
+    #[arg(long, env = "C1M_MAX_UNSENT")]
+    pub max_unsent: Option<usize>,
+    /// Shutdown grace period [default: 5s].
+    #[arg(long, env = "C1M_GRACE", value_parser = humantime::parse_duration)]
+    pub grace: Option<Duration>,
+    /// listen() backlog [default: 65535, capped by net.core.somaxconn].
+    #[arg(long, env = "C1M_BACKLOG")]
+    pub backlog: Option<i32>,
+}
+
+impl ServeArgs {
+    /// Defaults, then the TOML file, then flags/environment.
+    pub fn resolve(&self) -> anyhow::Result<Config> {
+        let mut c = match &self.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("reading config file {}", path.display()))?;
+                toml::from_str(&text)
+                    .with_context(|| format!("parsing config file {}", path.display()))?
+            }
+            None => Config::default(),
+        };
+        macro_rules! overlay {
+            ($($field:ident),*) => { $( if let Some(v) = &self.$field { c.$field = v.clone().into(); } )* };
+        }
+        overlay!(
+            listen,
+            tcp_listen,
+            workers,
+            max_conns,
+            max_channels_per_sub,
+            history_size,
+            history_age,
+            max_payload,
+            publish_key,
+            poll_timeout,
+            sse_heartbeat,
+            head_timeout,
+            max_unsent,
+            grace,
+            backlog
+        );
+        c.validate()?;
+        Ok(c)
+    }
+}
+
+impl Config {
+    fn validate(&self) -> anyhow::Result<()> {
+        if self.max_conns == 0 {
+            bail!("--max-conns must be at least 1");
+        }
+        if self.max_channels_per_sub == 0 {
+            bail!("--max-channels-per-sub must be at least 1");
+        }
+        if self.history_size == 0 {
+            bail!("--history-size must be at least 1 (resume needs history)");
+        }
+        if self
+            .sse_heartbeat
+            .is_some_and(|d| d < Duration::from_millis(100))
+        {
+            bail!("--sse-heartbeat must be at least 100ms");
+        }
+        if self.publish_key.as_deref() == Some("") {
+            bail!("--publish-key must not be empty");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_then_flags() {
+        let dir = std::env::temp_dir().join(format!("c1m-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("serve.toml");
+        std::fs::write(&path, "listen = \"127.0.0.1:9000\"\nworkers = 3\nhistory_age = \"10s\"\nsse_heartbeat = \"2s\"\n").unwrap();
+        let args = ServeArgs {
+            config: Some(path),
+            max_conns: Some(10),
+            ..Default::default()
+        };
+        let c = args.resolve().unwrap();
+        assert_eq!(c.listen.port(), 9000);
+        assert_eq!(c.workers, Workers::Count(3));
+        assert_eq!(c.history_age, Duration::from_secs(10));
+        assert_eq!(c.sse_heartbeat, Some(Duration::from_secs(2)));
+        assert_eq!(c.max_conns, 10);
+        let json = serde_json::to_string(&c).unwrap();
+        let back: Config = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.workers, Workers::Count(3));
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_fail() {
+        assert!(toml::from_str::<Config>("lisen = \"x\"").is_err());
+        assert!("0".parse::<Workers>().is_err());
+        assert_eq!("auto".parse::<Workers>(), Ok(Workers::Auto));
+    }
+}

@@ -1,0 +1,541 @@
+//! Master ↔ worker messages over a Unix stream socket: a 4-byte little-endian length, then a
+//! tag byte and the fields. Hand-rolled rather than serde+bincode: the messages are few and
+//! flat, and publish payloads pass through without re-encoding.
+
+use std::io;
+
+/// Largest frame either side accepts (a payload is ≤ max_payload; status JSON is small).
+pub const MAX_FRAME: usize = 16 * 1024 * 1024;
+
+/// Per-worker counters pushed to the master every [`crate::worker::STATS_EVERY`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WorkerStats {
+    pub pid: u32,
+    pub conns_sse: u64,
+    pub conns_ws: u64,
+    pub conns_longpoll: u64,
+    pub conns_tcp: u64,
+    pub conns_other: u64,
+    pub delivered: u64,
+    pub dropped: u64,
+    pub refused: Refused,
+}
+
+/// Connections refused or closed for cause, by cause. The names are the `/status` keys.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Refused {
+    pub max_conns: u64,
+    pub fd_limit: u64,
+    pub head_too_large: u64,
+    pub head_timeout: u64,
+    pub bad_request: u64,
+    pub not_found: u64,
+    pub method: u64,
+    pub slow_consumer: u64,
+    pub forbidden: u64,
+    pub payload_too_large: u64,
+}
+
+impl Refused {
+    /// (status key, value) pairs in a fixed order: the one list `/status` and `/metrics` use.
+    pub fn fields(&self) -> [(&'static str, u64); 10] {
+        [
+            ("max_conns", self.max_conns),
+            ("fd_limit", self.fd_limit),
+            ("head_too_large", self.head_too_large),
+            ("head_timeout", self.head_timeout),
+            ("bad_request", self.bad_request),
+            ("not_found", self.not_found),
+            ("method", self.method),
+            ("slow_consumer", self.slow_consumer),
+            ("forbidden", self.forbidden),
+            ("payload_too_large", self.payload_too_large),
+        ]
+    }
+
+    fn from_values(v: [u64; 10]) -> Refused {
+        let [max_conns, fd_limit, head_too_large, head_timeout, bad_request, not_found, method, slow_consumer, forbidden, payload_too_large] =
+            v;
+        Refused {
+            max_conns,
+            fd_limit,
+            head_too_large,
+            head_timeout,
+            bad_request,
+            not_found,
+            method,
+            slow_consumer,
+            forbidden,
+            payload_too_large,
+        }
+    }
+
+    pub fn add(&mut self, other: &Refused) {
+        let mut v = self.fields().map(|(_, v)| v);
+        for (slot, (_, x)) in v.iter_mut().zip(other.fields()) {
+            *slot += x;
+        }
+        *self = Refused::from_values(v);
+    }
+}
+
+/// One entry of a resume answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Replay {
+    /// Messages with ids in `(after, through]` on `channel` are gone from history.
+    Gap {
+        channel: String,
+        after: u64,
+        through: u64,
+    },
+    Message {
+        channel: String,
+        id: u64,
+        payload: Vec<u8>,
+    },
+}
+
+/// Worker → master.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToMaster {
+    Publish {
+        req: u64,
+        channel: String,
+        payload: Vec<u8>,
+    },
+    /// Register this worker's interest in `channels` and answer with what followed `after`.
+    Join {
+        req: u64,
+        channels: Vec<String>,
+        after: Option<u64>,
+    },
+    /// This worker has no subscribers left on `channel`.
+    Leave {
+        channel: String,
+    },
+    Stats(WorkerStats),
+    StatusQuery {
+        req: u64,
+        metrics: bool,
+    },
+}
+
+/// Master → worker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToWorker {
+    Message {
+        channel: String,
+        id: u64,
+        payload: Vec<u8>,
+    },
+    Published {
+        req: u64,
+        channel: String,
+        id: u64,
+    },
+    Joined {
+        req: u64,
+        current_id: u64,
+        channels: Vec<String>,
+        replay: Vec<Replay>,
+    },
+    Status {
+        req: u64,
+        body: String,
+        metrics: bool,
+    },
+    Shutdown,
+}
+
+// ---- encoding ------------------------------------------------------------------------------
+
+struct Writer(Vec<u8>);
+
+impl Writer {
+    fn new(tag: u8) -> Writer {
+        Writer(vec![0, 0, 0, 0, tag])
+    }
+    fn u8(&mut self, v: u8) -> &mut Self {
+        self.0.push(v);
+        self
+    }
+    fn u64(&mut self, v: u64) -> &mut Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    fn bytes(&mut self, v: &[u8]) -> &mut Self {
+        self.0.extend_from_slice(&(v.len() as u32).to_le_bytes());
+        self.0.extend_from_slice(v);
+        self
+    }
+    fn str(&mut self, v: &str) -> &mut Self {
+        self.bytes(v.as_bytes())
+    }
+    fn finish(mut self) -> Vec<u8> {
+        let len = (self.0.len() - 4) as u32;
+        self.0[..4].copy_from_slice(&len.to_le_bytes());
+        self.0
+    }
+}
+
+struct Reader<'a>(&'a [u8]);
+
+fn bad(what: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("ipc: truncated or bad {what}"),
+    )
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize, what: &str) -> io::Result<&'a [u8]> {
+        if self.0.len() < n {
+            return Err(bad(what));
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Ok(head)
+    }
+    fn u8(&mut self) -> io::Result<u8> {
+        Ok(self.take(1, "u8")?[0])
+    }
+    fn u64(&mut self) -> io::Result<u64> {
+        Ok(u64::from_le_bytes(
+            self.take(8, "u64")?.try_into().expect("8 bytes"),
+        ))
+    }
+    fn bytes(&mut self) -> io::Result<Vec<u8>> {
+        let len = u32::from_le_bytes(self.take(4, "length")?.try_into().expect("4 bytes")) as usize;
+        Ok(self.take(len, "bytes")?.to_vec())
+    }
+    fn string(&mut self) -> io::Result<String> {
+        String::from_utf8(self.bytes()?).map_err(|_| bad("string"))
+    }
+    fn opt_u64(&mut self) -> io::Result<Option<u64>> {
+        Ok(match self.u8()? {
+            0 => None,
+            _ => Some(self.u64()?),
+        })
+    }
+}
+
+impl ToMaster {
+    pub fn encode(&self) -> Vec<u8> {
+        match self {
+            ToMaster::Publish {
+                req,
+                channel,
+                payload,
+            } => {
+                let mut w = Writer::new(1);
+                w.u64(*req).str(channel).bytes(payload);
+                w.finish()
+            }
+            ToMaster::Join {
+                req,
+                channels,
+                after,
+            } => {
+                let mut w = Writer::new(2);
+                w.u64(*req).u64(channels.len() as u64);
+                for c in channels {
+                    w.str(c);
+                }
+                match after {
+                    Some(a) => w.u8(1).u64(*a),
+                    None => w.u8(0),
+                };
+                w.finish()
+            }
+            ToMaster::Leave { channel } => {
+                let mut w = Writer::new(3);
+                w.str(channel);
+                w.finish()
+            }
+            ToMaster::Stats(s) => {
+                let mut w = Writer::new(4);
+                w.u64(s.pid.into())
+                    .u64(s.conns_sse)
+                    .u64(s.conns_ws)
+                    .u64(s.conns_longpoll);
+                w.u64(s.conns_tcp)
+                    .u64(s.conns_other)
+                    .u64(s.delivered)
+                    .u64(s.dropped);
+                for (_, v) in s.refused.fields() {
+                    w.u64(v);
+                }
+                w.finish()
+            }
+            ToMaster::StatusQuery { req, metrics } => {
+                let mut w = Writer::new(5);
+                w.u64(*req).u8(u8::from(*metrics));
+                w.finish()
+            }
+        }
+    }
+
+    pub fn decode(frame: &[u8]) -> io::Result<ToMaster> {
+        let mut r = Reader(frame);
+        Ok(match r.u8()? {
+            1 => ToMaster::Publish {
+                req: r.u64()?,
+                channel: r.string()?,
+                payload: r.bytes()?,
+            },
+            2 => {
+                let req = r.u64()?;
+                let n = r.u64()? as usize;
+                let channels = (0..n.min(1024))
+                    .map(|_| r.string())
+                    .collect::<io::Result<_>>()?;
+                ToMaster::Join {
+                    req,
+                    channels,
+                    after: r.opt_u64()?,
+                }
+            }
+            3 => ToMaster::Leave {
+                channel: r.string()?,
+            },
+            4 => {
+                let pid = r.u64()? as u32;
+                let mut v = [0u64; 7];
+                for slot in &mut v {
+                    *slot = r.u64()?;
+                }
+                let mut refused = [0u64; 10];
+                for slot in &mut refused {
+                    *slot = r.u64()?;
+                }
+                ToMaster::Stats(WorkerStats {
+                    pid,
+                    conns_sse: v[0],
+                    conns_ws: v[1],
+                    conns_longpoll: v[2],
+                    conns_tcp: v[3],
+                    conns_other: v[4],
+                    delivered: v[5],
+                    dropped: v[6],
+                    refused: Refused::from_values(refused),
+                })
+            }
+            5 => ToMaster::StatusQuery {
+                req: r.u64()?,
+                metrics: r.u8()? != 0,
+            },
+            _ => return Err(bad("tag")),
+        })
+    }
+}
+
+impl ToWorker {
+    pub fn encode(&self) -> Vec<u8> {
+        match self {
+            ToWorker::Message {
+                channel,
+                id,
+                payload,
+            } => {
+                let mut w = Writer::new(1);
+                w.str(channel).u64(*id).bytes(payload);
+                w.finish()
+            }
+            ToWorker::Published { req, channel, id } => {
+                let mut w = Writer::new(2);
+                w.u64(*req).str(channel).u64(*id);
+                w.finish()
+            }
+            ToWorker::Joined {
+                req,
+                current_id,
+                channels,
+                replay,
+            } => {
+                let mut w = Writer::new(3);
+                w.u64(*req).u64(*current_id).u64(channels.len() as u64);
+                for c in channels {
+                    w.str(c);
+                }
+                w.u64(replay.len() as u64);
+                for item in replay {
+                    match item {
+                        Replay::Gap {
+                            channel,
+                            after,
+                            through,
+                        } => w.u8(0).str(channel).u64(*after).u64(*through),
+                        Replay::Message {
+                            channel,
+                            id,
+                            payload,
+                        } => w.u8(1).str(channel).u64(*id).bytes(payload),
+                    };
+                }
+                w.finish()
+            }
+            ToWorker::Status { req, body, metrics } => {
+                let mut w = Writer::new(4);
+                w.u64(*req).str(body).u8(u8::from(*metrics));
+                w.finish()
+            }
+            ToWorker::Shutdown => Writer::new(5).finish(),
+        }
+    }
+
+    pub fn decode(frame: &[u8]) -> io::Result<ToWorker> {
+        let mut r = Reader(frame);
+        Ok(match r.u8()? {
+            1 => ToWorker::Message {
+                channel: r.string()?,
+                id: r.u64()?,
+                payload: r.bytes()?,
+            },
+            2 => ToWorker::Published {
+                req: r.u64()?,
+                channel: r.string()?,
+                id: r.u64()?,
+            },
+            3 => {
+                let req = r.u64()?;
+                let current_id = r.u64()?;
+                let n = r.u64()? as usize;
+                let channels = (0..n.min(1024))
+                    .map(|_| r.string())
+                    .collect::<io::Result<_>>()?;
+                let n = r.u64()? as usize;
+                let mut replay = Vec::with_capacity(n.min(4096));
+                for _ in 0..n {
+                    replay.push(match r.u8()? {
+                        0 => Replay::Gap {
+                            channel: r.string()?,
+                            after: r.u64()?,
+                            through: r.u64()?,
+                        },
+                        _ => Replay::Message {
+                            channel: r.string()?,
+                            id: r.u64()?,
+                            payload: r.bytes()?,
+                        },
+                    });
+                }
+                ToWorker::Joined {
+                    req,
+                    current_id,
+                    channels,
+                    replay,
+                }
+            }
+            4 => ToWorker::Status {
+                req: r.u64()?,
+                body: r.string()?,
+                metrics: r.u8()? != 0,
+            },
+            5 => ToWorker::Shutdown,
+            _ => return Err(bad("tag")),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(frame: &[u8]) -> &[u8] {
+        let len = u32::from_le_bytes(frame[..4].try_into().unwrap()) as usize;
+        assert_eq!(len, frame.len() - 4);
+        &frame[4..]
+    }
+
+    #[test]
+    fn round_trips() {
+        let to_master = [
+            ToMaster::Publish {
+                req: 9,
+                channel: "a".into(),
+                payload: b"x\ny".to_vec(),
+            },
+            ToMaster::Join {
+                req: 1,
+                channels: vec!["a".into(), "b".into()],
+                after: Some(5),
+            },
+            ToMaster::Join {
+                req: 2,
+                channels: vec!["a".into()],
+                after: None,
+            },
+            ToMaster::Leave {
+                channel: "a".into(),
+            },
+            ToMaster::Stats(WorkerStats {
+                pid: 4,
+                conns_sse: 3,
+                delivered: 8,
+                refused: Refused {
+                    forbidden: 2,
+                    ..Default::default()
+                },
+                ..Default::default()
+            }),
+            ToMaster::StatusQuery {
+                req: 3,
+                metrics: true,
+            },
+        ];
+        for m in to_master {
+            assert_eq!(ToMaster::decode(body(&m.encode())).unwrap(), m);
+        }
+        let to_worker = [
+            ToWorker::Message {
+                channel: "a".into(),
+                id: 7,
+                payload: vec![0, 1, 255],
+            },
+            ToWorker::Published {
+                req: 1,
+                channel: "a".into(),
+                id: 2,
+            },
+            ToWorker::Joined {
+                req: 1,
+                current_id: 10,
+                channels: vec!["a".into()],
+                replay: vec![
+                    Replay::Gap {
+                        channel: "a".into(),
+                        after: 1,
+                        through: 3,
+                    },
+                    Replay::Message {
+                        channel: "a".into(),
+                        id: 4,
+                        payload: b"p".to_vec(),
+                    },
+                ],
+            },
+            ToWorker::Status {
+                req: 5,
+                body: "{}".into(),
+                metrics: false,
+            },
+            ToWorker::Shutdown,
+        ];
+        for m in to_worker {
+            assert_eq!(ToWorker::decode(body(&m.encode())).unwrap(), m);
+        }
+    }
+
+    #[test]
+    fn truncated_frames_are_errors_not_panics() {
+        let frame = ToWorker::Message {
+            channel: "abc".into(),
+            id: 7,
+            payload: vec![1; 10],
+        }
+        .encode();
+        for cut in 4..frame.len() - 1 {
+            assert!(ToWorker::decode(&frame[4..cut]).is_err());
+        }
+    }
+}

@@ -1,0 +1,388 @@
+//! The master process: starts N workers, restarts any that dies (logged and counted), stops
+//! them all on SIGTERM/SIGINT, and is the in-node hub: every publish passes through it, gets its
+//! id and history slot, and goes to each worker that has subscribers on the channel.
+//! It serves no client traffic itself.
+
+mod status;
+
+use crate::config::{Config, Workers};
+use crate::hub::{Hub, MemoryHub};
+use crate::ipc::{ToMaster, ToWorker, WorkerStats};
+use crate::link::Link;
+use crate::worker;
+use anyhow::Context;
+use mio::net::UnixStream;
+use mio::{Events, Interest, Poll, Token};
+use std::collections::HashMap;
+use std::os::fd::AsRawFd;
+use std::process::{Child, Command, Stdio};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+/// Descriptors each worker keeps back from client connections (listeners, link, epoll, logs).
+pub const RESERVED_FDS: u64 = 64;
+const SIGNALS: Token = Token(usize::MAX);
+const RESTART_DELAY: Duration = Duration::from_millis(200);
+
+/// How many workers, and how many connections each may hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Plan {
+    pub workers: usize,
+    pub per_worker: u64,
+}
+
+/// `auto`: enough processes for `max_conns` under the hard fd limit, at least one per CPU.
+pub fn plan(workers: Workers, max_conns: u64, hard_nofile: u64, cpus: usize) -> Plan {
+    let capacity = hard_nofile.saturating_sub(RESERVED_FDS).max(1);
+    let workers = match workers {
+        Workers::Count(n) => n,
+        Workers::Auto => (cpus as u64).max(max_conns.div_ceil(capacity)) as usize,
+    };
+    Plan {
+        workers,
+        per_worker: max_conns.div_ceil(workers as u64).min(capacity),
+    }
+}
+
+struct Slot {
+    child: Option<Child>,
+    link: Option<Link>,
+    stats: WorkerStats,
+    restarts: u64,
+    restart_at: Option<Instant>,
+}
+
+pub struct Master {
+    cfg: Config,
+    plan: Plan,
+    poll: Poll,
+    hub: MemoryHub,
+    /// Channel → indices of workers with subscribers on it.
+    interest: HashMap<String, Vec<usize>>,
+    slots: Vec<Slot>,
+    published: u64,
+    /// Messages the master could not hand to a stuck worker.
+    dropped: u64,
+    restarts: u64,
+    started: Instant,
+    shutdown_deadline: Option<Instant>,
+}
+
+impl Master {
+    pub fn new(cfg: Config, plan: Plan) -> anyhow::Result<Master> {
+        let hub = MemoryHub::new(cfg.history_size, cfg.history_age);
+        let mut master = Master {
+            cfg,
+            plan,
+            poll: Poll::new()?,
+            hub,
+            interest: HashMap::new(),
+            slots: Vec::new(),
+            published: 0,
+            dropped: 0,
+            restarts: 0,
+            started: Instant::now(),
+            shutdown_deadline: None,
+        };
+        for i in 0..plan.workers {
+            master.slots.push(Slot {
+                child: None,
+                link: None,
+                stats: WorkerStats::default(),
+                restarts: 0,
+                restart_at: None,
+            });
+            master
+                .spawn(i)
+                .with_context(|| format!("starting worker {i}"))?;
+        }
+        Ok(master)
+    }
+
+    fn spawn(&mut self, i: usize) -> anyhow::Result<()> {
+        let (parent, child_end) = std::os::unix::net::UnixStream::pair()?;
+        c1m_sys::fd::set_inheritable(&child_end)?;
+        let exe = std::env::current_exe().context("locating the c1m binary")?;
+        let child = Command::new(exe)
+            .arg("__serve-worker")
+            .env(worker::ENV_FD, child_end.as_raw_fd().to_string())
+            .env(worker::ENV_INDEX, i.to_string())
+            .env(worker::ENV_CONFIG, serde_json::to_string(&self.cfg)?)
+            .env(worker::ENV_MASTER_PID, std::process::id().to_string())
+            .env(worker::ENV_MAX_CONNS, self.plan.per_worker.to_string())
+            .stdin(Stdio::null())
+            .spawn()
+            .context("spawning worker")?;
+        drop(child_end);
+        parent.set_nonblocking(true)?;
+        let mut link = Link::new(UnixStream::from_std(parent));
+        self.poll.registry().register(
+            &mut link.stream,
+            Token(i),
+            Interest::READABLE | Interest::WRITABLE,
+        )?;
+        let slot = &mut self.slots[i];
+        slot.stats = WorkerStats {
+            pid: child.id(),
+            ..Default::default()
+        };
+        slot.child = Some(child);
+        slot.link = Some(link);
+        slot.restart_at = None;
+        Ok(())
+    }
+
+    pub fn run(&mut self) -> anyhow::Result<()> {
+        let mut signals =
+            signal_hook_mio::v1_0::Signals::new([libc::SIGTERM, libc::SIGINT, libc::SIGCHLD])?;
+        self.poll
+            .registry()
+            .register(&mut signals, SIGNALS, Interest::READABLE)?;
+        let mut events = Events::with_capacity(256);
+        let mut next_expire = Instant::now();
+        loop {
+            if let Err(e) = self
+                .poll
+                .poll(&mut events, Some(Duration::from_millis(100)))
+            {
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(e.into());
+                }
+            }
+            for event in events.iter() {
+                match event.token() {
+                    SIGNALS => {
+                        let got: Vec<i32> = signals.pending().collect();
+                        if got.iter().any(|&s| s == libc::SIGTERM || s == libc::SIGINT) {
+                            self.begin_shutdown();
+                        }
+                        self.reap();
+                    }
+                    Token(i) => self.on_worker_event(i, event.is_writable()),
+                }
+            }
+            let now = Instant::now();
+            if now >= next_expire {
+                self.hub.expire(now);
+                next_expire = now + Duration::from_secs(1);
+            }
+            self.reap();
+            if let Some(deadline) = self.shutdown_deadline {
+                let alive = self.slots.iter().any(|s| s.child.is_some());
+                if !alive {
+                    return Ok(());
+                }
+                if now >= deadline {
+                    for slot in &mut self.slots {
+                        if let Some(child) = &mut slot.child {
+                            let _ = child.kill();
+                            let _ = child.wait();
+                        }
+                    }
+                    return Ok(());
+                }
+                continue;
+            }
+            for i in 0..self.slots.len() {
+                if self.slots[i].restart_at.is_some_and(|t| t <= now) {
+                    if let Err(e) = self.spawn(i) {
+                        eprintln!("c1m: restarting worker {i} failed: {e:#}; retrying");
+                        self.slots[i].restart_at = Some(now + Duration::from_secs(1));
+                    }
+                }
+            }
+        }
+    }
+
+    fn on_worker_event(&mut self, i: usize, writable: bool) {
+        let Some(link) = self.slots.get_mut(i).and_then(|s| s.link.as_mut()) else {
+            return;
+        };
+        if writable && link.flush().is_err() {
+            return self.worker_gone(i);
+        }
+        let mut frames = Vec::new();
+        match link.read_frames(|f| frames.push(ToMaster::decode(f))) {
+            Ok(true) => {}
+            Ok(false) | Err(_) => {
+                for frame in frames.into_iter().flatten() {
+                    self.on_frame(i, frame);
+                }
+                return self.worker_gone(i);
+            }
+        }
+        for frame in frames {
+            match frame {
+                Ok(frame) => self.on_frame(i, frame),
+                Err(e) => {
+                    eprintln!("c1m: bad frame from worker {i}: {e}");
+                    return self.worker_gone(i);
+                }
+            }
+        }
+    }
+
+    fn send(&mut self, i: usize, frame: Vec<u8>) {
+        let Some(link) = self.slots[i].link.as_mut() else {
+            return;
+        };
+        match link.send(frame) {
+            Ok(true) => {}
+            Ok(false) => self.dropped += 1,
+            Err(_) => self.worker_gone(i),
+        }
+    }
+
+    fn on_frame(&mut self, i: usize, frame: ToMaster) {
+        match frame {
+            ToMaster::Publish {
+                req,
+                channel,
+                payload,
+            } => {
+                let payload: Rc<[u8]> = Rc::from(payload);
+                let id = self.hub.publish(&channel, payload.clone(), Instant::now());
+                self.published += 1;
+                let targets = self.interest.get(&channel).cloned().unwrap_or_default();
+                if !targets.is_empty() {
+                    let frame = ToWorker::Message {
+                        channel: channel.clone(),
+                        id,
+                        payload: payload.to_vec(),
+                    }
+                    .encode();
+                    for w in targets {
+                        self.send(w, frame.clone());
+                    }
+                }
+                self.send(i, ToWorker::Published { req, channel, id }.encode());
+            }
+            ToMaster::Join {
+                req,
+                channels,
+                after,
+            } => {
+                for c in &channels {
+                    let workers = self.interest.entry(c.clone()).or_default();
+                    if !workers.contains(&i) {
+                        workers.push(i);
+                    }
+                }
+                let replay = match after {
+                    Some(after) => self.hub.replay(&channels, after, Instant::now()),
+                    None => Vec::new(),
+                };
+                let current_id = self.hub.current_id();
+                self.send(
+                    i,
+                    ToWorker::Joined {
+                        req,
+                        current_id,
+                        channels,
+                        replay,
+                    }
+                    .encode(),
+                );
+            }
+            ToMaster::Leave { channel } => self.drop_interest(i, Some(&channel)),
+            ToMaster::Stats(stats) => self.slots[i].stats = stats,
+            ToMaster::StatusQuery { req, metrics } => {
+                let report = status::Report::gather(self);
+                let body = if metrics {
+                    report.prometheus()
+                } else {
+                    report.json()
+                };
+                self.send(i, ToWorker::Status { req, body, metrics }.encode());
+            }
+        }
+    }
+
+    fn drop_interest(&mut self, worker: usize, channel: Option<&str>) {
+        match channel {
+            Some(c) => {
+                if let Some(ws) = self.interest.get_mut(c) {
+                    ws.retain(|&w| w != worker);
+                    if ws.is_empty() {
+                        self.interest.remove(c);
+                    }
+                }
+            }
+            None => self.interest.retain(|_, ws| {
+                ws.retain(|&w| w != worker);
+                !ws.is_empty()
+            }),
+        }
+    }
+
+    /// A worker's link broke: make sure the process is gone; `reap` restarts it.
+    fn worker_gone(&mut self, i: usize) {
+        if let Some(mut link) = self.slots[i].link.take() {
+            let _ = self.poll.registry().deregister(&mut link.stream);
+        }
+        if let Some(child) = &mut self.slots[i].child {
+            let _ = child.kill();
+        }
+        self.drop_interest(i, None);
+    }
+
+    /// Collects exited workers and schedules their restart.
+    fn reap(&mut self) {
+        for i in 0..self.slots.len() {
+            let Some(child) = &mut self.slots[i].child else {
+                continue;
+            };
+            let Ok(Some(status)) = child.try_wait() else {
+                continue;
+            };
+            let pid = child.id();
+            self.slots[i].child = None;
+            self.worker_gone(i);
+            self.slots[i].stats = WorkerStats::default();
+            if self.shutdown_deadline.is_none() {
+                self.restarts += 1;
+                self.slots[i].restarts += 1;
+                self.slots[i].restart_at = Some(Instant::now() + RESTART_DELAY);
+                eprintln!("c1m: worker {i} (pid {pid}) exited ({status}); restarting");
+            }
+        }
+    }
+
+    fn begin_shutdown(&mut self) {
+        if self.shutdown_deadline.is_some() {
+            return;
+        }
+        eprintln!("c1m: shutting down (grace {:?})", self.cfg.grace);
+        self.shutdown_deadline = Some(Instant::now() + self.cfg.grace + Duration::from_secs(1));
+        for i in 0..self.slots.len() {
+            self.send(i, ToWorker::Shutdown.encode());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_covers_max_conns_under_the_fd_limit() {
+        // 1M connections at a hard limit of 20000: 1_000_000 / 19_936 → 51 workers.
+        let p = plan(Workers::Auto, 1_000_000, 20_000, 2);
+        assert_eq!(p.workers, 51);
+        assert!(p.per_worker * p.workers as u64 >= 1_000_000);
+        assert!(p.per_worker <= 20_000 - RESERVED_FDS);
+        // Small targets still get one worker per CPU.
+        assert_eq!(
+            plan(Workers::Auto, 1000, 20_000, 2),
+            Plan {
+                workers: 2,
+                per_worker: 500
+            }
+        );
+        // An explicit count too small for the target is capped by the fd limit.
+        assert_eq!(
+            plan(Workers::Count(1), 1_000_000, 20_000, 2).per_worker,
+            19_936
+        );
+    }
+}

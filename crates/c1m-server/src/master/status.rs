@@ -1,0 +1,184 @@
+//! `/status` (JSON) and `/metrics` (Prometheus text): one [`Report`] gathered from the workers'
+//! latest figures and the master's own, rendered two ways so the two never disagree.
+
+use super::Master;
+use crate::hub::Hub;
+use crate::ipc::Refused;
+use c1m_sys::mem::{process_memory, ProcessMemory};
+use serde_json::json;
+use std::fmt::Write;
+
+pub struct Report {
+    pid: u32,
+    uptime_s: u64,
+    workers: Vec<(usize, u32, u64, u64)>, // index, pid, connections, restarts
+    sse: u64,
+    ws: u64,
+    longpoll: u64,
+    tcp: u64,
+    other: u64,
+    memory: ProcessMemory,
+    processes: u64,
+    published: u64,
+    delivered: u64,
+    dropped: u64,
+    refused: Refused,
+    restarts: u64,
+    channels: usize,
+}
+
+impl Report {
+    pub fn gather(m: &Master) -> Report {
+        let mut r = Report {
+            pid: std::process::id(),
+            uptime_s: m.started.elapsed().as_secs(),
+            workers: Vec::new(),
+            sse: 0,
+            ws: 0,
+            longpoll: 0,
+            tcp: 0,
+            other: 0,
+            memory: process_memory(std::process::id()).unwrap_or_default(),
+            processes: 1,
+            published: m.published,
+            delivered: 0,
+            dropped: m.dropped,
+            refused: Refused::default(),
+            restarts: m.restarts,
+            channels: m.hub.channel_count(),
+        };
+        for (i, slot) in m.slots.iter().enumerate() {
+            let s = &slot.stats;
+            let pid = slot.child.as_ref().map_or(0, |c| c.id());
+            let conns = s.conns_sse + s.conns_ws + s.conns_longpoll + s.conns_tcp + s.conns_other;
+            r.workers.push((i, pid, conns, slot.restarts));
+            r.sse += s.conns_sse;
+            r.ws += s.conns_ws;
+            r.longpoll += s.conns_longpoll;
+            r.tcp += s.conns_tcp;
+            r.other += s.conns_other;
+            r.delivered += s.delivered;
+            r.dropped += s.dropped;
+            r.refused.add(&s.refused);
+            if pid != 0 {
+                if let Ok(mem) = process_memory(pid) {
+                    r.memory.rss_bytes += mem.rss_bytes;
+                    r.memory.pss_bytes += mem.pss_bytes;
+                    r.processes += 1;
+                }
+            }
+        }
+        r
+    }
+
+    fn total(&self) -> u64 {
+        self.sse + self.ws + self.longpoll + self.tcp + self.other
+    }
+
+    pub fn json(&self) -> String {
+        let refused: serde_json::Map<String, serde_json::Value> = self
+            .refused
+            .fields()
+            .iter()
+            .map(|(k, v)| (k.to_string(), json!(v)))
+            .collect();
+        json!({
+            "pid": self.pid,
+            "uptime_s": self.uptime_s,
+            "workers": self.workers.iter().map(|(index, pid, connections, restarts)| json!({
+                "index": index, "pid": pid, "connections": connections, "restarts": restarts,
+            })).collect::<Vec<_>>(),
+            "connections": {
+                "total": self.total(), "sse": self.sse, "websocket": self.ws,
+                "longpoll": self.longpoll, "tcp": self.tcp, "other": self.other,
+            },
+            "memory": {
+                "rss_bytes": self.memory.rss_bytes, "pss_bytes": self.memory.pss_bytes,
+                "processes": self.processes,
+            },
+            "messages": { "published": self.published, "delivered": self.delivered, "dropped": self.dropped },
+            "refused": refused,
+            "worker_restarts": self.restarts,
+            "channels": self.channels,
+        })
+        .to_string()
+    }
+
+    pub fn prometheus(&self) -> String {
+        let mut out = String::new();
+        let mut metric = |name: &str, kind: &str, help: &str, rows: &[(&str, u64)]| {
+            let _ = writeln!(out, "# HELP c1m_{name} {help}\n# TYPE c1m_{name} {kind}");
+            for (labels, value) in rows {
+                let _ = writeln!(out, "c1m_{name}{labels} {value}");
+            }
+        };
+        metric(
+            "connections",
+            "gauge",
+            "Open client connections by protocol.",
+            &[
+                ("{proto=\"sse\"}", self.sse),
+                ("{proto=\"websocket\"}", self.ws),
+                ("{proto=\"longpoll\"}", self.longpoll),
+                ("{proto=\"tcp\"}", self.tcp),
+                ("{proto=\"other\"}", self.other),
+            ],
+        );
+        metric(
+            "messages_published_total",
+            "counter",
+            "Messages published.",
+            &[("", self.published)],
+        );
+        metric(
+            "messages_delivered_total",
+            "counter",
+            "Message deliveries to subscribers.",
+            &[("", self.delivered)],
+        );
+        metric(
+            "messages_dropped_total",
+            "counter",
+            "Messages that could not be delivered.",
+            &[("", self.dropped)],
+        );
+        let refused: Vec<(String, u64)> = self
+            .refused
+            .fields()
+            .iter()
+            .map(|(k, v)| (format!("{{reason=\"{k}\"}}"), *v))
+            .collect();
+        let refused: Vec<(&str, u64)> = refused.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        metric(
+            "refused_total",
+            "counter",
+            "Connections or requests refused, by reason.",
+            &refused,
+        );
+        metric(
+            "memory_rss_bytes",
+            "gauge",
+            "RSS summed over all c1m processes.",
+            &[("", self.memory.rss_bytes)],
+        );
+        metric(
+            "memory_pss_bytes",
+            "gauge",
+            "PSS summed over all c1m processes.",
+            &[("", self.memory.pss_bytes)],
+        );
+        metric(
+            "worker_restarts_total",
+            "counter",
+            "Workers restarted after dying.",
+            &[("", self.restarts)],
+        );
+        metric(
+            "channels",
+            "gauge",
+            "Channels with history.",
+            &[("", self.channels as u64)],
+        );
+        out
+    }
+}

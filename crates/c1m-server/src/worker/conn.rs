@@ -1,0 +1,246 @@
+//! One client connection: a small struct in the worker's slab. An idle subscriber owns no
+//! buffer: `inbuf` exists only while a request head or command line is half-read, and `out`
+//! only while the socket refuses writes (uWebSockets' cork habit). Queued data is shared
+//! (`Rc`) with every other subscriber of the same message.
+
+use mio::net::TcpStream;
+use std::collections::VecDeque;
+use std::io::{self, Write};
+use std::rc::Rc;
+
+/// What a connection is doing now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Reading an HTTP request head (new, or keep-alive between requests).
+    Http,
+    /// Raw TCP port: reading the `SUB` line.
+    TcpCommand,
+    /// Waiting for the master to assign a publish id.
+    Publishing,
+    /// Waiting for the master's status figures.
+    Status,
+    /// Subscribed; waiting for the master's join answer (replay) before going live.
+    SseJoining,
+    PollJoining,
+    TcpJoining,
+    /// Live streams.
+    Sse,
+    PollWaiting,
+    TcpStream,
+    /// Response written or error sent: close once `out` drains.
+    Closing,
+}
+
+impl Kind {
+    /// The `/status` protocol bucket this connection counts in.
+    pub fn protocol(self) -> Protocol {
+        match self {
+            Kind::SseJoining | Kind::Sse => Protocol::Sse,
+            Kind::PollJoining | Kind::PollWaiting => Protocol::LongPoll,
+            Kind::TcpJoining | Kind::TcpStream | Kind::TcpCommand => Protocol::Tcp,
+            _ => Protocol::Other,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    Sse,
+    LongPoll,
+    Tcp,
+    #[allow(dead_code)] // WebSocket streams are the next issue (#3)
+    WebSocket,
+    Other,
+}
+
+/// Channel memberships: (local channel index, position in that channel's member list).
+/// One channel is the common case and stays inline.
+pub enum Subs {
+    None,
+    One(u32, u32),
+    // A thin 8-byte pointer (not Box<[T]>'s 16) keeps Conn within the memory budget.
+    #[allow(clippy::box_collection)]
+    Many(Box<Vec<(u32, u32)>>),
+}
+
+impl Subs {
+    pub fn is_multi(&self) -> bool {
+        matches!(self, Subs::Many(_))
+    }
+
+    pub fn push(&mut self, chan: u32, pos: u32) {
+        *self = match std::mem::replace(self, Subs::None) {
+            Subs::None => Subs::One(chan, pos),
+            Subs::One(c, p) => Subs::Many(Box::new(vec![(c, p), (chan, pos)])),
+            Subs::Many(mut v) => {
+                v.push((chan, pos));
+                Subs::Many(v)
+            }
+        }
+    }
+
+    /// Records that this connection moved to `pos` in `chan`'s member list.
+    pub fn set_pos(&mut self, chan: u32, pos: u32) {
+        match self {
+            Subs::One(c, p) if *c == chan => *p = pos,
+            Subs::Many(v) => {
+                if let Some(e) = v.iter_mut().find(|(c, _)| *c == chan) {
+                    e.1 = pos;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    pub fn take(&mut self) -> Vec<(u32, u32)> {
+        match std::mem::replace(self, Subs::None) {
+            Subs::None => Vec::new(),
+            Subs::One(c, p) => vec![(c, p)],
+            Subs::Many(v) => *v,
+        }
+    }
+}
+
+/// Bytes a blocked socket still owes, as shared chunks.
+#[derive(Default)]
+pub struct OutQueue {
+    chunks: VecDeque<(Rc<[u8]>, usize)>,
+    bytes: usize,
+}
+
+/// Outcome of a send.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Sent {
+    Done,
+    /// Unsent bytes would exceed the cap: the caller disconnects this slow reader.
+    Overflow,
+    /// The socket failed (peer gone).
+    Failed,
+}
+
+pub struct Conn {
+    pub stream: TcpStream,
+    pub generation: u32,
+    pub kind: Kind,
+    pub keep_alive: bool,
+    /// Timer-wheel tick at which this connection's current wait ends (0 = none).
+    pub deadline: u32,
+    pub subs: Subs,
+    // A thin 8-byte pointer (not Vec's 24 bytes inline) keeps Conn within the memory budget.
+    #[allow(clippy::box_collection)]
+    pub inbuf: Option<Box<Vec<u8>>>,
+    pub out: Option<Box<OutQueue>>,
+}
+
+impl Conn {
+    pub fn new(stream: TcpStream, generation: u32, kind: Kind) -> Conn {
+        Conn {
+            stream,
+            generation,
+            kind,
+            keep_alive: true,
+            deadline: 0,
+            subs: Subs::None,
+            inbuf: None,
+            out: None,
+        }
+    }
+
+    /// Sends shared bytes: written now if the socket takes them, else queued by reference.
+    pub fn send_shared(&mut self, data: &Rc<[u8]>, max_unsent: usize) -> Sent {
+        if let Some(q) = &mut self.out {
+            if q.bytes + data.len() > max_unsent {
+                return Sent::Overflow;
+            }
+            q.bytes += data.len();
+            q.chunks.push_back((data.clone(), 0));
+            return Sent::Done;
+        }
+        match write_some(&mut self.stream, data) {
+            Ok(n) if n == data.len() => Sent::Done,
+            Ok(n) => {
+                if data.len() - n > max_unsent {
+                    return Sent::Overflow;
+                }
+                let mut q = Box::<OutQueue>::default();
+                q.bytes = data.len() - n;
+                q.chunks.push_back((data.clone(), n));
+                self.out = Some(q);
+                Sent::Done
+            }
+            Err(_) => Sent::Failed,
+        }
+    }
+
+    /// Sends bytes owned by this connection alone (responses, replays).
+    pub fn send_owned(&mut self, data: Vec<u8>, max_unsent: usize) -> Sent {
+        if self.out.is_none() {
+            match write_some(&mut self.stream, &data) {
+                Ok(n) if n == data.len() => return Sent::Done,
+                Ok(n) => return self.send_shared(&Rc::from(&data[n..]), max_unsent),
+                Err(_) => return Sent::Failed,
+            }
+        }
+        self.send_shared(&Rc::from(data), max_unsent)
+    }
+
+    /// Writes queued bytes; frees the queue once empty. Ok(true) when nothing is left.
+    pub fn flush(&mut self) -> io::Result<bool> {
+        let Some(q) = &mut self.out else {
+            return Ok(true);
+        };
+        while let Some((chunk, offset)) = q.chunks.front_mut() {
+            let n = write_some(&mut self.stream, &chunk[*offset..])?;
+            *offset += n;
+            q.bytes -= n;
+            if *offset < chunk.len() {
+                return Ok(false);
+            }
+            q.chunks.pop_front();
+        }
+        self.out = None;
+        Ok(true)
+    }
+}
+
+/// Writes until done or WouldBlock; returns bytes written. Errors other than WouldBlock and
+/// Interrupted mean the connection is gone.
+fn write_some(stream: &mut TcpStream, data: &[u8]) -> io::Result<usize> {
+    let mut done = 0;
+    while done < data.len() {
+        match stream.write(&data[done..]) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(done)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idle_subscriber_is_small() {
+        // The per-connection budget is 256 B of user space; the struct is the bulk of it.
+        assert!(
+            std::mem::size_of::<Conn>() <= 64,
+            "Conn is {} bytes",
+            std::mem::size_of::<Conn>()
+        );
+    }
+
+    #[test]
+    fn subs_track_positions() {
+        let mut s = Subs::None;
+        s.push(3, 0);
+        s.set_pos(3, 5);
+        assert!(matches!(s, Subs::One(3, 5)));
+        s.push(4, 1);
+        s.set_pos(4, 9);
+        assert_eq!(s.take(), vec![(3, 5), (4, 9)]);
+    }
+}

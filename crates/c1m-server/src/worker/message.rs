@@ -1,0 +1,45 @@
+//! A published message as a worker holds it: encoded once per wire format on first use, then
+//! shared by reference with every subscriber's queue.
+
+use c1m_proto::{line, sse};
+use std::cell::OnceCell;
+use std::rc::Rc;
+
+pub struct Message {
+    pub channel: Rc<str>,
+    pub id: u64,
+    pub payload: Vec<u8>,
+    sse_single: OnceCell<Rc<[u8]>>,
+    sse_multi: OnceCell<Rc<[u8]>>,
+    tcp: OnceCell<Rc<[u8]>>,
+}
+
+impl Message {
+    pub fn new(channel: Rc<str>, id: u64, payload: Vec<u8>) -> Message {
+        Message {
+            channel,
+            id,
+            payload,
+            sse_single: OnceCell::new(),
+            sse_multi: OnceCell::new(),
+            tcp: OnceCell::new(),
+        }
+    }
+
+    /// The SSE event; `multi` adds the `event: {channel}` line.
+    pub fn sse(&self, multi: bool) -> &Rc<[u8]> {
+        if multi {
+            self.sse_multi.get_or_init(|| {
+                sse::encode_message(Some(&self.channel), self.id, &self.payload).into()
+            })
+        } else {
+            self.sse_single
+                .get_or_init(|| sse::encode_message(None, self.id, &self.payload).into())
+        }
+    }
+
+    pub fn tcp(&self) -> &Rc<[u8]> {
+        self.tcp
+            .get_or_init(|| line::encode_msg(&self.channel, self.id, &self.payload).into())
+    }
+}

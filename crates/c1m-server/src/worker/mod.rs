@@ -1,0 +1,521 @@
+//! A worker process: its own SO_REUSEPORT listeners and one single-threaded, edge-triggered
+//! mio loop over a slab of connections. Tokens are slab index + generation, so an event for a
+//! reused slot is recognised as stale and dropped (nginx's instance bit).
+//!
+//! Files: `conn` (the per-connection struct and its send queue), `channels` (local subscriber
+//! lists), `timers` (the wheel), `message` (encode-once messages), `requests` (HTTP and line
+//! protocol input), `streams` (subscribe, join, fan-out, long-poll answers).
+
+mod channels;
+mod conn;
+mod message;
+mod requests;
+mod streams;
+mod timers;
+
+use crate::config::Config;
+use crate::ipc::{Refused, ToMaster, ToWorker, WorkerStats};
+use crate::link::Link;
+use anyhow::Context;
+use channels::Channels;
+use conn::{Conn, Kind, Protocol};
+use mio::net::{TcpListener, TcpStream, UnixStream};
+use mio::{Events, Interest, Poll, Token};
+use slab::Slab;
+use std::io::{self, Read};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+use timers::Wheel;
+
+/// How often a worker pushes its figures to the master.
+pub const STATS_EVERY: Duration = Duration::from_millis(250);
+/// How long accept() pauses after EMFILE/ENFILE (no busy spin; existing connections go on).
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+const HTTP_LISTENER: Token = Token(usize::MAX - 1);
+const TCP_LISTENER: Token = Token(usize::MAX - 2);
+const MASTER_LINK: Token = Token(usize::MAX - 3);
+const SIGNALS: Token = Token(usize::MAX - 4);
+
+/// Environment variables through which the master hands a worker its setup.
+pub const ENV_FD: &str = "C1M_WORKER_FD";
+pub const ENV_INDEX: &str = "C1M_WORKER_INDEX";
+pub const ENV_CONFIG: &str = "C1M_WORKER_CONFIG";
+pub const ENV_MASTER_PID: &str = "C1M_MASTER_PID";
+pub const ENV_MAX_CONNS: &str = "C1M_WORKER_MAX_CONNS";
+
+/// Running counters (connection counts are computed when reported).
+#[derive(Default)]
+struct Counters {
+    delivered: u64,
+    dropped: u64,
+    refused: Refused,
+}
+
+pub struct Worker {
+    cfg: Config,
+    poll: Poll,
+    http_listener: Option<TcpListener>,
+    tcp_listener: Option<TcpListener>,
+    link: Link,
+    conns: Slab<Conn>,
+    next_generation: u32,
+    channels: Channels,
+    wheel: Wheel,
+    counters: Counters,
+    max_conns: usize,
+    /// Per-worker read buffer: every read lands here first, so idle connections own none.
+    scratch: Vec<u8>,
+    accept_paused_until: Option<Instant>,
+    shutdown_deadline: Option<Instant>,
+}
+
+/// Entry point of `c1m __serve-worker`.
+pub fn run_from_env() -> anyhow::Result<u8> {
+    let var = |name: &str| {
+        std::env::var(name)
+            .with_context(|| format!("{name} not set (workers are started by `c1m serve`)"))
+    };
+    let cfg: Config = serde_json::from_str(&var(ENV_CONFIG)?).context("worker config")?;
+    let fd: i32 = var(ENV_FD)?.parse().context("worker fd")?;
+    let master_pid: u32 = var(ENV_MASTER_PID)?.parse().context("master pid")?;
+    let max_conns: usize = var(ENV_MAX_CONNS)?.parse().context("worker max conns")?;
+    c1m_sys::process::die_with_parent(libc::SIGKILL, master_pid)
+        .context("tying worker to master")?;
+    c1m_sys::rlimit::raise_nofile_to_hard().context("raising RLIMIT_NOFILE")?;
+    let link = std::os::unix::net::UnixStream::from(c1m_sys::fd::adopt_inherited(fd)?);
+    link.set_nonblocking(true)?;
+    let link = UnixStream::from_std(link);
+    let mut worker = Worker::new(cfg, link, max_conns)?;
+    worker.run()?;
+    Ok(0)
+}
+
+fn listen(addr: SocketAddr, backlog: i32) -> anyhow::Result<TcpListener> {
+    let listener = crate::listener::bind_reuseport(addr, Some(backlog))?;
+    Ok(TcpListener::from_std(listener))
+}
+
+impl Worker {
+    fn new(cfg: Config, link: UnixStream, max_conns: usize) -> anyhow::Result<Worker> {
+        let poll = Poll::new()?;
+        let mut http = listen(cfg.listen, cfg.backlog)?;
+        poll.registry()
+            .register(&mut http, HTTP_LISTENER, Interest::READABLE)?;
+        let tcp = match cfg.tcp_listen {
+            Some(addr) => {
+                let mut l = listen(addr, cfg.backlog)?;
+                poll.registry()
+                    .register(&mut l, TCP_LISTENER, Interest::READABLE)?;
+                Some(l)
+            }
+            None => None,
+        };
+        let mut link = Link::new(link);
+        poll.registry().register(
+            &mut link.stream,
+            MASTER_LINK,
+            Interest::READABLE | Interest::WRITABLE,
+        )?;
+        Ok(Worker {
+            cfg,
+            poll,
+            http_listener: Some(http),
+            tcp_listener: tcp,
+            link,
+            conns: Slab::new(),
+            next_generation: 1,
+            channels: Channels::default(),
+            wheel: Wheel::default(),
+            counters: Counters::default(),
+            max_conns,
+            scratch: Vec::with_capacity(64 * 1024),
+            accept_paused_until: None,
+            shutdown_deadline: None,
+        })
+    }
+
+    fn run(&mut self) -> anyhow::Result<()> {
+        let mut signals = signal_hook_mio::v1_0::Signals::new([libc::SIGTERM, libc::SIGINT])?;
+        self.poll
+            .registry()
+            .register(&mut signals, SIGNALS, Interest::READABLE)?;
+        let mut events = Events::with_capacity(1024);
+        let tick = Duration::from_millis(timers::TICK_MS);
+        let mut next_tick = Instant::now() + tick;
+        let mut next_stats = Instant::now();
+        let mut next_heartbeat = self.cfg.sse_heartbeat.map(|d| Instant::now() + d);
+        loop {
+            let now = Instant::now();
+            let timeout = next_tick.saturating_duration_since(now);
+            if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e.into());
+                }
+            }
+            for event in events.iter() {
+                match event.token() {
+                    HTTP_LISTENER | TCP_LISTENER => self.accept_all(event.token()),
+                    MASTER_LINK => {
+                        if !self.on_master_event(event.is_writable())? {
+                            return Ok(()); // the master is gone: so are we
+                        }
+                    }
+                    SIGNALS => {
+                        if signals.pending().next().is_some() {
+                            self.begin_shutdown();
+                        }
+                    }
+                    token => {
+                        self.on_conn_event(token.0 as u64, event.is_readable(), event.is_writable())
+                    }
+                }
+            }
+            let now = Instant::now();
+            while next_tick <= now {
+                next_tick += tick;
+                for token in self.wheel.advance() {
+                    self.on_timer(token);
+                }
+            }
+            if self.accept_paused_until.is_some_and(|t| t <= now) {
+                self.accept_paused_until = None;
+                self.accept_all(HTTP_LISTENER);
+                self.accept_all(TCP_LISTENER);
+            }
+            if let (Some(at), Some(every)) = (next_heartbeat, self.cfg.sse_heartbeat) {
+                if at <= now {
+                    self.send_heartbeats();
+                    next_heartbeat = Some(now + every);
+                }
+            }
+            if next_stats <= now {
+                self.push_stats()?;
+                next_stats = now + STATS_EVERY;
+            }
+            if let Some(deadline) = self.shutdown_deadline {
+                if self.conns.is_empty() || deadline <= now {
+                    self.push_stats()?;
+                    let _ = self.link.flush();
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    // ---- accepting ------------------------------------------------------------------------
+
+    fn accept_all(&mut self, which: Token) {
+        if self.accept_paused_until.is_some() || self.shutdown_deadline.is_some() {
+            return;
+        }
+        loop {
+            let listener = if which == HTTP_LISTENER {
+                self.http_listener.as_ref()
+            } else {
+                self.tcp_listener.as_ref()
+            };
+            let Some(listener) = listener else { return };
+            match listener.accept() {
+                Ok((stream, _peer)) => self.admit(stream, which == TCP_LISTENER),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if is_fd_exhaustion(&e) => {
+                    // The backlog keeps the waiting connections; retry after a pause instead of
+                    // spinning on an edge that will not fire again.
+                    self.counters.refused.fd_limit += 1;
+                    self.accept_paused_until = Some(Instant::now() + ACCEPT_BACKOFF);
+                    return;
+                }
+                Err(e)
+                    if e.kind() == io::ErrorKind::Interrupted
+                        || e.kind() == io::ErrorKind::ConnectionAborted => {}
+                Err(e) => {
+                    eprintln!("c1m worker {}: accept: {e}", std::process::id());
+                    self.accept_paused_until = Some(Instant::now() + ACCEPT_BACKOFF);
+                    return;
+                }
+            }
+        }
+    }
+
+    fn admit(&mut self, mut stream: TcpStream, raw_tcp: bool) {
+        if self.conns.len() >= self.max_conns {
+            self.counters.refused.max_conns += 1;
+            let msg: &[u8] = if raw_tcp {
+                b"ERR server at max connections\n"
+            } else {
+                b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 26\r\nConnection: close\r\n\r\nserver at max connections\n"
+            };
+            let _ = io::Write::write(&mut stream, msg);
+            return;
+        }
+        let generation = self.next_generation;
+        self.next_generation = if generation >= 0x7fff_fff0 {
+            1
+        } else {
+            generation + 1
+        };
+        let kind = if raw_tcp {
+            Kind::TcpCommand
+        } else {
+            Kind::Http
+        };
+        let entry = self.conns.vacant_entry();
+        let token = token_of(entry.key(), generation);
+        let mut conn = Conn::new(stream, generation, kind);
+        if let Err(e) = self.poll.registry().register(
+            &mut conn.stream,
+            Token(token as usize),
+            Interest::READABLE | Interest::WRITABLE,
+        ) {
+            eprintln!("c1m worker: register: {e}");
+            return;
+        }
+        let idx = entry.key();
+        entry.insert(conn);
+        self.arm_head_timer(idx);
+    }
+
+    // ---- connection events ------------------------------------------------------------------
+
+    fn conn_mut(&mut self, token: u64) -> Option<(usize, &mut Conn)> {
+        let idx = (token & 0xffff_ffff) as usize;
+        let generation = (token >> 32) as u32;
+        match self.conns.get_mut(idx) {
+            Some(c) if c.generation == generation => Some((idx, c)),
+            _ => None,
+        }
+    }
+
+    fn on_conn_event(&mut self, token: u64, readable: bool, writable: bool) {
+        let Some((idx, conn)) = self.conn_mut(token) else {
+            return;
+        };
+        if writable && conn.out.is_some() {
+            match conn.flush() {
+                Ok(true) if conn.kind == Kind::Closing => return self.close(idx),
+                Ok(_) => {}
+                Err(_) => return self.close(idx),
+            }
+        }
+        if readable {
+            self.on_readable(idx);
+        }
+    }
+
+    /// Reads until WouldBlock. Kinds that expect input accumulate it; streams discard it.
+    fn on_readable(&mut self, idx: usize) {
+        let mut buf = std::mem::take(&mut self.scratch);
+        buf.clear();
+        let kind = self.conns[idx].kind;
+        let keeps_input = !matches!(
+            kind,
+            Kind::Sse | Kind::SseJoining | Kind::TcpStream | Kind::TcpJoining | Kind::Closing
+        );
+        if let Some(pending) = self.conns[idx].inbuf.take() {
+            buf.extend_from_slice(&pending);
+        }
+        let limit = requests::input_limit(&self.cfg);
+        let mut eof = false;
+        let mut chunk = [0u8; 16 * 1024];
+        loop {
+            match self.conns[idx].stream.read(&mut chunk) {
+                Ok(0) => {
+                    eof = true;
+                    break;
+                }
+                Ok(n) if keeps_input => {
+                    buf.extend_from_slice(&chunk[..n]);
+                    if buf.len() > limit {
+                        break; // process what we have; the request code refuses it
+                    }
+                }
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    eof = true;
+                    break;
+                }
+            }
+        }
+        if keeps_input && !buf.is_empty() {
+            let consumed = self.process_input(idx, &buf);
+            if let Some(conn) = self.conns.get_mut(idx) {
+                if consumed < buf.len() && conn.kind != Kind::Closing {
+                    conn.inbuf = Some(Box::new(buf[consumed..].to_vec()));
+                }
+            }
+        }
+        if buf.capacity() > 256 * 1024 {
+            buf = Vec::with_capacity(64 * 1024);
+        }
+        self.scratch = buf;
+        if eof && self.conns.contains(idx) {
+            self.close(idx);
+        }
+    }
+
+    /// Removes a connection: leaves its channels (telling the master about channels this
+    /// worker no longer needs) and closes the socket.
+    fn close(&mut self, idx: usize) {
+        let Some(mut conn) = self.conns.try_remove(idx) else {
+            return;
+        };
+        for (chan, pos) in conn.subs.take() {
+            self.leave_channel(chan, pos);
+        }
+        let _ = self.poll.registry().deregister(&mut conn.stream);
+    }
+
+    fn leave_channel(&mut self, chan: u32, pos: u32) {
+        let (moved, emptied) = self.channels.leave(chan, pos);
+        if let Some(moved) = moved {
+            if let Some(c) = self.conns.get_mut(moved as usize) {
+                c.subs.set_pos(chan, pos);
+            }
+        }
+        if let Some(name) = emptied {
+            self.send_to_master(ToMaster::Leave {
+                channel: name.to_string(),
+            });
+        }
+    }
+
+    // ---- timers -----------------------------------------------------------------------------
+
+    fn arm_timer(&mut self, idx: usize, after: Duration) {
+        let deadline = self.wheel.deadline_after(after.as_millis() as u64);
+        let conn = &mut self.conns[idx];
+        conn.deadline = deadline;
+        self.wheel
+            .schedule(token_of(idx, conn.generation), deadline);
+    }
+
+    fn arm_head_timer(&mut self, idx: usize) {
+        self.arm_timer(idx, self.cfg.head_timeout);
+    }
+
+    fn on_timer(&mut self, token: u64) {
+        let now = self.wheel.now();
+        let Some((idx, conn)) = self.conn_mut(token) else {
+            return;
+        };
+        if conn.deadline == 0 {
+            return;
+        }
+        if conn.deadline > now {
+            let (deadline, token) = (conn.deadline, token);
+            self.wheel.schedule(token, deadline);
+            return;
+        }
+        conn.deadline = 0;
+        let kind = conn.kind;
+        match kind {
+            Kind::Http | Kind::TcpCommand => {
+                self.counters.refused.head_timeout += 1;
+                let reply = if kind == Kind::Http {
+                    c1m_proto::http::error(408, "request head not received in time")
+                } else {
+                    c1m_proto::line::encode_err("no SUB command received in time")
+                };
+                self.reply_and_close(idx, reply);
+            }
+            Kind::PollWaiting => self.poll_timeout(idx),
+            _ => {}
+        }
+    }
+
+    // ---- master link ------------------------------------------------------------------------
+
+    fn send_to_master(&mut self, msg: ToMaster) {
+        match self.link.send(msg.encode()) {
+            Ok(true) => {}
+            Ok(false) => self.counters.dropped += 1,
+            Err(e) => eprintln!("c1m worker {}: master link: {e}", std::process::id()),
+        }
+    }
+
+    /// Returns Ok(false) when the master closed the link.
+    fn on_master_event(&mut self, writable: bool) -> anyhow::Result<bool> {
+        if writable {
+            self.link.flush()?;
+        }
+        let mut frames = Vec::new();
+        let open = self
+            .link
+            .read_frames(|f| frames.push(ToWorker::decode(f)))?;
+        for frame in frames {
+            match frame.context("bad frame from master")? {
+                ToWorker::Message {
+                    channel,
+                    id,
+                    payload,
+                } => self.fan_out(&channel, id, payload),
+                ToWorker::Published { req, channel, id } => self.on_published(req, &channel, id),
+                ToWorker::Joined {
+                    req,
+                    current_id,
+                    channels,
+                    replay,
+                } => self.on_joined(req, current_id, &channels, replay),
+                ToWorker::Status { req, body, metrics } => self.on_status(req, body, metrics),
+                ToWorker::Shutdown => self.begin_shutdown(),
+            }
+        }
+        Ok(open)
+    }
+
+    fn push_stats(&mut self) -> anyhow::Result<()> {
+        let mut s = WorkerStats {
+            pid: std::process::id(),
+            ..Default::default()
+        };
+        for (_, conn) in self.conns.iter() {
+            match conn.kind.protocol() {
+                Protocol::Sse => s.conns_sse += 1,
+                Protocol::WebSocket => s.conns_ws += 1,
+                Protocol::LongPoll => s.conns_longpoll += 1,
+                Protocol::Tcp => s.conns_tcp += 1,
+                Protocol::Other => s.conns_other += 1,
+            }
+        }
+        s.delivered = self.counters.delivered;
+        s.dropped = self.counters.dropped;
+        s.refused = self.counters.refused;
+        self.send_to_master(ToMaster::Stats(s));
+        Ok(())
+    }
+
+    // ---- shutdown ---------------------------------------------------------------------------
+
+    /// Stops accepting and ends every stream cleanly; the loop exits once all connections are
+    /// gone or the grace period ends.
+    fn begin_shutdown(&mut self) {
+        if self.shutdown_deadline.is_some() {
+            return;
+        }
+        self.shutdown_deadline = Some(Instant::now() + self.cfg.grace);
+        for mut l in [self.http_listener.take(), self.tcp_listener.take()]
+            .into_iter()
+            .flatten()
+        {
+            let _ = self.poll.registry().deregister(&mut l);
+        }
+        let idxs: Vec<usize> = self.conns.iter().map(|(i, _)| i).collect();
+        for idx in idxs {
+            self.end_stream(idx);
+        }
+    }
+}
+
+fn token_of(idx: usize, generation: u32) -> u64 {
+    (u64::from(generation) << 32) | idx as u64
+}
+
+fn is_fd_exhaustion(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+    )
+}

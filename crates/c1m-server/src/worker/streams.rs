@@ -1,0 +1,323 @@
+//! Subscriptions: joining channels (through the master when a replay or a first interest is
+//! needed), fan-out of published messages to live subscribers, long-poll answers, heartbeats,
+//! and ending streams cleanly at shutdown.
+
+use super::conn::{Kind, Sent};
+use super::message::Message;
+use super::requests::Transport;
+use super::Worker;
+use crate::ipc::{Replay, ToMaster};
+use c1m_proto::longpoll::{self, PollGap, PollMessage};
+use c1m_proto::{http, line, sse};
+use std::rc::Rc;
+
+impl Worker {
+    /// Attaches the connection to its channels. It goes live at once when this worker's
+    /// interest is already known to the master and no replay is asked for; otherwise it waits
+    /// for the master's join answer, which orders the replay before any later live message.
+    pub(super) fn subscribe(
+        &mut self,
+        idx: usize,
+        channels: &[&str],
+        last_id: Option<u64>,
+        transport: Transport,
+    ) {
+        for name in channels {
+            let (chan, pos) = self.channels.join(name, idx as u32);
+            self.conns[idx].subs.push(chan, pos);
+        }
+        let all_known = channels.iter().all(|n| {
+            self.channels
+                .lookup(n)
+                .and_then(|c| self.channels.get(c))
+                .is_some_and(|c| c.known_to_master)
+        });
+        let conn = &mut self.conns[idx];
+        conn.deadline = 0;
+        if all_known && last_id.is_none() {
+            match transport {
+                Transport::Sse => {
+                    conn.kind = Kind::Sse;
+                    self.send_or_close(idx, sse::RESPONSE_HEAD.to_vec());
+                }
+                Transport::Tcp => {
+                    conn.kind = Kind::TcpStream;
+                    // Without a join we do not know the master's current id; 0 means "live from now".
+                    self.send_or_close(idx, line::encode_ok(0));
+                }
+                Transport::LongPoll => {
+                    conn.kind = Kind::PollWaiting;
+                    self.arm_timer(idx, self.cfg.poll_timeout);
+                }
+            }
+            return;
+        }
+        conn.kind = match transport {
+            Transport::Sse => Kind::SseJoining,
+            Transport::Tcp => Kind::TcpJoining,
+            Transport::LongPoll => Kind::PollJoining,
+        };
+        let token = super::token_of(idx, conn.generation);
+        let channels = channels.iter().map(|c| c.to_string()).collect();
+        self.send_to_master(ToMaster::Join {
+            req: token,
+            channels,
+            after: last_id,
+        });
+    }
+
+    /// The master's answer to a join: replay what was missed, then go live.
+    pub(super) fn on_joined(
+        &mut self,
+        token: u64,
+        current_id: u64,
+        channels: &[String],
+        replay: Vec<Replay>,
+    ) {
+        for name in channels {
+            self.channels.mark_known(name);
+        }
+        let Some((idx, conn)) = self.conn_mut(token) else {
+            return;
+        };
+        let multi = conn.subs.is_multi();
+        match conn.kind {
+            Kind::SseJoining => {
+                let mut out = sse::RESPONSE_HEAD.to_vec();
+                for item in &replay {
+                    match item {
+                        Replay::Gap {
+                            channel,
+                            after,
+                            through,
+                        } => out.extend(sse::encode_gap(channel, *after, *through)),
+                        Replay::Message {
+                            channel,
+                            id,
+                            payload,
+                        } => out.extend(sse::encode_message(
+                            multi.then_some(channel.as_str()),
+                            *id,
+                            payload,
+                        )),
+                    }
+                }
+                conn.kind = Kind::Sse;
+                self.send_or_close(idx, out);
+            }
+            Kind::TcpJoining => {
+                let mut out = line::encode_ok(current_id);
+                for item in &replay {
+                    match item {
+                        Replay::Gap {
+                            channel,
+                            after,
+                            through,
+                        } => out.extend(line::encode_gap(channel, *after, *through)),
+                        Replay::Message {
+                            channel,
+                            id,
+                            payload,
+                        } => out.extend(line::encode_msg(channel, *id, payload)),
+                    }
+                }
+                conn.kind = Kind::TcpStream;
+                self.send_or_close(idx, out);
+            }
+            Kind::PollJoining => {
+                if replay.is_empty() {
+                    conn.kind = Kind::PollWaiting;
+                    self.arm_timer(idx, self.cfg.poll_timeout);
+                    return;
+                }
+                let mut messages = Vec::new();
+                let mut gaps = Vec::new();
+                for item in &replay {
+                    match item {
+                        Replay::Gap {
+                            channel,
+                            after,
+                            through,
+                        } => gaps.push(PollGap {
+                            channel,
+                            after: *after,
+                            through: *through,
+                        }),
+                        Replay::Message {
+                            channel,
+                            id,
+                            payload,
+                        } => messages.push(PollMessage {
+                            channel,
+                            id: *id,
+                            payload,
+                        }),
+                    }
+                }
+                let last = messages.iter().map(|m| m.id).max().unwrap_or(current_id);
+                let body = longpoll::encode_body(&messages, &gaps, last);
+                self.poll_answer(idx, 200, &body);
+            }
+            _ => {}
+        }
+    }
+
+    /// One published message to every live subscriber of its channel on this worker.
+    pub(super) fn fan_out(&mut self, channel: &str, id: u64, payload: Vec<u8>) {
+        let Some(chan) = self.channels.lookup(channel) else {
+            return;
+        };
+        let local = &self.channels.get(chan).expect("looked up").members;
+        let name = self.channels.get(chan).expect("looked up").name.clone();
+        // Closing a member reorders the list, so walk a copy (a memcpy, cheap next to the writes).
+        let members = local.clone();
+        let msg = Message::new(name, id, payload);
+        let max = self.cfg.max_unsent;
+        for member in members {
+            let idx = member as usize;
+            let Some(conn) = self.conns.get_mut(idx) else {
+                continue;
+            };
+            let sent = match conn.kind {
+                Kind::Sse => conn.send_shared(msg.sse(conn.subs.is_multi()), max),
+                Kind::TcpStream => conn.send_shared(msg.tcp(), max),
+                Kind::PollWaiting => {
+                    let m = PollMessage {
+                        channel: &msg.channel,
+                        id,
+                        payload: &msg.payload,
+                    };
+                    let body = longpoll::encode_body(&[m], &[], id);
+                    self.counters.delivered += 1;
+                    self.poll_answer(idx, 200, &body);
+                    continue;
+                }
+                _ => continue, // joining: its replay is on the way and covers this message
+            };
+            match sent {
+                Sent::Done => self.counters.delivered += 1,
+                Sent::Overflow => {
+                    self.counters.refused.slow_consumer += 1;
+                    self.counters.dropped += 1;
+                    self.close(idx);
+                }
+                Sent::Failed => {
+                    self.counters.dropped += 1;
+                    self.close(idx);
+                }
+            }
+        }
+    }
+
+    /// Answers a long-poll and leaves its channels; the connection goes back to reading requests.
+    fn poll_answer(&mut self, idx: usize, status: u16, body: &[u8]) {
+        let keep_alive = self.conns[idx].keep_alive;
+        for (chan, pos) in self.conns[idx].subs.take() {
+            self.leave_channel(chan, pos);
+        }
+        self.conns[idx].deadline = 0;
+        let bytes = http::response(
+            status,
+            "application/json",
+            "Cache-Control: no-cache\r\n",
+            body,
+            keep_alive,
+        );
+        self.reply(idx, bytes, keep_alive);
+        self.resume_input(idx);
+    }
+
+    /// Long-poll timeout: 204, and the client polls again with the same last id.
+    pub(super) fn poll_timeout(&mut self, idx: usize) {
+        let keep_alive = self.conns[idx].keep_alive;
+        for (chan, pos) in self.conns[idx].subs.take() {
+            self.leave_channel(chan, pos);
+        }
+        let conn = if keep_alive { "keep-alive" } else { "close" };
+        let bytes = format!(
+            "HTTP/1.1 204 No Content\r\nConnection: {conn}\r\nCache-Control: no-cache\r\n\r\n"
+        )
+        .into_bytes();
+        self.reply(idx, bytes, keep_alive);
+        self.resume_input(idx);
+    }
+
+    pub(super) fn on_published(&mut self, token: u64, channel: &str, id: u64) {
+        let Some((idx, conn)) = self.conn_mut(token) else {
+            return;
+        };
+        if conn.kind != Kind::Publishing {
+            return;
+        }
+        let keep_alive = conn.keep_alive;
+        let body = serde_json::json!({"channel": channel, "id": id}).to_string();
+        self.reply(
+            idx,
+            http::response(200, "application/json", "", body.as_bytes(), keep_alive),
+            keep_alive,
+        );
+        self.resume_input(idx);
+    }
+
+    pub(super) fn on_status(&mut self, token: u64, body: String, metrics: bool) {
+        let Some((idx, conn)) = self.conn_mut(token) else {
+            return;
+        };
+        if conn.kind != Kind::Status {
+            return;
+        }
+        let keep_alive = conn.keep_alive;
+        let ctype = if metrics {
+            "text/plain; version=0.0.4"
+        } else {
+            "application/json"
+        };
+        self.reply(
+            idx,
+            http::response(200, ctype, "", body.as_bytes(), keep_alive),
+            keep_alive,
+        );
+        self.resume_input(idx);
+    }
+
+    pub(super) fn send_heartbeats(&mut self) {
+        let beat: Rc<[u8]> = Rc::from(sse::HEARTBEAT);
+        let max = self.cfg.max_unsent;
+        let mut failed = Vec::new();
+        for (idx, conn) in self.conns.iter_mut() {
+            if conn.kind == Kind::Sse
+                && conn.out.is_none()
+                && conn.send_shared(&beat, max) != Sent::Done
+            {
+                failed.push(idx);
+            }
+        }
+        for idx in failed {
+            self.close(idx);
+        }
+    }
+
+    /// Shutdown: a goodbye each protocol understands, then close once it is written.
+    pub(super) fn end_stream(&mut self, idx: usize) {
+        let kind = self.conns[idx].kind;
+        match kind {
+            Kind::Sse => self.reply_and_close(idx, sse::SHUTDOWN.to_vec()),
+            Kind::TcpStream => self.reply_and_close(idx, line::BYE.to_vec()),
+            Kind::PollWaiting | Kind::PollJoining => {
+                self.conns[idx].keep_alive = false;
+                self.reply_and_close(idx, http::error(503, "server shutting down"));
+            }
+            Kind::Closing => {}
+            Kind::Publishing | Kind::Status => {} // answered when the master replies, then closed
+            _ => self.close(idx),
+        }
+    }
+
+    fn send_or_close(&mut self, idx: usize, bytes: Vec<u8>) {
+        let max = self.cfg.max_unsent;
+        if self.conns[idx].send_owned(bytes, max) != Sent::Done {
+            self.counters.refused.slow_consumer += 1;
+            self.close(idx);
+        }
+    }
+}

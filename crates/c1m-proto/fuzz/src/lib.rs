@@ -189,6 +189,12 @@ pub fn ws_handshake(data: &[u8]) -> Vec<Option<RejectReason>> {
         }
         let _ = handshake::is_upgrade(pairs.iter().copied());
     }
+    // The server's own head parser, as the event loop calls it.
+    if let Ok(req) = c1m_proto::http::parse_request(data) {
+        for policy in [&OriginPolicy::Any, &list] {
+            answers.push(check_answer(handshake::validate_request(&req, policy)));
+        }
+    }
     // Raw lines: names and values may hold anything httparse would reject.
     let pairs: Vec<(&str, &[u8])> = data
         .split(|&b| b == b'\n')

@@ -163,6 +163,20 @@ pub fn validate<'h>(
     check(method, path, version_minor, headers, origins).map_err(reject)
 }
 
+/// [`validate`] for a head parsed by [`crate::http::parse_request`] (the server's path).
+pub fn validate_request(
+    req: &crate::http::Request<'_>,
+    origins: &OriginPolicy,
+) -> Result<Accept, Reject> {
+    validate(
+        req.method,
+        req.path,
+        req.minor_version,
+        req.headers.iter().copied(),
+        origins,
+    )
+}
+
 fn check<'h>(
     method: &str,
     path: &str,

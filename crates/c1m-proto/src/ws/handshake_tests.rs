@@ -259,3 +259,14 @@ fn rfc6455_4_1_client_request_round_trips() {
         "AAAAAAAAAAAAAAAAAAAAAAAAAAA="
     ));
 }
+
+#[test]
+fn validate_request_takes_the_servers_parsed_head() {
+    let head = b"GET /sub/news?last_id=3 HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\n\
+                 Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+                 Sec-WebSocket-Version: 13\r\n\r\n";
+    let req = crate::http::parse_request(head).unwrap();
+    assert!(is_upgrade(req.headers.iter().copied()));
+    let a = validate_request(&req, &OriginPolicy::Any).unwrap();
+    assert_eq!(a.accept, "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=");
+}

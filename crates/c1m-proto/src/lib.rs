@@ -8,3 +8,4 @@ pub mod http;
 pub mod line;
 pub mod longpoll;
 pub mod sse;
+pub mod ws;

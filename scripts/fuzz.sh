@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Runs each c1m-proto fuzz target (crates/c1m-proto/fuzz) for a bounded time.
+#   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]     default: 60 s, every target
+# Works on the stable toolchain: cargo-fuzz needs -Z flags, which RUSTC_BOOTSTRAP=1 allows.
+# Any single allocation over 64 MiB counts as a crash (no input-driven unbounded allocation).
+# Findings land in crates/c1m-proto/fuzz/artifacts/TARGET/; replay one with
+#   RUSTC_BOOTSTRAP=1 cargo fuzz run TARGET fuzz/artifacts/TARGET/crash-…  (in crates/c1m-proto)
+# The same properties also run in plain `cargo test` (tests/ws_stress.rs, 200k inputs each).
+set -euo pipefail
+secs=${1:-60}
+shift || true
+cd "$(dirname "$0")/../crates/c1m-proto"
+export RUSTC_BOOTSTRAP=1
+
+command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
+if (($# == 0)); then
+  mapfile -t targets < <(cargo fuzz list)
+else
+  targets=("$@")
+fi
+
+status=0
+for t in "${targets[@]}"; do
+  mkdir -p "fuzz/corpus/$t"
+  mkdir -p fuzz/target
+  log="fuzz/target/fuzz-$t.log"
+  echo "== $t: ${secs}s (log: crates/c1m-proto/$log)"
+  # New inputs go to the first corpus dir (not committed); seeds/ holds checked-in examples.
+  if cargo fuzz run "$t" "fuzz/corpus/$t" "fuzz/seeds/$t" -- \
+      -max_total_time="$secs" -timeout=10 -rss_limit_mb=1024 -malloc_limit_mb=64 \
+      -max_len=8192 -print_final_stats=1 >"$log" 2>&1; then
+    grep -E '^Done [0-9]+ runs|stat::(number_of_executed_units|peak_rss_mb|new_units_added)' "$log" || true
+    echo "   $t: no crash"
+  else
+    status=1
+    tail -40 "$log"
+    echo "   $t: FINDING (see fuzz/artifacts/$t/)"
+  fi
+done
+exit $status

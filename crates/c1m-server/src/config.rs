@@ -67,6 +67,21 @@ pub struct Config {
     pub grace: Duration,
     /// listen() backlog (the kernel caps it at net.core.somaxconn).
     pub backlog: i32,
+    /// WebSocket Origin allow-list (comma-separated); none = any Origin.
+    pub ws_origins: Option<String>,
+    /// Largest WebSocket message a client may send (larger: close 1009).
+    pub ws_max_message: usize,
+    /// Server ping interval for WebSockets; none = off.
+    #[serde(with = "humantime_serde")]
+    pub ws_ping_interval: Option<Duration>,
+    /// A WebSocket that has not answered a ping within this time is closed.
+    #[serde(with = "humantime_serde")]
+    pub ws_pong_timeout: Duration,
+    /// Client data messages are published to the connection's channel.
+    pub ws_client_publish: bool,
+    /// Without client publish, client data messages close the connection (1003) instead of
+    /// being ignored.
+    pub ws_close_on_client_data: bool,
 }
 
 impl Default for Config {
@@ -87,6 +102,12 @@ impl Default for Config {
             max_unsent: 1024 * 1024,
             grace: Duration::from_secs(5),
             backlog: 65535,
+            ws_origins: None,
+            ws_max_message: 64 * 1024,
+            ws_ping_interval: None,
+            ws_pong_timeout: Duration::from_secs(10),
+            ws_client_publish: false,
+            ws_close_on_client_data: false,
         }
     }
 }
@@ -99,8 +120,10 @@ impl Default for Config {
   c1m serve --tcp-listen 0.0.0.0:9001 --sse-heartbeat 15s --history-size 1000
   C1M_PUBLISH_KEY=secret c1m serve            # publishing needs `Authorization: Bearer secret`
   c1m serve --config /etc/c1m/serve.toml      # TOML keys are the flag names with underscores
+  c1m serve --ws-ping-interval 30s --ws-pong-timeout 10s --ws-origins https://app.example
 
 Subscribe:  curl -N -H 'Accept: text/event-stream' http://127.0.0.1:8080/sub/news
+            new WebSocket('ws://127.0.0.1:8080/sub/news')   (?envelope=json for ids)
 Publish:    curl -d 'hello' http://127.0.0.1:8080/pub/news
 Protocol:   docs/PROTOCOL.md")]
 pub struct ServeArgs {
@@ -152,6 +175,24 @@ pub struct ServeArgs {
     /// listen() backlog [default: 65535, capped by net.core.somaxconn].
     #[arg(long, env = "C1M_BACKLOG")]
     pub backlog: Option<i32>,
+    /// WebSocket Origins allowed, comma-separated (others get 403) [default: any].
+    #[arg(long, env = "C1M_WS_ORIGINS")]
+    pub ws_origins: Option<String>,
+    /// Largest WebSocket message from a client in bytes; larger closes with 1009 [default: 65536].
+    #[arg(long, env = "C1M_WS_MAX_MESSAGE")]
+    pub ws_max_message: Option<usize>,
+    /// WebSocket ping interval, e.g. 30s [default: off].
+    #[arg(long, env = "C1M_WS_PING_INTERVAL", value_parser = humantime::parse_duration)]
+    pub ws_ping_interval: Option<Duration>,
+    /// Close a WebSocket whose pong is this late [default: 10s; must be below the ping interval].
+    #[arg(long, env = "C1M_WS_PONG_TIMEOUT", value_parser = humantime::parse_duration)]
+    pub ws_pong_timeout: Option<Duration>,
+    /// Publish WebSocket client messages to the connection's channel [default: ignored, counted].
+    #[arg(long, env = "C1M_WS_CLIENT_PUBLISH", num_args = 0..=1, default_missing_value = "true")]
+    pub ws_client_publish: Option<bool>,
+    /// Close (1003) a WebSocket that sends data when client publish is off [default: ignore].
+    #[arg(long, env = "C1M_WS_CLOSE_ON_CLIENT_DATA", num_args = 0..=1, default_missing_value = "true")]
+    pub ws_close_on_client_data: Option<bool>,
 }
 
 impl ServeArgs {
@@ -184,7 +225,13 @@ impl ServeArgs {
             head_timeout,
             max_unsent,
             grace,
-            backlog
+            backlog,
+            ws_origins,
+            ws_max_message,
+            ws_ping_interval,
+            ws_pong_timeout,
+            ws_client_publish,
+            ws_close_on_client_data
         );
         c.validate()?;
         Ok(c)
@@ -207,6 +254,16 @@ impl Config {
             .is_some_and(|d| d < Duration::from_millis(100))
         {
             bail!("--sse-heartbeat must be at least 100ms");
+        }
+        if let Some(every) = self.ws_ping_interval {
+            if every < Duration::from_millis(100) || self.ws_pong_timeout >= every {
+                bail!(
+                    "--ws-ping-interval must be at least 100ms and longer than --ws-pong-timeout"
+                );
+            }
+        }
+        if self.ws_max_message == 0 {
+            bail!("--ws-max-message must be at least 1");
         }
         if self.publish_key.as_deref() == Some("") {
             bail!("--publish-key must not be empty");

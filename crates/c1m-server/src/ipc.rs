@@ -18,6 +18,8 @@ pub struct WorkerStats {
     pub conns_other: u64,
     pub delivered: u64,
     pub dropped: u64,
+    /// WebSocket client data messages ignored (client publish off).
+    pub client_ignored: u64,
     pub refused: Refused,
 }
 
@@ -34,11 +36,17 @@ pub struct Refused {
     pub slow_consumer: u64,
     pub forbidden: u64,
     pub payload_too_large: u64,
+    /// WebSockets closed for a protocol error (1002, 1007, 1009).
+    pub ws_protocol: u64,
+    /// WebSockets closed because a ping went unanswered.
+    pub ws_pong_timeout: u64,
+    /// WebSockets closed (1003) for sending data with client publish off.
+    pub ws_client_data: u64,
 }
 
 impl Refused {
     /// (status key, value) pairs in a fixed order: the one list `/status` and `/metrics` use.
-    pub fn fields(&self) -> [(&'static str, u64); 10] {
+    pub fn fields(&self) -> [(&'static str, u64); 13] {
         [
             ("max_conns", self.max_conns),
             ("fd_limit", self.fd_limit),
@@ -50,11 +58,14 @@ impl Refused {
             ("slow_consumer", self.slow_consumer),
             ("forbidden", self.forbidden),
             ("payload_too_large", self.payload_too_large),
+            ("ws_protocol", self.ws_protocol),
+            ("ws_pong_timeout", self.ws_pong_timeout),
+            ("ws_client_data", self.ws_client_data),
         ]
     }
 
-    fn from_values(v: [u64; 10]) -> Refused {
-        let [max_conns, fd_limit, head_too_large, head_timeout, bad_request, not_found, method, slow_consumer, forbidden, payload_too_large] =
+    fn from_values(v: [u64; 13]) -> Refused {
+        let [max_conns, fd_limit, head_too_large, head_timeout, bad_request, not_found, method, slow_consumer, forbidden, payload_too_large, ws_protocol, ws_pong_timeout, ws_client_data] =
             v;
         Refused {
             max_conns,
@@ -67,6 +78,9 @@ impl Refused {
             slow_consumer,
             forbidden,
             payload_too_large,
+            ws_protocol,
+            ws_pong_timeout,
+            ws_client_data,
         }
     }
 
@@ -261,7 +275,8 @@ impl ToMaster {
                 w.u64(s.conns_tcp)
                     .u64(s.conns_other)
                     .u64(s.delivered)
-                    .u64(s.dropped);
+                    .u64(s.dropped)
+                    .u64(s.client_ignored);
                 for (_, v) in s.refused.fields() {
                     w.u64(v);
                 }
@@ -300,11 +315,11 @@ impl ToMaster {
             },
             4 => {
                 let pid = r.u64()? as u32;
-                let mut v = [0u64; 7];
+                let mut v = [0u64; 8];
                 for slot in &mut v {
                     *slot = r.u64()?;
                 }
-                let mut refused = [0u64; 10];
+                let mut refused = [0u64; 13];
                 for slot in &mut refused {
                     *slot = r.u64()?;
                 }
@@ -317,6 +332,7 @@ impl ToMaster {
                     conns_other: v[4],
                     delivered: v[5],
                     dropped: v[6],
+                    client_ignored: v[7],
                     refused: Refused::from_values(refused),
                 })
             }

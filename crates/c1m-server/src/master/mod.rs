@@ -375,7 +375,7 @@ mod tests {
         assert!(p.per_worker * p.workers as u64 >= 1_000_000);
         assert!(p.per_worker <= 20_000 - reserved_fds(20_000));
         assert_eq!(reserved_fds(20_000), 64);
-        assert_eq!(plan(Workers::Count(1), 100, 48, 2).per_worker, 45);
+        assert_eq!(plan(Workers::Count(1), 100, 48, 2).per_worker, 44);
         // Small targets still get one worker per CPU.
         assert_eq!(
             plan(Workers::Auto, 1000, 20_000, 2),

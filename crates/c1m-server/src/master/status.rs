@@ -22,6 +22,7 @@ pub struct Report {
     published: u64,
     delivered: u64,
     dropped: u64,
+    client_ignored: u64,
     refused: Refused,
     restarts: u64,
     channels: usize,
@@ -43,6 +44,7 @@ impl Report {
             published: m.published,
             delivered: 0,
             dropped: m.dropped,
+            client_ignored: 0,
             refused: Refused::default(),
             restarts: m.restarts,
             channels: m.hub.channel_count(),
@@ -59,6 +61,7 @@ impl Report {
             r.other += s.conns_other;
             r.delivered += s.delivered;
             r.dropped += s.dropped;
+            r.client_ignored += s.client_ignored;
             r.refused.add(&s.refused);
             if pid != 0 {
                 if let Ok(mem) = process_memory(pid) {
@@ -96,7 +99,10 @@ impl Report {
                 "rss_bytes": self.memory.rss_bytes, "pss_bytes": self.memory.pss_bytes,
                 "processes": self.processes,
             },
-            "messages": { "published": self.published, "delivered": self.delivered, "dropped": self.dropped },
+            "messages": {
+                "published": self.published, "delivered": self.delivered, "dropped": self.dropped,
+                "client_ignored": self.client_ignored,
+            },
             "refused": refused,
             "worker_restarts": self.restarts,
             "channels": self.channels,

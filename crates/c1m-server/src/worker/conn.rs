@@ -23,10 +23,13 @@ pub enum Kind {
     SseJoining,
     PollJoining,
     TcpJoining,
+    /// WebSocket: the 101 is sent; frames start once the join answer arrives.
+    WsJoining,
     /// Live streams.
     Sse,
     PollWaiting,
     TcpStream,
+    Ws,
     /// Response written or error sent: close once `out` drains.
     Closing,
 }
@@ -38,6 +41,7 @@ impl Kind {
             Kind::SseJoining | Kind::Sse => Protocol::Sse,
             Kind::PollJoining | Kind::PollWaiting => Protocol::LongPoll,
             Kind::TcpJoining | Kind::TcpStream | Kind::TcpCommand => Protocol::Tcp,
+            Kind::WsJoining | Kind::Ws => Protocol::WebSocket,
             _ => Protocol::Other,
         }
     }
@@ -48,7 +52,6 @@ pub enum Protocol {
     Sse,
     LongPoll,
     Tcp,
-    #[allow(dead_code)] // WebSocket streams are the next issue (#3)
     WebSocket,
     Other,
 }
@@ -76,6 +79,15 @@ impl Subs {
                 v.push((chan, pos));
                 Subs::Many(v)
             }
+        }
+    }
+
+    /// The local channel indices this connection is subscribed to.
+    pub fn channel_indices(&self) -> Vec<u32> {
+        match self {
+            Subs::None => Vec::new(),
+            Subs::One(c, _) => vec![*c],
+            Subs::Many(v) => v.iter().map(|(c, _)| *c).collect(),
         }
     }
 
@@ -108,6 +120,18 @@ pub struct OutQueue {
     bytes: usize,
 }
 
+/// WebSocket state that exists only while a client is mid-message (idle sockets hold none).
+#[derive(Default)]
+pub struct WsMessage {
+    pub decoder: c1m_proto::ws::frame::Decoder,
+    /// The message so far, kept only when client publish is on.
+    pub data: Vec<u8>,
+}
+
+/// `Conn::ws_flags` bits.
+pub const WS_ENVELOPE: u8 = 1;
+pub const WS_AWAITING_PONG: u8 = 2;
+
 /// Outcome of a send.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Sent {
@@ -123,6 +147,7 @@ pub struct Conn {
     pub generation: u32,
     pub kind: Kind,
     pub keep_alive: bool,
+    pub ws_flags: u8,
     /// Timer-wheel tick at which this connection's current wait ends (0 = none).
     pub deadline: u32,
     pub subs: Subs,
@@ -130,6 +155,7 @@ pub struct Conn {
     #[allow(clippy::box_collection)]
     pub inbuf: Option<Box<Vec<u8>>>,
     pub out: Option<Box<OutQueue>>,
+    pub ws: Option<Box<WsMessage>>,
 }
 
 impl Conn {
@@ -139,10 +165,12 @@ impl Conn {
             generation,
             kind,
             keep_alive: true,
+            ws_flags: 0,
             deadline: 0,
             subs: Subs::None,
             inbuf: None,
             out: None,
+            ws: None,
         }
     }
 

@@ -1,7 +1,7 @@
 //! A published message as a worker holds it: encoded once per wire format on first use, then
 //! shared by reference with every subscriber's queue.
 
-use c1m_proto::{line, sse};
+use c1m_proto::{line, sse, ws};
 use std::cell::OnceCell;
 use std::rc::Rc;
 
@@ -12,6 +12,8 @@ pub struct Message {
     sse_single: OnceCell<Rc<[u8]>>,
     sse_multi: OnceCell<Rc<[u8]>>,
     tcp: OnceCell<Rc<[u8]>>,
+    ws_plain: OnceCell<Rc<[u8]>>,
+    ws_envelope: OnceCell<Rc<[u8]>>,
 }
 
 impl Message {
@@ -23,6 +25,8 @@ impl Message {
             sse_single: OnceCell::new(),
             sse_multi: OnceCell::new(),
             tcp: OnceCell::new(),
+            ws_plain: OnceCell::new(),
+            ws_envelope: OnceCell::new(),
         }
     }
 
@@ -35,6 +39,19 @@ impl Message {
         } else {
             self.sse_single
                 .get_or_init(|| sse::encode_message(None, self.id, &self.payload).into())
+        }
+    }
+
+    /// The WebSocket frame: the payload itself (text, or binary when not UTF-8), or the JSON
+    /// envelope `{"channel","id","data"}`.
+    pub fn ws(&self, envelope: bool) -> &Rc<[u8]> {
+        if envelope {
+            self.ws_envelope.get_or_init(|| {
+                ws::encode::envelope_frame(&self.channel, self.id, &self.payload).into()
+            })
+        } else {
+            self.ws_plain
+                .get_or_init(|| ws::encode::message_frame(&self.payload).into())
         }
     }
 

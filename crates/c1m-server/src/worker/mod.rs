@@ -12,6 +12,7 @@ mod message;
 mod requests;
 mod streams;
 mod timers;
+mod websocket;
 
 use crate::config::Config;
 use crate::ipc::{Refused, ToMaster, ToWorker, WorkerStats};
@@ -49,6 +50,7 @@ pub const ENV_MAX_CONNS: &str = "C1M_WORKER_MAX_CONNS";
 struct Counters {
     delivered: u64,
     dropped: u64,
+    client_ignored: u64,
     refused: Refused,
 }
 
@@ -68,6 +70,7 @@ pub struct Worker {
     scratch: Vec<u8>,
     accept_paused_until: Option<Instant>,
     shutdown_deadline: Option<Instant>,
+    ws_policy: c1m_proto::ws::handshake::OriginPolicy,
 }
 
 /// Entry point of `c1m __serve-worker`.
@@ -117,7 +120,13 @@ impl Worker {
             MASTER_LINK,
             Interest::READABLE | Interest::WRITABLE,
         )?;
+        let ws_policy = match &cfg.ws_origins {
+            // Non-browser clients send no Origin; the allow-list guards browsers, which always do.
+            Some(list) => c1m_proto::ws::handshake::OriginPolicy::from_list(list, true),
+            None => c1m_proto::ws::handshake::OriginPolicy::Any,
+        };
         Ok(Worker {
+            ws_policy,
             cfg,
             poll,
             http_listener: Some(http),
@@ -145,6 +154,8 @@ impl Worker {
         let mut next_tick = Instant::now() + tick;
         let mut next_stats = Instant::now();
         let mut next_heartbeat = self.cfg.sse_heartbeat.map(|d| Instant::now() + d);
+        let mut next_ping = self.cfg.ws_ping_interval.map(|d| Instant::now() + d);
+        let mut pong_deadline: Option<Instant> = None;
         loop {
             let now = Instant::now();
             let timeout = next_tick.saturating_duration_since(now);
@@ -156,11 +167,18 @@ impl Worker {
             for event in events.iter() {
                 match event.token() {
                     HTTP_LISTENER | TCP_LISTENER => self.accept_all(event.token()),
-                    MASTER_LINK => {
-                        if !self.on_master_event(event.is_writable())? {
-                            return Ok(()); // the master is gone: so are we
+                    MASTER_LINK => match self.on_master_event(event.is_writable()) {
+                        Ok(true) => {}
+                        // The master is gone (it also kills us via PR_SET_PDEATHSIG): so are we.
+                        Ok(false) => return Ok(()),
+                        Err(e) => {
+                            eprintln!(
+                                "c1m worker {}: master link lost ({e:#}); exiting",
+                                std::process::id()
+                            );
+                            return Ok(());
                         }
-                    }
+                    },
                     SIGNALS => {
                         if signals.pending().next().is_some() {
                             self.begin_shutdown();
@@ -188,6 +206,17 @@ impl Worker {
                     self.send_heartbeats();
                     next_heartbeat = Some(now + every);
                 }
+            }
+            if let (Some(at), Some(every)) = (next_ping, self.cfg.ws_ping_interval) {
+                if at <= now {
+                    self.ws_ping_all();
+                    next_ping = Some(now + every);
+                    pong_deadline = Some(now + self.cfg.ws_pong_timeout);
+                }
+            }
+            if pong_deadline.is_some_and(|at| at <= now) {
+                pong_deadline = None;
+                self.ws_close_unanswered();
             }
             if next_stats <= now {
                 self.push_stats()?;
@@ -312,6 +341,7 @@ impl Worker {
             kind,
             Kind::Sse | Kind::SseJoining | Kind::TcpStream | Kind::TcpJoining | Kind::Closing
         );
+        let is_websocket = kind == Kind::Ws;
         if let Some(pending) = self.conns[idx].inbuf.take() {
             buf.extend_from_slice(&pending);
         }
@@ -340,7 +370,11 @@ impl Worker {
             }
         }
         if keeps_input && !buf.is_empty() {
-            let consumed = self.process_input(idx, &buf);
+            let consumed = if is_websocket {
+                self.ws_input(idx, &mut buf)
+            } else {
+                self.process_input(idx, &buf)
+            };
             if let Some(conn) = self.conns.get_mut(idx) {
                 if consumed < buf.len() && conn.kind != Kind::Closing {
                     conn.inbuf = Some(Box::new(buf[consumed..].to_vec()));
@@ -482,6 +516,7 @@ impl Worker {
         }
         s.delivered = self.counters.delivered;
         s.dropped = self.counters.dropped;
+        s.client_ignored = self.counters.client_ignored;
         s.refused = self.counters.refused;
         self.send_to_master(ToMaster::Stats(s));
         Ok(())

@@ -19,6 +19,7 @@ pub enum Transport {
     Sse,
     LongPoll,
     Tcp,
+    Ws,
 }
 
 impl Worker {
@@ -202,9 +203,8 @@ impl Worker {
                 }
             },
         };
-        if req.header_has_token("Upgrade", "websocket") {
-            self.counters.refused.bad_request += 1;
-            return self.reply_and_close(idx, http::error(501, "WebSocket is not implemented yet"));
+        if req.header("Upgrade").is_some() {
+            return self.ws_upgrade(idx, req, &channels, last_id);
         }
         let sse = req
             .header_str("Accept")

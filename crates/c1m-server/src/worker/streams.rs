@@ -2,7 +2,7 @@
 //! needed), fan-out of published messages to live subscribers, long-poll answers, heartbeats,
 //! and ending streams cleanly at shutdown.
 
-use super::conn::{Kind, Sent};
+use super::conn::{Kind, Sent, WS_ENVELOPE};
 use super::message::Message;
 use super::requests::Transport;
 use super::Worker;
@@ -49,6 +49,7 @@ impl Worker {
                     conn.kind = Kind::PollWaiting;
                     self.arm_timer(idx, self.cfg.poll_timeout);
                 }
+                Transport::Ws => conn.kind = Kind::Ws,
             }
             return;
         }
@@ -56,6 +57,7 @@ impl Worker {
             Transport::Sse => Kind::SseJoining,
             Transport::Tcp => Kind::TcpJoining,
             Transport::LongPoll => Kind::PollJoining,
+            Transport::Ws => Kind::WsJoining,
         };
         let token = super::token_of(idx, conn.generation);
         let channels = channels.iter().map(|c| c.to_string()).collect();
@@ -124,6 +126,22 @@ impl Worker {
                 conn.kind = Kind::TcpStream;
                 self.send_or_close(idx, out);
             }
+            Kind::WsJoining => {
+                conn.kind = Kind::Ws;
+                let frames = self.ws_replay_frames(idx, &replay);
+                if !frames.is_empty() {
+                    self.send_or_close(idx, frames);
+                }
+                // Frames the client sent while the join was pending.
+                if let Some(mut pending) = self.conns.get_mut(idx).and_then(|c| c.inbuf.take()) {
+                    let used = self.ws_input(idx, &mut pending);
+                    if let Some(conn) = self.conns.get_mut(idx) {
+                        if used < pending.len() && conn.kind != Kind::Closing {
+                            conn.inbuf = Some(Box::new(pending[used..].to_vec()));
+                        }
+                    }
+                }
+            }
             Kind::PollJoining => {
                 if replay.is_empty() {
                     conn.kind = Kind::PollWaiting;
@@ -181,6 +199,7 @@ impl Worker {
             let sent = match conn.kind {
                 Kind::Sse => conn.send_shared(msg.sse(conn.subs.is_multi()), max),
                 Kind::TcpStream => conn.send_shared(msg.tcp(), max),
+                Kind::Ws => conn.send_shared(msg.ws(conn.ws_flags & WS_ENVELOPE != 0), max),
                 Kind::PollWaiting => {
                     let m = PollMessage {
                         channel: &msg.channel,
@@ -303,6 +322,11 @@ impl Worker {
         match kind {
             Kind::Sse => self.reply_and_close(idx, sse::SHUTDOWN.to_vec()),
             Kind::TcpStream => self.reply_and_close(idx, line::BYE.to_vec()),
+            Kind::Ws | Kind::WsJoining => self.ws_close(
+                idx,
+                c1m_proto::ws::close::GOING_AWAY,
+                "server shutting down",
+            ),
             Kind::PollWaiting | Kind::PollJoining => {
                 self.conns[idx].keep_alive = false;
                 self.reply_and_close(idx, http::error(503, "server shutting down"));
@@ -313,7 +337,7 @@ impl Worker {
         }
     }
 
-    fn send_or_close(&mut self, idx: usize, bytes: Vec<u8>) {
+    pub(super) fn send_or_close(&mut self, idx: usize, bytes: Vec<u8>) {
         let max = self.cfg.max_unsent;
         if self.conns[idx].send_owned(bytes, max) != Sent::Done {
             self.counters.refused.slow_consumer += 1;

@@ -1,0 +1,226 @@
+//! WebSocket subscribers (RFC 6455, server side): the upgrade, client frames (ping → pong,
+//! close handshake, protocol errors closed with their code, client data ignored, refused or
+//! published), keepalive pings with a pong deadline, and the frames replayed on resume.
+//! Frame parsing and encoding live in `c1m_proto::ws`; this file only wires them to sockets.
+
+use super::conn::{Kind, WsMessage, WS_AWAITING_PONG, WS_ENVELOPE};
+use super::requests::Transport;
+use super::Worker;
+use crate::ipc::{Replay, ToMaster};
+use c1m_proto::http::Request;
+use c1m_proto::ws::frame::{DataKind, Event, Limits, Masking};
+use c1m_proto::ws::{close, encode, handshake};
+
+/// A gap notice as a WebSocket text frame (docs/PROTOCOL.md).
+fn gap_frame(channel: &str, after: u64, through: u64) -> Vec<u8> {
+    let json =
+        serde_json::json!({"type": "gap", "channel": channel, "after": after, "through": through});
+    encode::data_frame(DataKind::Text, json.to_string().as_bytes())
+}
+
+impl Worker {
+    /// Validates the upgrade (400/403/426 with a reason otherwise), answers 101 and subscribes.
+    /// Resume (`last_id`) and several channels imply the JSON envelope, which carries the ids.
+    pub(super) fn ws_upgrade(
+        &mut self,
+        idx: usize,
+        req: &Request<'_>,
+        channels: &[&str],
+        last_id: Option<u64>,
+    ) {
+        let accept = match handshake::validate_request(req, &self.ws_policy) {
+            Ok(accept) => accept,
+            Err(reject) => {
+                if reject.status == 403 {
+                    self.counters.refused.forbidden += 1;
+                } else {
+                    self.counters.refused.bad_request += 1;
+                }
+                return self.reply_and_close(idx, reject.response);
+            }
+        };
+        let envelope =
+            channels.len() > 1 || last_id.is_some() || req.query_param("envelope") == Some("json");
+        self.conns[idx].ws_flags = if envelope { WS_ENVELOPE } else { 0 };
+        self.send_or_close(idx, accept.response);
+        if self.conns.contains(idx) {
+            self.subscribe(idx, channels, last_id, Transport::Ws);
+        }
+    }
+
+    /// The frames a resuming WebSocket is owed.
+    pub(super) fn ws_replay_frames(&self, idx: usize, replay: &[Replay]) -> Vec<u8> {
+        let envelope = self.conns[idx].ws_flags & WS_ENVELOPE != 0;
+        let mut out = Vec::new();
+        for item in replay {
+            match item {
+                Replay::Gap {
+                    channel,
+                    after,
+                    through,
+                } => out.extend(gap_frame(channel, *after, *through)),
+                Replay::Message {
+                    channel,
+                    id,
+                    payload,
+                } if envelope => out.extend(encode::envelope_frame(channel, *id, payload)),
+                Replay::Message { payload, .. } => out.extend(encode::message_frame(payload)),
+            }
+        }
+        out
+    }
+
+    /// Decodes client frames in `buf` (unmasked in place); returns the bytes used. The rest is
+    /// an incomplete header or control frame (≤ 131 bytes) the caller keeps.
+    pub(super) fn ws_input(&mut self, idx: usize, buf: &mut [u8]) -> usize {
+        let limits = Limits {
+            max_message: self.cfg.ws_max_message as u64,
+            masking: Masking::Required,
+        };
+        let mut state = self.conns[idx].ws.take().unwrap_or_default();
+        let mut pos = 0;
+        loop {
+            let decoded = match state.decoder.decode(&mut buf[pos..], &limits) {
+                Ok(d) => d,
+                Err(e) => {
+                    self.counters.refused.ws_protocol += 1;
+                    self.ws_close(idx, e.close_code(), e.reason());
+                    return buf.len();
+                }
+            };
+            let frame = &buf[pos..];
+            match decoded.event {
+                Some(Event::Ping(r)) => {
+                    let pong = encode::pong(&frame[r]);
+                    self.send_or_close(idx, pong.as_bytes().to_vec());
+                }
+                Some(Event::Pong(_)) => {
+                    if let Some(c) = self.conns.get_mut(idx) {
+                        c.ws_flags &= !WS_AWAITING_PONG;
+                    }
+                }
+                Some(Event::Close { code, .. }) => {
+                    // Echo the code and close once it is written (RFC 6455 5.5.1).
+                    let reply = encode::close_reply(code);
+                    self.reply_and_close(idx, reply.as_bytes().to_vec());
+                    return buf.len();
+                }
+                Some(Event::Data { payload, fin, .. }) => {
+                    self.ws_client_data(idx, &mut state, &frame[payload], fin)
+                }
+                None => {}
+            }
+            if !self.conns.contains(idx) {
+                return buf.len();
+            }
+            if decoded.consumed == 0 {
+                break;
+            }
+            pos += decoded.consumed;
+        }
+        if !state.decoder.is_idle() || !state.data.is_empty() {
+            self.conns[idx].ws = Some(state);
+        }
+        pos
+    }
+
+    /// A piece of a client data message: ignored (counted), refused with 1003, or published.
+    fn ws_client_data(&mut self, idx: usize, state: &mut WsMessage, piece: &[u8], fin: bool) {
+        if !self.cfg.ws_client_publish {
+            if self.cfg.ws_close_on_client_data {
+                self.counters.refused.ws_client_data += 1;
+                self.ws_close(
+                    idx,
+                    close::UNSUPPORTED_DATA,
+                    "client messages are not accepted",
+                );
+                return;
+            }
+            if fin {
+                self.counters.client_ignored += 1;
+            }
+            return;
+        }
+        state.data.extend_from_slice(piece);
+        if !fin {
+            return;
+        }
+        let data = std::mem::take(&mut state.data);
+        let channels: Vec<String> = self.conns[idx]
+            .subs
+            .channel_indices()
+            .into_iter()
+            .filter_map(|c| self.channels.get(c).map(|ch| ch.name.to_string()))
+            .collect();
+        // One channel: the message is the payload. Several: {"channel": …, "data": …}.
+        let target = if channels.len() == 1 {
+            Some((channels[0].clone(), data))
+        } else {
+            serde_json::from_slice::<serde_json::Value>(&data)
+                .ok()
+                .and_then(|v| {
+                    let channel = v["channel"]
+                        .as_str()
+                        .filter(|c| channels.iter().any(|s| s == c))?
+                        .to_string();
+                    let payload = v["data"].as_str()?.as_bytes().to_vec();
+                    Some((channel, payload))
+                })
+        };
+        match target {
+            Some((channel, payload)) if payload.len() <= self.cfg.max_payload => {
+                self.send_to_master(ToMaster::Publish {
+                    req: 0,
+                    channel,
+                    payload,
+                });
+            }
+            _ => {
+                self.counters.refused.bad_request += 1;
+                self.ws_close(
+                    idx,
+                    close::POLICY_VIOLATION,
+                    "publish needs {\"channel\",\"data\"} naming a subscribed channel",
+                );
+            }
+        }
+    }
+
+    /// Sends a close frame and closes the TCP connection once it is written.
+    pub(super) fn ws_close(&mut self, idx: usize, code: u16, reason: &str) {
+        let frame = encode::close(Some(code), reason);
+        self.reply_and_close(idx, frame.as_bytes().to_vec());
+    }
+
+    /// Pings every live WebSocket; each must answer before the pong deadline.
+    pub(super) fn ws_ping_all(&mut self) {
+        let ping = std::rc::Rc::<[u8]>::from(encode::ping(b"c1m").as_bytes());
+        let max = self.cfg.max_unsent;
+        let mut failed = Vec::new();
+        for (idx, conn) in self.conns.iter_mut() {
+            if conn.kind == Kind::Ws {
+                conn.ws_flags |= WS_AWAITING_PONG;
+                if conn.send_shared(&ping, max) != super::conn::Sent::Done {
+                    failed.push(idx);
+                }
+            }
+        }
+        for idx in failed {
+            self.close(idx);
+        }
+    }
+
+    /// Closes the WebSockets that did not answer the last ping in time.
+    pub(super) fn ws_close_unanswered(&mut self) {
+        let dead: Vec<usize> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.kind == Kind::Ws && c.ws_flags & WS_AWAITING_PONG != 0)
+            .map(|(i, _)| i)
+            .collect();
+        for idx in dead {
+            self.counters.refused.ws_pong_timeout += 1;
+            self.ws_close(idx, close::GOING_AWAY, "ping not answered");
+        }
+    }
+}

@@ -68,7 +68,7 @@ fn sigterm_ends_streams_cleanly_within_the_grace_period() {
         .collect();
     let mut tcp = std::net::TcpStream::connect(server.tcp.unwrap()).unwrap();
     std::io::Write::write_all(&mut tcp, b"SUB bye\n").unwrap();
-    server.wait_status(|s| s["connections"]["total"] == 7);
+    server.wait_status(|s| s["connections"]["sse"] == 6 && s["connections"]["tcp"] == 1);
     let started = Instant::now();
     server.signal(libc::SIGTERM);
     for sub in &mut subs {

@@ -320,7 +320,8 @@ fn raw_tcp_line_protocol_carries_newlines_and_resumes() {
 fn status_metrics_and_healthz_agree() {
     let server = Server::start(&["--workers", "2"]);
     let _sub = Sse::connect(server.http, "/sub/m", "");
-    let s = server.wait_status(|s| s["connections"]["total"] == 1);
+    // Wait on the SSE count: `total` also counts the client's own kept-alive status connection.
+    let s = server.wait_status(|s| s["connections"]["sse"] == 1);
     assert_eq!(s["workers"].as_array().unwrap().len(), 2);
     assert!(s["memory"]["rss_bytes"].as_u64().unwrap() > 0);
     assert_eq!(s["memory"]["processes"], 3);

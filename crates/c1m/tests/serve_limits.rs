@@ -91,16 +91,6 @@ fn bad_requests_get_their_status_and_are_counted_while_a_subscriber_carries_on()
 }
 
 #[test]
-fn websocket_upgrade_is_a_clean_501_until_it_lands() {
-    let server = Server::start(&["--workers", "1"]);
-    let answer = raw_exchange(
-        server.http,
-        b"GET /sub/a HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
-    );
-    assert_eq!(status_code(&answer), 501, "{answer}");
-}
-
-#[test]
 fn slowloris_head_is_closed_after_the_head_timeout_and_counted() {
     let server = Server::start(&["--workers", "1", "--head-timeout", "500ms"]);
     let mut slow = TcpStream::connect(server.http).unwrap();

@@ -136,9 +136,18 @@ impl Worker {
             return self.publish_request(idx, &req, channel, data);
         }
         match route {
-            "/status" | "/metrics" | "/healthz" if req.method != "GET" => {
+            "/status" | "/metrics" | "/healthz" | "" | "/demo" if req.method != "GET" => {
                 self.refuse_method(idx, "GET");
                 Some(data.len())
+            }
+            "" | "/demo" => {
+                let page = include_bytes!("../demo.html");
+                self.reply(
+                    idx,
+                    http::response(200, "text/html; charset=utf-8", "", page, keep_alive),
+                    keep_alive,
+                );
+                Some(used)
             }
             "/healthz" => {
                 self.reply(

@@ -1,9 +1,13 @@
 //! A published message as a worker holds it: encoded once per wire format on first use, then
 //! shared by reference with every subscriber's queue.
 
-use c1m_proto::{line, sse, ws};
+use c1m_proto::longpoll::{self, PollMessage};
+use c1m_proto::{http, line, sse, ws};
 use std::cell::OnceCell;
 use std::rc::Rc;
+
+/// Extra headers on every long-poll answer.
+pub const POLL_HEADERS: &str = "Cache-Control: no-cache\r\n";
 
 pub struct Message {
     pub channel: Rc<str>,
@@ -14,6 +18,7 @@ pub struct Message {
     tcp: OnceCell<Rc<[u8]>>,
     ws_plain: OnceCell<Rc<[u8]>>,
     ws_envelope: OnceCell<Rc<[u8]>>,
+    poll_answer: OnceCell<Rc<[u8]>>,
 }
 
 impl Message {
@@ -27,6 +32,7 @@ impl Message {
             tcp: OnceCell::new(),
             ws_plain: OnceCell::new(),
             ws_envelope: OnceCell::new(),
+            poll_answer: OnceCell::new(),
         }
     }
 
@@ -53,6 +59,20 @@ impl Message {
             self.ws_plain
                 .get_or_init(|| ws::encode::message_frame(&self.payload).into())
         }
+    }
+
+    /// The whole keep-alive long-poll answer carrying just this message (what every waiting
+    /// poller gets when it arrives live).
+    pub fn poll_answer(&self) -> &Rc<[u8]> {
+        self.poll_answer.get_or_init(|| {
+            let m = PollMessage {
+                channel: &self.channel,
+                id: self.id,
+                payload: &self.payload,
+            };
+            let body = longpoll::encode_body(&[m], &[], self.id);
+            http::response(200, "application/json", POLL_HEADERS, &body, true).into()
+        })
     }
 
     pub fn tcp(&self) -> &Rc<[u8]> {

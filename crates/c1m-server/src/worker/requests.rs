@@ -294,8 +294,7 @@ impl Worker {
         let loopback = self.conns[idx]
             .stream
             .peer_addr()
-            .map(|a| a.ip().is_loopback())
-            .unwrap_or(false);
+            .is_ok_and(|a| is_loopback(a.ip()));
         if !loopback {
             self.refuse(
                 idx,
@@ -335,7 +334,35 @@ impl Worker {
     }
 }
 
+/// Loopback, including IPv4 loopback seen through a dual-stack `[::]` listener as
+/// `::ffff:127.0.0.1`.
+fn is_loopback(ip: std::net::IpAddr) -> bool {
+    ip.to_canonical().is_loopback()
+}
+
 /// Compares secrets without an early exit, so timing does not reveal a matching prefix.
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_publishers_on_any_listener() {
+        for ip in ["127.0.0.1", "127.9.9.9", "::1", "::ffff:127.0.0.1"] {
+            assert!(is_loopback(ip.parse().unwrap()), "{ip}");
+        }
+        for ip in ["10.0.0.1", "::ffff:10.0.0.1", "2001:db8::1"] {
+            assert!(!is_loopback(ip.parse().unwrap()), "{ip}");
+        }
+    }
+
+    #[test]
+    fn secrets_compare_whole() {
+        assert!(constant_time_eq(b"key", b"key"));
+        assert!(!constant_time_eq(b"key", b"kez"));
+        assert!(!constant_time_eq(b"key", b"key2"));
+    }
 }

@@ -3,7 +3,7 @@
 //! and ending streams cleanly at shutdown.
 
 use super::conn::{Kind, Sent, WS_ENVELOPE};
-use super::message::Message;
+use super::message::{Message, POLL_HEADERS};
 use super::requests::Transport;
 use super::Worker;
 use crate::ipc::{Replay, ToMaster};
@@ -201,14 +201,19 @@ impl Worker {
                 Kind::TcpStream => conn.send_shared(msg.tcp(), max),
                 Kind::Ws => conn.send_shared(msg.ws(conn.ws_flags & WS_ENVELOPE != 0), max),
                 Kind::PollWaiting => {
-                    let m = PollMessage {
-                        channel: &msg.channel,
-                        id,
-                        payload: &msg.payload,
-                    };
-                    let body = longpoll::encode_body(&[m], &[], id);
                     self.counters.delivered += 1;
-                    self.poll_answer(idx, 200, &body);
+                    if conn.keep_alive {
+                        let answer = msg.poll_answer().clone();
+                        self.reply_shared(idx, &answer);
+                    } else {
+                        let m = PollMessage {
+                            channel: &msg.channel,
+                            id,
+                            payload: &msg.payload,
+                        };
+                        let body = longpoll::encode_body(&[m], &[], id);
+                        self.poll_answer(idx, 200, &body);
+                    }
                     continue;
                 }
                 _ => continue, // joining: its replay is on the way and covers this message
@@ -231,27 +236,36 @@ impl Worker {
     /// Answers a long-poll and leaves its channels; the connection goes back to reading requests.
     fn poll_answer(&mut self, idx: usize, status: u16, body: &[u8]) {
         let keep_alive = self.conns[idx].keep_alive;
+        self.poll_leave(idx);
+        let bytes = http::response(status, "application/json", POLL_HEADERS, body, keep_alive);
+        self.reply(idx, bytes, keep_alive);
+        self.resume_input(idx);
+    }
+
+    /// A waiting keep-alive long-poll gets the message's shared, encoded-once answer.
+    fn reply_shared(&mut self, idx: usize, answer: &Rc<[u8]>) {
+        self.poll_leave(idx);
+        let max = self.cfg.max_unsent;
+        let conn = &mut self.conns[idx];
+        conn.kind = Kind::Http;
+        if conn.send_shared(answer, max) != Sent::Done {
+            return self.close(idx);
+        }
+        self.arm_head_timer(idx);
+        self.resume_input(idx);
+    }
+
+    fn poll_leave(&mut self, idx: usize) {
         for (chan, pos) in self.conns[idx].subs.take() {
             self.leave_channel(chan, pos);
         }
         self.conns[idx].deadline = 0;
-        let bytes = http::response(
-            status,
-            "application/json",
-            "Cache-Control: no-cache\r\n",
-            body,
-            keep_alive,
-        );
-        self.reply(idx, bytes, keep_alive);
-        self.resume_input(idx);
     }
 
     /// Long-poll timeout: 204, and the client polls again with the same last id.
     pub(super) fn poll_timeout(&mut self, idx: usize) {
         let keep_alive = self.conns[idx].keep_alive;
-        for (chan, pos) in self.conns[idx].subs.take() {
-            self.leave_channel(chan, pos);
-        }
+        self.poll_leave(idx);
         let conn = if keep_alive { "keep-alive" } else { "close" };
         let bytes = format!(
             "HTTP/1.1 204 No Content\r\nConnection: {conn}\r\nCache-Control: no-cache\r\n\r\n"

@@ -94,7 +94,8 @@ fn bad_requests_get_their_status_and_are_counted_while_a_subscriber_carries_on()
 fn slowloris_head_is_closed_after_the_head_timeout_and_counted() {
     let server = Server::start(&["--workers", "1", "--head-timeout", "500ms"]);
     let mut slow = TcpStream::connect(server.http).unwrap();
-    slow.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    slow.set_read_timeout(Some(Duration::from_secs(15)))
+        .unwrap();
     let started = Instant::now();
     slow.write_all(b"GET /sub/a HTTP/1.1\r\nX-Slow: ").unwrap();
     let mut answer = String::new();
@@ -108,8 +109,9 @@ fn slowloris_head_is_closed_after_the_head_timeout_and_counted() {
     let _ = slow.read_to_string(&mut answer);
     let waited = started.elapsed();
     assert_eq!(status_code(&answer), 408, "{answer}");
+    // Not before the head timeout; the upper bound only catches "never" (a loaded CI box is slow).
     assert!(
-        waited >= Duration::from_millis(450) && waited < Duration::from_secs(3),
+        waited >= Duration::from_millis(450) && waited < Duration::from_secs(10),
         "closed after {waited:?}"
     );
     server.wait_status(|s| s["refused"]["head_timeout"] == 1);

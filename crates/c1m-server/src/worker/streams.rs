@@ -85,44 +85,22 @@ impl Worker {
         let multi = conn.subs.is_multi();
         match conn.kind {
             Kind::SseJoining => {
-                let mut out = sse::RESPONSE_HEAD.to_vec();
-                for item in &replay {
-                    match item {
-                        Replay::Gap {
-                            channel,
-                            after,
-                            through,
-                        } => out.extend(sse::encode_gap(channel, *after, *through)),
-                        Replay::Message {
-                            channel,
-                            id,
-                            payload,
-                        } => out.extend(sse::encode_message(
-                            multi.then_some(channel.as_str()),
-                            *id,
-                            payload,
-                        )),
-                    }
-                }
+                let out = encode_replay(
+                    sse::RESPONSE_HEAD.to_vec(),
+                    &replay,
+                    sse::encode_gap,
+                    |ch, id, p| sse::encode_message(multi.then_some(ch), id, p),
+                );
                 conn.kind = Kind::Sse;
                 self.send_or_close(idx, out);
             }
             Kind::TcpJoining => {
-                let mut out = line::encode_ok(current_id);
-                for item in &replay {
-                    match item {
-                        Replay::Gap {
-                            channel,
-                            after,
-                            through,
-                        } => out.extend(line::encode_gap(channel, *after, *through)),
-                        Replay::Message {
-                            channel,
-                            id,
-                            payload,
-                        } => out.extend(line::encode_msg(channel, *id, payload)),
-                    }
-                }
+                let out = encode_replay(
+                    line::encode_ok(current_id),
+                    &replay,
+                    line::encode_gap,
+                    line::encode_msg,
+                );
                 conn.kind = Kind::TcpStream;
                 self.send_or_close(idx, out);
             }
@@ -358,4 +336,28 @@ impl Worker {
             self.close(idx);
         }
     }
+}
+
+/// Appends a resume answer to `out` with one protocol's encoders for gaps and messages.
+pub(super) fn encode_replay(
+    mut out: Vec<u8>,
+    replay: &[Replay],
+    gap: impl Fn(&str, u64, u64) -> Vec<u8>,
+    message: impl Fn(&str, u64, &[u8]) -> Vec<u8>,
+) -> Vec<u8> {
+    for item in replay {
+        match item {
+            Replay::Gap {
+                channel,
+                after,
+                through,
+            } => out.extend(gap(channel, *after, *through)),
+            Replay::Message {
+                channel,
+                id,
+                payload,
+            } => out.extend(message(channel, *id, payload)),
+        }
+    }
+    out
 }

@@ -5,6 +5,7 @@
 
 use super::conn::{Kind, WsMessage, WS_AWAITING_PONG, WS_ENVELOPE};
 use super::requests::Transport;
+use super::streams::encode_replay;
 use super::Worker;
 use crate::ipc::{Replay, ToMaster};
 use c1m_proto::http::Request;
@@ -51,23 +52,13 @@ impl Worker {
     /// The frames a resuming WebSocket is owed.
     pub(super) fn ws_replay_frames(&self, idx: usize, replay: &[Replay]) -> Vec<u8> {
         let envelope = self.conns[idx].ws_flags & WS_ENVELOPE != 0;
-        let mut out = Vec::new();
-        for item in replay {
-            match item {
-                Replay::Gap {
-                    channel,
-                    after,
-                    through,
-                } => out.extend(gap_frame(channel, *after, *through)),
-                Replay::Message {
-                    channel,
-                    id,
-                    payload,
-                } if envelope => out.extend(encode::envelope_frame(channel, *id, payload)),
-                Replay::Message { payload, .. } => out.extend(encode::message_frame(payload)),
+        encode_replay(Vec::new(), replay, gap_frame, |channel, id, payload| {
+            if envelope {
+                encode::envelope_frame(channel, id, payload)
+            } else {
+                encode::message_frame(payload)
             }
-        }
-        out
+        })
     }
 
     /// Decodes client frames in `buf` (unmasked in place); returns the bytes used. The rest is

@@ -106,6 +106,22 @@ pub fn ratio_status(used: u64, limit: u64) -> Status {
     }
 }
 
+/// For a usage check against the limit `key` (now `current`): warns when the target needs more,
+/// and when anything is off gives the fix, the tune plan's value or else twice the current one.
+pub fn with_target(ctx: &Ctx, mut f: Finding, key: &str, current: u64) -> Finding {
+    let rec = crate::doctor::recommend::recommended(ctx, key);
+    if let Some(r) = rec.as_ref().map(|w| w.need1()).filter(|&r| r > current) {
+        f.status = f.status.max(Status::Warn);
+        f.summary
+            .push_str(&format!("; {r} recommended for the target"));
+    }
+    if f.status != Status::Pass {
+        let v = rec.map_or(0, |w| w.value1()).max(current.saturating_mul(2));
+        f = f.fix(format!("sysctl -w {key}={v}"));
+    }
+    f
+}
+
 /// A `skipped` finding for a missing input.
 pub fn skipped(check: &'static str, why: impl Into<String>) -> Finding {
     Finding::new(check, Status::Skipped, why)

@@ -1,7 +1,7 @@
 //! Network checks: listen backlogs against somaxconn, ephemeral ports per destination,
 //! conntrack fill and softnet (per-CPU input queue) drops.
 
-use super::{over, pct, ratio_status, skipped};
+use super::{over, pct, ratio_status, skipped, with_target};
 use crate::doctor::recommend::recommended;
 use crate::doctor::{Ctx, Finding, Status};
 
@@ -124,7 +124,7 @@ pub fn conntrack(ctx: &Ctx) -> Finding {
         return skipped(N, "nf_conntrack not loaded (no connection tracking)");
     };
     let st = ratio_status(count, max);
-    let mut f = Finding::new(
+    let f = Finding::new(
         N,
         st,
         format!(
@@ -132,17 +132,7 @@ pub fn conntrack(ctx: &Ctx) -> Finding {
             pct(count, max)
         ),
     );
-    let rec = recommended(ctx, "net.netfilter.nf_conntrack_max");
-    if let Some(r) = rec.as_ref().map(|w| w.need1()).filter(|&r| r > max) {
-        f.status = f.status.max(Status::Warn);
-        f.summary
-            .push_str(&format!("; {r} recommended for the target"));
-    }
-    if f.status != Status::Pass {
-        let v = rec.map_or(0, |w| w.value1()).max(max.saturating_mul(2));
-        f = f.fix(format!("sysctl -w net.netfilter.nf_conntrack_max={v}"));
-    }
-    f
+    with_target(ctx, f, "net.netfilter.nf_conntrack_max", max)
 }
 
 pub fn softnet(ctx: &Ctx) -> Finding {

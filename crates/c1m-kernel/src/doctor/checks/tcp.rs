@@ -2,7 +2,7 @@
 //! TIME_WAIT. Counters that only ever grow are judged by how much they rose during the
 //! interval; totals since boot are mentioned but never fail a box that has since recovered.
 
-use super::{over, pct, ratio_status, skipped};
+use super::{over, pct, ratio_status, skipped, with_target};
 use crate::doctor::recommend::recommended;
 use crate::doctor::{Ctx, Finding, Status};
 
@@ -149,7 +149,7 @@ pub fn orphans(ctx: &Ctx) -> Finding {
         return skipped(N, "net.ipv4.tcp_max_orphans not readable");
     };
     let st = ratio_status(orphan, max);
-    let mut f = Finding::new(
+    let f = Finding::new(
         N,
         st,
         format!(
@@ -157,17 +157,7 @@ pub fn orphans(ctx: &Ctx) -> Finding {
             pct(orphan, max)
         ),
     );
-    let rec = recommended(ctx, "net.ipv4.tcp_max_orphans");
-    if let Some(r) = rec.as_ref().map(|w| w.need1()).filter(|&r| r > max) {
-        f.status = f.status.max(Status::Warn);
-        f.summary
-            .push_str(&format!("; {r} recommended for the target"));
-    }
-    if f.status != Status::Pass {
-        let v = rec.map_or(0, |w| w.value1()).max(max.saturating_mul(2));
-        f = f.fix(format!("sysctl -w net.ipv4.tcp_max_orphans={v}"));
-    }
-    f
+    with_target(ctx, f, "net.ipv4.tcp_max_orphans", max)
 }
 
 pub fn time_wait(ctx: &Ctx) -> Finding {
@@ -182,7 +172,7 @@ pub fn time_wait(ctx: &Ctx) -> Finding {
     let fill = ratio_status(tw, max);
     // Overflow means connections closed without TIME_WAIT protection: always a failure.
     let status = if overflow > 0 { Status::Fail } else { fill };
-    let mut f = Finding::new(
+    let f = Finding::new(
         N,
         status,
         format!(
@@ -191,15 +181,5 @@ pub fn time_wait(ctx: &Ctx) -> Finding {
             over(ctx)
         ),
     );
-    let rec = recommended(ctx, "net.ipv4.tcp_max_tw_buckets");
-    if let Some(r) = rec.as_ref().map(|w| w.need1()).filter(|&r| r > max) {
-        f.status = f.status.max(Status::Warn);
-        f.summary
-            .push_str(&format!("; {r} recommended for the target"));
-    }
-    if f.status != Status::Pass {
-        let v = rec.map_or(0, |w| w.value1()).max(max.saturating_mul(2));
-        f = f.fix(format!("sysctl -w net.ipv4.tcp_max_tw_buckets={v}"));
-    }
-    f
+    with_target(ctx, f, "net.ipv4.tcp_max_tw_buckets", max)
 }

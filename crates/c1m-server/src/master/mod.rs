@@ -246,19 +246,22 @@ impl Master {
                 let payload: Rc<[u8]> = Rc::from(payload);
                 let id = self.hub.publish(&channel, payload.clone(), Instant::now());
                 self.published += 1;
+                // The publisher's answer goes first: if its worker also has subscribers, the
+                // ack would otherwise wait behind that worker's whole local fan-out. (Only join
+                // answers must stay ordered after earlier messages; an ack has no such duty.)
                 let targets = self.interest.get(&channel).cloned().unwrap_or_default();
+                let frame = ToWorker::Message {
+                    channel: channel.clone(),
+                    id,
+                    payload: payload.to_vec(),
+                };
+                self.send(i, ToWorker::Published { req, channel, id }.encode());
                 if !targets.is_empty() {
-                    let frame = ToWorker::Message {
-                        channel: channel.clone(),
-                        id,
-                        payload: payload.to_vec(),
-                    }
-                    .encode();
+                    let frame = frame.encode();
                     for w in targets {
                         self.send(w, frame.clone());
                     }
                 }
-                self.send(i, ToWorker::Published { req, channel, id }.encode());
             }
             ToMaster::Join {
                 req,

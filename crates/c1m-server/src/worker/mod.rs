@@ -479,8 +479,18 @@ impl Worker {
         let open = self
             .link
             .read_frames(|f| frames.push(ToWorker::decode(f)))?;
-        for frame in frames {
-            match frame.context("bad frame from master")? {
+        let frames = frames
+            .into_iter()
+            .collect::<Result<Vec<_>, _>>()
+            .context("bad frame from master")?;
+        // Replies to a waiting publisher or status client go first: they need no ordering, and
+        // behind a fan-out to thousands of sockets they would wait for nothing. Messages and
+        // join answers keep their order (a replay must come before later live messages).
+        let (replies, ordered): (Vec<_>, Vec<_>) = frames
+            .into_iter()
+            .partition(|f| matches!(f, ToWorker::Published { .. } | ToWorker::Status { .. }));
+        for frame in replies.into_iter().chain(ordered) {
+            match frame {
                 ToWorker::Message {
                     channel,
                     id,

@@ -151,6 +151,10 @@ pub struct BenchOptions {
     /// (default: 2s, or a quarter of --hold when that is shorter).
     #[arg(long, value_parser = parse_duration)]
     pub drain: Option<Duration>,
+    /// How long a publish may wait for its answer; a fan-out to a million subscribers on a
+    /// loaded box can take seconds.
+    #[arg(long, value_parser = parse_duration, default_value = "30s")]
+    pub publish_timeout: Duration,
     /// Bearer key for `/pub` (c1m serve --publish-key).
     #[arg(long)]
     pub publish_key: Option<String>,

@@ -27,6 +27,8 @@ pub struct PublishPlan {
     pub key: Option<String>,
     /// Publisher threads (each its own connection).
     pub publishers: u32,
+    /// Connect, write and answer timeout of each publish.
+    pub timeout: Duration,
 }
 
 /// One publish attempt's outcome.
@@ -71,7 +73,7 @@ fn run(
     stop: &AtomicBool,
     out: &Sender<crate::coordinator::Msg>,
 ) {
-    let mut client = Client::new(plan.addr, &plan.host, Duration::from_secs(5));
+    let mut client = Client::new(plan.addr, &plan.host, plan.timeout);
     let channels = plan.channels.max(1);
     let mut seqs = vec![0u32; channels as usize];
     let auth = plan

@@ -425,6 +425,7 @@ fn publish_plan(run: &Run) -> PublishPlan {
         payload_size: run.args.payload_size,
         key: run.args.publish_key.clone(),
         publishers: run.args.publishers,
+        timeout: run.args.publish_timeout,
     }
 }
 

@@ -358,3 +358,18 @@ fn sigterm_sends_close_1001_to_every_websocket() {
     }
     assert!(server.wait_exit(Duration::from_secs(4)).success());
 }
+
+#[test]
+fn a_large_client_message_in_one_burst_is_read_whole() {
+    // 100 KiB in one write, then a ping: more than the server buffers for a request
+    // (8 KiB + max payload), so it must decode as it reads. (This checks the behaviour; it does
+    // not reliably reproduce the stall that decoding only after reading could cause.)
+    let server = Server::start(&["--workers", "1", "--ws-max-message", "300000"]);
+    let (mut s, _) = raw_upgrade(&server, "/sub/big", GOOD);
+    server.wait_status(|st| st["connections"]["websocket"] == 1);
+    let payload = vec![b'x'; 100 * 1024];
+    s.write_all(&[frame(0x82, &payload), frame(0x89, b"after")].concat())
+        .unwrap();
+    assert_eq!(read_frame(&mut s), (0xA, b"after".to_vec()));
+    server.wait_status(|st| st["messages"]["client_ignored"] == 1);
+}

@@ -348,11 +348,21 @@ impl Worker {
         let limit = requests::input_limit(&self.cfg);
         let mut eof = false;
         let mut chunk = [0u8; 16 * 1024];
-        loop {
-            match self.conns[idx].stream.read(&mut chunk) {
+        while let Some(conn) = self.conns.get_mut(idx) {
+            match conn.stream.read(&mut chunk) {
                 Ok(0) => {
                     eof = true;
                     break;
+                }
+                Ok(n) if is_websocket => {
+                    // Frames are decoded as they arrive, so a large message never piles up and
+                    // the socket is always read to WouldBlock (edge-triggered).
+                    buf.extend_from_slice(&chunk[..n]);
+                    let used = self.ws_input(idx, &mut buf);
+                    buf.drain(..used);
+                    if self.conns.get(idx).is_none_or(|c| c.kind != Kind::Ws) {
+                        break;
+                    }
                 }
                 Ok(n) if keeps_input => {
                     buf.extend_from_slice(&chunk[..n]);
@@ -370,8 +380,9 @@ impl Worker {
             }
         }
         if keeps_input && !buf.is_empty() {
+            // WebSocket input was decoded while reading; what is left is an unfinished tail.
             let consumed = if is_websocket {
-                self.ws_input(idx, &mut buf)
+                0
             } else {
                 self.process_input(idx, &buf)
             };

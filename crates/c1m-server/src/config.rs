@@ -41,7 +41,9 @@ pub struct Config {
     /// Optional raw TCP line-protocol listen address.
     pub tcp_listen: Option<SocketAddr>,
     pub workers: Workers,
-    /// Connections the whole server holds before refusing new ones.
+    /// Connections the whole server holds before refusing new ones. Each worker enforces its
+    /// share plus 5 % (SO_REUSEPORT spreads unevenly), so with several workers the total may
+    /// pass it by up to 5 %.
     pub max_conns: u64,
     pub max_channels_per_sub: usize,
     /// Messages kept per channel for resume.
@@ -139,7 +141,7 @@ pub struct ServeArgs {
     /// Worker processes: N or `auto` [default: auto].
     #[arg(long, env = "C1M_WORKERS")]
     pub workers: Option<Workers>,
-    /// Connections held before new ones are refused [default: 1000000].
+    /// Connections held before new ones are refused; each worker takes its share + 5 % [default: 1000000].
     #[arg(long, env = "C1M_MAX_CONNS")]
     pub max_conns: Option<u64>,
     /// Channels one subscription may name [default: 16].

@@ -125,14 +125,16 @@ fn run(
             );
             let error = match res {
                 Ok(r) if r.status == 200 => None,
-                Ok(r) => Some(format!("publish HTTP {}", r.status)),
+                Ok(r) => {
+                    // The server refused it, so nothing was published: the next publish reuses
+                    // the sequence and subscribers see no false gap.
+                    seqs[ch as usize] -= 1;
+                    Some(format!("publish HTTP {}", r.status))
+                }
+                // Sent but unanswered (a timeout behind a huge fan-out): it may well have been
+                // delivered, so the sequence stays used; reusing it would show as duplicates.
                 Err(e) => Some(format!("publish failed: {}", root_kind(&e))),
             };
-            if error.is_some() {
-                // A failed publish is not "published": the next one reuses the sequence, so
-                // subscribers do not see a false gap.
-                seqs[ch as usize] -= 1;
-            }
             let msg = Published {
                 channel: ch,
                 seq,

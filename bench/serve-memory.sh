@@ -161,5 +161,5 @@ for r in recs:
           f"| {r['proto']} | {r['bench_online_at_end']:,} | {r['serve_processes']} | {m(r['pss_zero_bytes'])} | {m(r['pss_n_bytes'])} | **{r['bytes_per_subscriber']:.0f} B** | n/a | {'met' if r['bytes_per_subscriber'] <= 256 and r['reached'] else 'NOT met'} |")
 for r in recs:
     print(f"- {r['proto']}: bench `{r['bench_command']}` ({r['started_utc']}), {r['bench_workers']} bench workers, "
-          f"ramp {r['bench_ramp_rate']:,.0f}/s, errors {r['bench_errors']}, bench B/conn: {r["bench_bytes_per_conn"]} (none when the hold is cut short)")
+          f"ramp {r['bench_ramp_rate']:,.0f}/s, errors {r['bench_errors']}, bench B/conn: {r['bench_bytes_per_conn']} (none when the hold is cut short)")
 PY

@@ -9,8 +9,20 @@
 # tcp_mem for 1M sockets with data queued at once during fan-out, nf_conntrack_max when the
 # conntrack module is loaded); the previous values are restored on exit (trap EXIT).
 #
+# Publisher: c1m bench's own publisher gives up on a publish after 5 s (hard-coded read
+# timeout) and then reuses the sequence number; at 1M subscribers c1m serve acknowledges a
+# publish only after the receiving worker has fanned it out locally (> 5 s here), so every
+# publish "failed" while being delivered to all (first try, 2026-11-22T05:19Z: 4 publishes,
+# 4,000,000 received, counted as 1,000,000 + 3,000,000 duplicates). So by default
+# (PUBLISHER=curl) this script publishes MSGS messages itself with curl (120 s timeout), each
+# payload a bench stamp `c1mb 0 SEQ SEND_US` with SEQ = 1, 2, ...: bench's subscribers parse
+# them exactly like their own publisher's, measure delivery latency from SEND_US, and count
+# duplicates, reordering and sequence jumps; bench's "expected" stays 0 (it only counts its own
+# acknowledged publishes), so zero loss is shown by received = in-window = MSGS x N with no
+# duplicate (each subscriber can hold each SEQ at most once). PUBLISHER=bench uses bench's.
+#
 # Usage: bench/run-1m.sh [N] [RATE]   (defaults 1000000, 40000)
-# Env: HOLD (160s), EVERY (30s), DRAIN (70s: publishing stops this long before the hold
+# Env: PUBLISHER (curl|bench), MSGS (3, curl mode), HOLD (160s), EVERY (30s), DRAIN (70s: publishing stops this long before the hold
 #      ends; the socket timing runs in that quiet window), MAX_CONNS (1500000: serve's
 #      per-worker share must leave room for SO_REUSEPORT's uneven spread), PORT (18480), C1M.
 # Writes bench/out/sse-N.{json,svg,txt} and bench/out/run-N.txt (settings, timings, memory).
@@ -21,6 +33,8 @@ HOLD=${HOLD:-160s}
 EVERY=${EVERY:-30s}
 DRAIN=${DRAIN:-70s}
 MAX_CONNS=${MAX_CONNS:-1500000}
+PUBLISHER=${PUBLISHER:-curl}
+MSGS=${MSGS:-3}
 PORT=${PORT:-18480}
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(dirname "$HERE")
@@ -125,8 +139,8 @@ W=$(echo "$S0" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["wo
 log "serve: c1m serve --listen 127.0.0.1:$PORT --max-conns $MAX_CONNS: $W workers, $NP0 processes; PSS at 0 connections: ours $P0 B, /status $(echo "$S0" | jget memory.pss_bytes) B"
 log "meminfo before: $(awk '/MemAvailable|^Slab/ {printf "%s %d MiB; ", $1, $2/1024}' /proc/meminfo)"
 BCMD=("$C1M" bench "http://127.0.0.1:$PORT/sub/news" --proto sse --conns "$N" --rate "$RATE" \
-      --channels 1 --hold "$HOLD" --publish-every "$EVERY" --drain "$DRAIN" --interval 10s \
-      --report "$OUT/sse-$N.json" --plot "$OUT/sse-$N.svg")
+      --channels 1 --hold "$HOLD" --interval 10s --report "$OUT/sse-$N.json" --plot "$OUT/sse-$N.svg")
+if [ "$PUBLISHER" = bench ]; then BCMD+=(--publish-every "$EVERY" --drain "$DRAIN"); fi
 log "bench: ${BCMD[*]}"
 T0=$(date +%s)
 timeout 1500 "${BCMD[@]}" >"$TMP/bench.txt" 2>&1 &
@@ -143,9 +157,25 @@ done
 TR=$(date +%s)
 log "serve connections reached $N: $([ $reached = 1 ] && echo yes || echo NO) after $((TR - T0)) s (status polled every 1 s)"
 if [ $reached = 1 ]; then
-    quiet=$(( $(secs "$HOLD") - $(secs "$DRAIN") + 10 ))
-    log "waiting ${quiet}s for the publishes to finish (quiet window = the drain)"
-    for _ in $(seq 1 "$quiet"); do kill -0 "$BPID" 2>/dev/null || break; sleep 1; done
+    if [ "$PUBLISHER" = bench ]; then
+        quiet=$(( $(secs "$HOLD") - $(secs "$DRAIN") + 10 ))
+        log "waiting ${quiet}s for the publishes to finish (quiet window = the drain)"
+        for _ in $(seq 1 "$quiet"); do kill -0 "$BPID" 2>/dev/null || break; sleep 1; done
+    else
+        sleep 5
+        log ""
+        log "## publishes (curl, payload = bench stamp, channel news)"
+        for m in $(seq 1 "$MSGS"); do
+            t=$(date +%s)
+            body="c1mb 0 $m $(date +%s%6N)"
+            r=$(timeout 130 curl -s -m 120 -o "$TMP/pub.out" -w '%{http_code} %{time_total}' \
+                --data-binary "$body" "http://127.0.0.1:$PORT/pub/news" || true)
+            log "publish $m at $(date -u +%H:%M:%S): HTTP/time ${r:-none} answer $(cat "$TMP/pub.out" 2>/dev/null)"
+            [ "$m" = "$MSGS" ] || sleep $(( $(secs "$EVERY") - ($(date +%s) - t) > 0 ? $(secs "$EVERY") - ($(date +%s) - t) : 0 ))
+        done
+        log "waiting $(secs "$EVERY") s for the last fan-out to land"
+        for _ in $(seq 1 "$(secs "$EVERY")"); do kill -0 "$BPID" 2>/dev/null || break; sleep 1; done
+    fi
     log "meminfo held: $(awk '/MemAvailable|^Slab/ {printf "%s %d MiB; ", $1, $2/1024}' /proc/meminfo)"
     log "sockstat: $(grep TCP: /proc/net/sockstat)"
     read -r P1 NP1 < <(pss_sum)
@@ -179,9 +209,21 @@ wait "$BPID" || log "bench exit status $?"
 BPID=""
 sed -n '/^c1m bench/,$p' "$TMP/bench.txt" >"$OUT/sse-$N.txt" || true
 cat "$OUT/sse-$N.txt" | tee -a "$LOG"
+python3 - "$OUT/sse-$N.json" "$N" "$MSGS" "$PUBLISHER" <<'PY' | tee -a "$LOG"
+import json, sys
+r = json.load(open(sys.argv[1])); n, msgs, pub = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+t = r["delivery"]["totals"]; d = r["latency_us"]["delivery"]
+print(f"delivery totals: {json.dumps(t)}")
+print(f"delivery latency: p50 {d['p50_us']/1e3:.0f} ms, p99 {d['p99_us']/1e3:.0f} ms, max {d['max_us']/1e3:.0f} ms ({d['count']:,} samples)")
+if pub == "curl":
+    ok = (t["received"] == t["received_in_window"] == msgs * n and t["duplicates"] == 0
+          and t["reordered"] == 0 and t["wrong_channel"] == 0 and t["server_gaps"] == 0
+          and r["result"]["online_at_end"] == n)
+    print(f"zero loss (received = in-window = {msgs} x {n:,}, no duplicate/reorder/gap, all online at end): {'YES' if ok else 'NO'}")
+PY
 log ""
 log "serve log (tail):"
 tail -20 "$TMP/serve.log" | tee -a "$LOG"
 log "dmesg (last 20 lines mentioning TCP/memory/conntrack/oom):"
-(dmesg 2>/dev/null | grep -Ei 'tcp|conntrack|oom|memory|out of' | tail -20 || true) | tee -a "$LOG"
+(dmesg 2>/dev/null | tail -300 | grep -Ei 'tcp: |conntrack|oom|out of memory|too many|socket' | grep -v 'Command line' | tail -20 || true) | tee -a "$LOG"
 log "nstat: $(nstat -az 2>/dev/null | grep -E 'TcpExtListenOverflows|TcpExtListenDrops|TcpExtTCPAbortOnMemory|TcpExtTCPMemoryPressures |TcpExtTCPTimeWaitOverflow' | awk '{printf "%s %s; ", $1, $2}')"

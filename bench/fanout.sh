@@ -64,10 +64,14 @@ wait_port() {
     echo "nothing listening on $PORT" >&2
     return 1
 }
+overflows() { awk '/^TcpExt:/ { if (!h) { for (i = 1; i <= NF; i++) k[i] = $i; h = 1 } else for (i = 1; i <= NF; i++) if (k[i] == "ListenOverflows") print $i }' /proc/net/netstat; }
 run_bench() { # $1 = label
+    local o0; o0=$(overflows)
     timeout 600 "$C1M" bench "http://127.0.0.1:$PORT/sub/news" --proto sse --conns "$N" \
         --rate "$RATE" --channels 1 --hold "$HOLD" --publish-every "$EVERY" --drain "$DRAIN" --interval 5s \
         --report "$TMP/$1.json" --plot "$TMP/$1.svg" >"$TMP/$1.txt" 2>&1 || true
+    echo $(( $(overflows) - o0 )) >"$TMP/$1.overflows"
+    echo "listen overflows during the run: $(cat "$TMP/$1.overflows")"
     sed -n '/^c1m bench/,$p' "$TMP/$1.txt" | grep -v '^ *[0-9.]*s ' | tail -14
 }
 
@@ -115,6 +119,7 @@ def fig(label):
         "subscribe_p50_ms": lat["subscribe"]["p50_us"] / 1e3, "subscribe_p99_ms": lat["subscribe"]["p99_us"] / 1e3,
         "bench_workers": r["plan"]["workers"], "command": r["command"],
         "server_memory": r.get("memory", {}).get("server"),
+        "listen_overflows": int(open(f"{tmp}/{label}.overflows").read()),
     }
 rows = [{"round": i, "serve": fig(f"serve-{i}"), "floor": fig(f"floor-{i}")} for i in range(1, rounds + 1)]
 for row in rows:
@@ -131,14 +136,14 @@ print(f"\n# one message to {n:,} SSE subscribers: c1m serve vs C floor ({doc['da
 print(f"serve: c1m serve {sargs} ({w} workers); floor: bench/fanout_floor.c, {w} processes")
 print(f"bench: {rows[0]['serve']['command']}")
 print(f"env:   kernel {env.get('kernel')}, {env.get('cpus')} CPUs, {env.get('mem_total_bytes',0)/2**30:.1f} GiB")
-print("| round | server | online | published | delivered / expected | delivery p50 | **p99** | max | subscribe ramp | subscribe p99 | errors |")
-print("|---|---|---|---|---|---|---|---|---|---|---|")
+print("| round | server | online | published | delivered / expected | delivery p50 | **p99** | max | subscribe ramp | subscribe p99 | listen overflows | errors |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 for row in rows:
     for k in ("serve", "floor"):
         f = row[k]
         print(f"| {row['round']} | {k} | {f['online_at_end']:,} | {f['published']} | {f['received_in_window']:,} / {f['expected']:,} "
               f"(missing {f['missing']}) | {f['delivery_p50_ms']:.0f} ms | **{f['delivery_p99_ms']:.0f} ms** | {f['delivery_max_ms']:.0f} ms "
-              f"| {f['open_rate_avg']:,.0f}/s ({f['ramp_s']:.1f} s) | {f['subscribe_p99_ms']:.1f} ms | {f['errors_total']} |")
+              f"| {f['open_rate_avg']:,.0f}/s ({f['ramp_s']:.1f} s) | {f['subscribe_p99_ms']:.1f} ms | {f['listen_overflows']} | {f['errors_total']} |")
 ratios = [r["p99_ratio_serve_over_floor"] for r in rows]
 print("p99 ratio serve/floor per round: " + ", ".join(f"{x:.2f}" for x in ratios)
       + f"; median {statistics.median(ratios):.2f} (budget ≤ 1.30: {'met' if statistics.median(ratios) <= 1.3 else 'NOT met'})")

@@ -8,7 +8,8 @@
 # --publish-every EVERY`, so each message's fan-out is measured alone (EVERY well above the
 # fan-out time). Delivery latency = publisher's send time to the subscriber's parse time.
 # The ramp (RATE, high on purpose) also gives the subscribe rate each server sustains.
-# The floor runs as many processes as serve has workers.
+# The floor runs as many processes as serve has workers, in the same session (scheduling
+# autogroup) as serve and bench.
 #
 # Usage: bench/fanout.sh [N]   (default 190000)
 # Env: ROUNDS (2), RATE (60000), HOLD (22s), EVERY (5s), DRAIN (8s: no publish in the last
@@ -39,9 +40,10 @@ stop_all() {
         SPID=""
     fi
     if [ -n "$FPID" ]; then
-        kill -TERM -- -"$FPID" 2>/dev/null || true
+        # The floor's parent stops its workers on SIGTERM (they also die with it: PDEATHSIG).
+        kill -TERM "$FPID" 2>/dev/null || true
         for _ in $(seq 1 50); do kill -0 "$FPID" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL -- -"$FPID" 2>/dev/null || true
+        kill -KILL "$FPID" 2>/dev/null || true
         wait "$FPID" 2>/dev/null || true
         FPID=""
     fi
@@ -89,7 +91,11 @@ for i in $(seq 1 "$ROUNDS"); do
     stop_all
     sleep 3
     echo "== round $i: fanout_floor 127.0.0.1 $PORT $W"
-    setsid "$TMP/fanout_floor" 127.0.0.1 "$PORT" "$W" 2>"$TMP/floor-$i.log" &
+    # Same session as serve and bench: NOT setsid. With sched_autogroup (on here) a new
+    # session is its own scheduling group, and the floor's processes would share one group's
+    # CPU instead of getting a share per process like serve's workers (first runs did that:
+    # the floor came out ~1.7x slower than serve).
+    "$TMP/fanout_floor" 127.0.0.1 "$PORT" "$W" 2>"$TMP/floor-$i.log" &
     FPID=$!
     wait_port
     sleep 1

@@ -14,7 +14,9 @@
  * one epoll loop. No history, no per-channel routing (every subscriber gets every message):
  * this is the least work that delivers the same bytes. On SIGTERM each process prints to
  * stderr its subscribers, messages, writes, short/failed writes and its slowest fan-out.
- * Usage: fanout_floor ADDR PORT PROCS   (stop it by killing its process group). */
+ * Usage: fanout_floor ADDR PORT PROCS   (SIGTERM to the parent stops all; workers also die
+ * with the parent). Start it in the same session as the server it is compared with: with
+ * sched_autogroup a new session (setsid) is a separate CPU-share group. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>

@@ -22,14 +22,14 @@
 # duplicate (each subscriber can hold each SEQ at most once). PUBLISHER=bench uses bench's.
 #
 # Usage: bench/run-1m.sh [N] [RATE]   (defaults 1000000, 40000)
-# Env: PUBLISHER (curl|bench), MSGS (3, curl mode), HOLD (160s), EVERY (30s), DRAIN (70s: publishing stops this long before the hold
+# Env: TAG (suffix for the output names), PUBLISHER (curl|bench), MSGS (3, curl mode), HOLD (180s), EVERY (30s), DRAIN (70s: publishing stops this long before the hold
 #      ends; the socket timing runs in that quiet window), MAX_CONNS (1500000: serve's
 #      per-worker share must leave room for SO_REUSEPORT's uneven spread), PORT (18480), C1M.
 # Writes bench/out/sse-N.{json,svg,txt} and bench/out/run-N.txt (settings, timings, memory).
 set -euo pipefail
 N=${1:-1000000}
 RATE=${2:-40000}
-HOLD=${HOLD:-160s}
+HOLD=${HOLD:-180s}
 EVERY=${EVERY:-30s}
 DRAIN=${DRAIN:-70s}
 MAX_CONNS=${MAX_CONNS:-1500000}
@@ -41,7 +41,8 @@ ROOT=$(dirname "$HERE")
 OUT="$HERE/out"
 mkdir -p "$OUT"
 TMP=$(mktemp -d)
-LOG="$OUT/run-$N.txt"
+TAG=${TAG:-}
+LOG="$OUT/run-$N$TAG.txt"
 SPID=""
 BPID=""
 declare -A BEFORE=()
@@ -139,7 +140,7 @@ W=$(echo "$S0" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["wo
 log "serve: c1m serve --listen 127.0.0.1:$PORT --max-conns $MAX_CONNS: $W workers, $NP0 processes; PSS at 0 connections: ours $P0 B, /status $(echo "$S0" | jget memory.pss_bytes) B"
 log "meminfo before: $(awk '/MemAvailable|^Slab/ {printf "%s %d MiB; ", $1, $2/1024}' /proc/meminfo)"
 BCMD=("$C1M" bench "http://127.0.0.1:$PORT/sub/news" --proto sse --conns "$N" --rate "$RATE" \
-      --channels 1 --hold "$HOLD" --interval 10s --report "$OUT/sse-$N.json" --plot "$OUT/sse-$N.svg")
+      --channels 1 --hold "$HOLD" --interval 10s --report "$OUT/sse-$N$TAG.json" --plot "$OUT/sse-$N$TAG.svg")
 if [ "$PUBLISHER" = bench ]; then BCMD+=(--publish-every "$EVERY" --drain "$DRAIN"); fi
 log "bench: ${BCMD[*]}"
 T0=$(date +%s)
@@ -185,7 +186,7 @@ if [ $reached = 1 ]; then
     log "serve memory per connection: total $(( P1 / C1 )) B; growth (PSS at N - PSS at 0) / N = $(( (P1 - P0) / N )) B"
     log ""
     log "## c1m sockets vs ss while held (wall s, user+sys s; best of 2, or 1 run when > 15 s)"
-    for cmd in "$C1M sockets" "ss -tan | wc -l"; do
+    for cmd in "$C1M sockets" "$C1M sockets --threads 1" "$C1M sockets --threads 2" "ss -tan | wc -l" "ss -s"; do
         best=""; cpu=""
         for _ in 1 2; do
             /usr/bin/time -f "%e %U %S" -o "$TMP/time" timeout 300 bash -c "$cmd" >"$TMP/sockout" 2>&1 || true
@@ -196,7 +197,7 @@ if [ $reached = 1 ]; then
             # one run only when it is slow: the quiet window is short
             python3 -c "import sys; sys.exit(0 if $e > 15 else 1)" && break
         done
-        res=$(grep -E '^TOTAL' "$TMP/sockout" | awk '{print "TOTAL " $2}' || true)
+        res=$(grep -E '^TOTAL|^TCP:' "$TMP/sockout" | awk '{print $1 " " $2}' || true)
         [ -n "$res" ] || res="$(tail -1 "$TMP/sockout") lines"
         log "| ${cmd/$C1M/c1m} | ${best} s | ${cpu} s | $res |"
     done
@@ -207,9 +208,9 @@ if [ $reached = 1 ]; then
 fi
 wait "$BPID" || log "bench exit status $?"
 BPID=""
-sed -n '/^c1m bench/,$p' "$TMP/bench.txt" >"$OUT/sse-$N.txt" || true
-cat "$OUT/sse-$N.txt" | tee -a "$LOG"
-python3 - "$OUT/sse-$N.json" "$N" "$MSGS" "$PUBLISHER" <<'PY' | tee -a "$LOG"
+sed -n '/^c1m bench/,$p' "$TMP/bench.txt" >"$OUT/sse-$N$TAG.txt" || true
+cat "$OUT/sse-$N$TAG.txt" | tee -a "$LOG"
+python3 - "$OUT/sse-$N$TAG.json" "$N" "$MSGS" "$PUBLISHER" <<'PY' | tee -a "$LOG"
 import json, sys
 r = json.load(open(sys.argv[1])); n, msgs, pub = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 t = r["delivery"]["totals"]; d = r["latency_us"]["delivery"]

@@ -1,0 +1,230 @@
+#!/usr/bin/env bash
+# run-1m.sh: the 1,000,000 run. N (default 1,000,000) SSE subscribers held by c1m bench against
+# c1m serve on the same box (loopback only), a few messages delivered to all of them, and
+# while they are held: c1m sockets timed against `ss -tan | wc -l`, serve's memory per
+# connection from /proc/PID/smaps_rollup (and /status), a trimmed `c1m doctor`.
+#
+# Kernel settings: `c1m doctor --conns N` and `c1m tune --conns N --check` are recorded
+# first; only what the run needs is raised with `sysctl -w` (accept/SYN queues for the ramp,
+# tcp_mem for 1M sockets with data queued at once during fan-out, nf_conntrack_max when the
+# conntrack module is loaded); the previous values are restored on exit (trap EXIT).
+#
+# Publisher: c1m bench's own publisher gives up on a publish after 5 s (hard-coded read
+# timeout) and then reuses the sequence number; at 1M subscribers c1m serve acknowledges a
+# publish only after the receiving worker has fanned it out locally (> 5 s here), so every
+# publish "failed" while being delivered to all (first try, 2026-11-22T05:19Z: 4 publishes,
+# 4,000,000 received, counted as 1,000,000 + 3,000,000 duplicates). So by default
+# (PUBLISHER=curl) this script publishes MSGS messages itself with curl (120 s timeout), each
+# payload a bench stamp `c1mb 0 SEQ SEND_US` with SEQ = 1, 2, ...: bench's subscribers parse
+# them exactly like their own publisher's, measure delivery latency from SEND_US, and count
+# duplicates, reordering and sequence jumps; bench's "expected" stays 0 (it only counts its own
+# acknowledged publishes), so zero loss is shown by received = in-window = MSGS x N with no
+# duplicate (each subscriber can hold each SEQ at most once). PUBLISHER=bench uses bench's.
+#
+# Usage: bench/run-1m.sh [N] [RATE]   (defaults 1000000, 40000)
+# Env: TAG (suffix for the output names), PUBLISHER (curl|bench), MSGS (3, curl mode), HOLD (180s), EVERY (30s), DRAIN (70s: publishing stops this long before the hold
+#      ends; the socket timing runs in that quiet window), MAX_CONNS (1500000: serve's
+#      per-worker share must leave room for SO_REUSEPORT's uneven spread), PORT (18480), C1M.
+# Writes bench/out/sse-N.{json,svg,txt} and bench/out/run-N.txt (settings, timings, memory).
+set -euo pipefail
+N=${1:-1000000}
+RATE=${2:-40000}
+HOLD=${HOLD:-180s}
+EVERY=${EVERY:-30s}
+DRAIN=${DRAIN:-70s}
+MAX_CONNS=${MAX_CONNS:-1500000}
+PUBLISHER=${PUBLISHER:-curl}
+MSGS=${MSGS:-3}
+PORT=${PORT:-18480}
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(dirname "$HERE")
+OUT="$HERE/out"
+mkdir -p "$OUT"
+TMP=$(mktemp -d)
+TAG=${TAG:-}
+LOG="$OUT/run-$N$TAG.txt"
+SPID=""
+BPID=""
+declare -A BEFORE=()
+restore() {
+    local k
+    for k in "${!BEFORE[@]}"; do
+        sysctl -q -w "$k=${BEFORE[$k]}" || echo "could not restore $k" >&2
+    done
+}
+cleanup() {
+    if [ -n "$BPID" ]; then kill -TERM "$BPID" 2>/dev/null || true; wait "$BPID" 2>/dev/null || true; fi
+    if [ -n "$SPID" ]; then
+        kill -TERM "$SPID" 2>/dev/null || true
+        for _ in $(seq 1 300); do kill -0 "$SPID" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$SPID" 2>/dev/null || true
+        wait "$SPID" 2>/dev/null || true
+    fi
+    restore
+    echo "restored: $(for k in "${!BEFORE[@]}"; do printf '%s=%s; ' "$k" "$(sysctl -n "$k" | tr '\t' ' ')"; done)" >>"$LOG"
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+C1M=${C1M:-}
+if [ -z "$C1M" ]; then
+    (cd "$ROOT" && timeout 900 cargo build --release -q -p c1m)
+    C1M="$ROOT/target/release/c1m"
+fi
+secs() { local d=$1; case $d in *ms) echo 0 ;; *s) echo "${d%s}" ;; *m) echo $(( ${d%m} * 60 )) ;; *) echo "$d" ;; esac; }
+log() { echo "$*" | tee -a "$LOG"; }
+
+: >"$LOG"
+log "# run-1m: $N SSE subscribers, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+log "host: kernel $(uname -r), $(nproc) CPUs, $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo), nofile $(ulimit -Sn)/$(ulimit -Hn), load $(cut -d' ' -f1-3 /proc/loadavg)"
+log ""
+log "## before: c1m doctor --conns $N (per-process lines trimmed)"
+timeout 60 "$C1M" doctor --conns "$N" 2>&1 | grep -Ev '^ +pid [0-9]+|^ +fix: prlimit --pid' | tee -a "$LOG" || true
+log ""
+log "## before: c1m tune --conns $N --check"
+timeout 60 "$C1M" tune --conns "$N" --check 2>&1 | tee -a "$LOG" || true
+
+# raise KEY VALUE: only when the live value is lower (first field compared for vectors).
+raise() {
+    local k=$1 v=$2 cur
+    cur=$(sysctl -n "$k" 2>/dev/null | tr '\t' ' ') || return 0
+    [ -n "$cur" ] || return 0
+    local c1=${cur%% *} v1=${v%% *}
+    if [ "$c1" -lt "$v1" ]; then
+        BEFORE[$k]=$cur
+        sysctl -q -w "$k=$v"
+        log "raised $k: $cur -> $(sysctl -n "$k" | tr '\t' ' ')"
+    else
+        log "kept $k = $cur"
+    fi
+}
+log ""
+log "## settings for the run (restored on exit)"
+raise net.core.somaxconn 16384
+raise net.ipv4.tcp_max_syn_backlog 16384
+raise net.ipv4.tcp_mem "750000 1000000 1500000"
+if [ -e /proc/sys/net/netfilter/nf_conntrack_max ]; then
+    log "nf_conntrack_count before: $(cat /proc/sys/net/netfilter/nf_conntrack_count)"
+    raise net.netfilter.nf_conntrack_max 1250000
+fi
+need_files=$(( N * 2 + 100000 ))
+raise fs.file-max "$need_files"
+
+log ""
+log "## run"
+"$C1M" serve --listen "127.0.0.1:$PORT" --max-conns "$MAX_CONNS" >"$TMP/serve.log" 2>&1 &
+SPID=$!
+for _ in $(seq 1 300); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; then break; fi
+    sleep 0.1
+done
+sleep 5
+pss_sum() {
+    local total=0 n=0 pid kb
+    for pid in "$SPID" $(cat "/proc/$SPID/task/$SPID/children" 2>/dev/null); do
+        kb=$(awk '/^Pss:/ {print $2}' "/proc/$pid/smaps_rollup" 2>/dev/null || true)
+        [ -n "$kb" ] || continue
+        total=$((total + kb * 1024)); n=$((n + 1))
+    done
+    echo "$total $n"
+}
+status() { timeout 10 curl -s "http://127.0.0.1:$PORT/status" || echo '{}'; }
+jget() { python3 -c "import json,sys
+try: d=json.load(sys.stdin)
+except Exception: d={}
+for k in '$1'.split('.'): d=d.get(k,{}) if isinstance(d,dict) else {}
+print(d if d!={} else -1)"; }
+read -r P0 NP0 < <(pss_sum)
+S0=$(status)
+W=$(echo "$S0" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["workers"]))' 2>/dev/null || echo "?")
+log "serve: c1m serve --listen 127.0.0.1:$PORT --max-conns $MAX_CONNS: $W workers, $NP0 processes; PSS at 0 connections: ours $P0 B, /status $(echo "$S0" | jget memory.pss_bytes) B"
+log "meminfo before: $(awk '/MemAvailable|^Slab/ {printf "%s %d MiB; ", $1, $2/1024}' /proc/meminfo)"
+BCMD=("$C1M" bench "http://127.0.0.1:$PORT/sub/news" --proto sse --conns "$N" --rate "$RATE" \
+      --channels 1 --hold "$HOLD" --interval 10s --report "$OUT/sse-$N$TAG.json" --plot "$OUT/sse-$N$TAG.svg")
+if [ "$PUBLISHER" = bench ]; then BCMD+=(--publish-every "$EVERY" --drain "$DRAIN"); fi
+log "bench: ${BCMD[*]}"
+T0=$(date +%s)
+timeout 1500 "${BCMD[@]}" >"$TMP/bench.txt" 2>&1 &
+BPID=$!
+
+# Wait for the ramp (serve counts N connections), then for the quiet window (drain).
+reached=0
+for _ in $(seq 1 $(( N / RATE * 4 + 120 ))); do
+    c=$(status | jget connections.total)
+    if [ "$c" -ge "$N" ]; then reached=1; break; fi
+    kill -0 "$BPID" 2>/dev/null || break
+    sleep 1
+done
+TR=$(date +%s)
+log "serve connections reached $N: $([ $reached = 1 ] && echo yes || echo NO) after $((TR - T0)) s (status polled every 1 s)"
+if [ $reached = 1 ]; then
+    if [ "$PUBLISHER" = bench ]; then
+        quiet=$(( $(secs "$HOLD") - $(secs "$DRAIN") + 10 ))
+        log "waiting ${quiet}s for the publishes to finish (quiet window = the drain)"
+        for _ in $(seq 1 "$quiet"); do kill -0 "$BPID" 2>/dev/null || break; sleep 1; done
+    else
+        sleep 5
+        log ""
+        log "## publishes (curl, payload = bench stamp, channel news)"
+        for m in $(seq 1 "$MSGS"); do
+            t=$(date +%s)
+            body="c1mb 0 $m $(date +%s%6N)"
+            r=$(timeout 130 curl -s -m 120 -o "$TMP/pub.out" -w '%{http_code} %{time_total}' \
+                --data-binary "$body" "http://127.0.0.1:$PORT/pub/news" || true)
+            log "publish $m at $(date -u +%H:%M:%S): HTTP/time ${r:-none} answer $(cat "$TMP/pub.out" 2>/dev/null)"
+            [ "$m" = "$MSGS" ] || sleep $(( $(secs "$EVERY") - ($(date +%s) - t) > 0 ? $(secs "$EVERY") - ($(date +%s) - t) : 0 ))
+        done
+        log "waiting $(secs "$EVERY") s for the last fan-out to land"
+        for _ in $(seq 1 "$(secs "$EVERY")"); do kill -0 "$BPID" 2>/dev/null || break; sleep 1; done
+    fi
+    log "meminfo held: $(awk '/MemAvailable|^Slab/ {printf "%s %d MiB; ", $1, $2/1024}' /proc/meminfo)"
+    log "sockstat: $(grep TCP: /proc/net/sockstat)"
+    read -r P1 NP1 < <(pss_sum)
+    S1=$(status)
+    C1=$(echo "$S1" | jget connections.total)
+    log "serve memory held: $C1 connections; PSS ours $P1 B ($NP1 processes), /status $(echo "$S1" | jget memory.pss_bytes) B"
+    log "serve memory per connection: total $(( P1 / C1 )) B; growth (PSS at N - PSS at 0) / N = $(( (P1 - P0) / N )) B"
+    log ""
+    log "## c1m sockets vs ss while held (wall s, user+sys s; best of 2, or 1 run when > 15 s)"
+    for cmd in "$C1M sockets" "$C1M sockets --threads 1" "$C1M sockets --threads 2" "ss -tan | wc -l" "ss -s"; do
+        best=""; cpu=""
+        for _ in 1 2; do
+            /usr/bin/time -f "%e %U %S" -o "$TMP/time" timeout 300 bash -c "$cmd" >"$TMP/sockout" 2>&1 || true
+            read -r e u s <"$TMP/time" || true
+            if [ -z "$best" ] || python3 -c "import sys; sys.exit(0 if $e < $best else 1)"; then
+                best=$e; cpu=$(python3 -c "print(f'{$u + $s:.2f}')")
+            fi
+            # one run only when it is slow: the quiet window is short
+            python3 -c "import sys; sys.exit(0 if $e > 15 else 1)" && break
+        done
+        res=$(grep -E '^TOTAL|^TCP:' "$TMP/sockout" | awk '{print $1 " " $2}' || true)
+        [ -n "$res" ] || res="$(tail -1 "$TMP/sockout") lines"
+        log "| ${cmd/$C1M/c1m} | ${best} s | ${cpu} s | $res |"
+    done
+    timeout 60 "$C1M" sockets 2>&1 | tee -a "$LOG" || true
+    log ""
+    log "## during hold: c1m doctor --conns $N (per-process lines trimmed)"
+    timeout 120 "$C1M" doctor --conns "$N" 2>&1 | grep -Ev '^ +pid [0-9]+|^ +fix: prlimit --pid' | tee -a "$LOG" || true
+fi
+wait "$BPID" || log "bench exit status $?"
+BPID=""
+sed -n '/^c1m bench/,$p' "$TMP/bench.txt" >"$OUT/sse-$N$TAG.txt" || true
+cat "$OUT/sse-$N$TAG.txt" | tee -a "$LOG"
+python3 - "$OUT/sse-$N$TAG.json" "$N" "$MSGS" "$PUBLISHER" <<'PY' | tee -a "$LOG"
+import json, sys
+r = json.load(open(sys.argv[1])); n, msgs, pub = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+t = r["delivery"]["totals"]; d = r["latency_us"]["delivery"]
+print(f"delivery totals: {json.dumps(t)}")
+print(f"delivery latency: p50 {d['p50_us']/1e3:.0f} ms, p99 {d['p99_us']/1e3:.0f} ms, max {d['max_us']/1e3:.0f} ms ({d['count']:,} samples)")
+if pub == "curl":
+    ok = (t["received"] == t["received_in_window"] == msgs * n and t["duplicates"] == 0
+          and t["reordered"] == 0 and t["wrong_channel"] == 0 and t["server_gaps"] == 0
+          and r["result"]["online_at_end"] == n)
+    print(f"zero loss (received = in-window = {msgs} x {n:,}, no duplicate/reorder/gap, all online at end): {'YES' if ok else 'NO'}")
+PY
+log ""
+log "serve log (tail):"
+tail -20 "$TMP/serve.log" | tee -a "$LOG"
+log "dmesg (last 20 lines mentioning TCP/memory/conntrack/oom):"
+(dmesg 2>/dev/null | tail -300 | grep -Ei 'tcp: |conntrack|oom|out of memory|too many|socket' | grep -v 'Command line' | tail -20 || true) | tee -a "$LOG"
+log "nstat: $(nstat -az 2>/dev/null | grep -E 'TcpExtListenOverflows|TcpExtListenDrops|TcpExtTCPAbortOnMemory|TcpExtTCPMemoryPressures |TcpExtTCPTimeWaitOverflow' | awk '{printf "%s %s; ", $1, $2}')"

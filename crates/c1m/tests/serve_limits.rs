@@ -235,3 +235,33 @@ fn accept_backs_off_on_emfile_without_spinning_and_keeps_serving() {
     let id = server.publish("e", b"through");
     assert_eq!(subscriber.next().id, Some(id.to_string()));
 }
+
+#[test]
+fn idle_keep_alive_connections_close_quietly_and_silent_ones_are_counted() {
+    let server = Server::start(&["--workers", "1", "--head-timeout", "500ms"]);
+    // A served keep-alive connection that goes idle: closed without an unsolicited answer
+    // (a 408 there would be read as the answer to the client's next request).
+    let mut idle = TcpStream::connect(server.http).unwrap();
+    idle.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    idle.write_all(b"GET /healthz HTTP/1.1\r\n\r\n").unwrap();
+    let mut first = [0u8; 512];
+    let n = idle.read(&mut first).unwrap();
+    assert!(String::from_utf8_lossy(&first[..n]).starts_with("HTTP/1.1 200"));
+    let mut rest = Vec::new();
+    idle.read_to_end(&mut rest).unwrap();
+    assert!(
+        rest.is_empty(),
+        "idle keep-alive got {:?}",
+        String::from_utf8_lossy(&rest)
+    );
+    // A connection that never sends a byte is closed too, and counted.
+    let mut silent = TcpStream::connect(server.http).unwrap();
+    silent
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut got = Vec::new();
+    silent.read_to_end(&mut got).unwrap();
+    assert!(got.is_empty());
+    server.wait_status(|s| s["refused"]["head_timeout"] == 1);
+}

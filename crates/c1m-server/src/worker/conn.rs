@@ -128,9 +128,11 @@ pub struct WsMessage {
     pub data: Vec<u8>,
 }
 
-/// `Conn::ws_flags` bits.
+/// `Conn::flags` bits.
 pub const WS_ENVELOPE: u8 = 1;
 pub const WS_AWAITING_PONG: u8 = 2;
+/// At least one request was answered: an idle keep-alive connection, not a silent client.
+pub const SERVED: u8 = 4;
 
 /// Outcome of a send.
 #[derive(Debug, PartialEq, Eq)]
@@ -147,7 +149,7 @@ pub struct Conn {
     pub generation: u32,
     pub kind: Kind,
     pub keep_alive: bool,
-    pub ws_flags: u8,
+    pub flags: u8,
     /// Timer-wheel tick at which this connection's current wait ends (0 = none).
     pub deadline: u32,
     pub subs: Subs,
@@ -165,7 +167,7 @@ impl Conn {
             generation,
             kind,
             keep_alive: true,
-            ws_flags: 0,
+            flags: 0,
             deadline: 0,
             subs: Subs::None,
             inbuf: None,

@@ -458,6 +458,17 @@ impl Worker {
         let kind = conn.kind;
         match kind {
             Kind::Http | Kind::TcpCommand => {
+                let started = conn.inbuf.is_some();
+                if !started {
+                    // Nothing of a request arrived: close quietly. An unsolicited 408 on an idle
+                    // keep-alive connection would be read as the answer to the client's next
+                    // request (it did that to bench's publisher). Only a connection that never
+                    // sent a request counts as a refusal.
+                    if conn.flags & conn::SERVED == 0 {
+                        self.counters.refused.head_timeout += 1;
+                    }
+                    return self.close(idx);
+                }
                 self.counters.refused.head_timeout += 1;
                 let reply = if kind == Kind::Http {
                     c1m_proto::http::error(408, "request head not received in time")

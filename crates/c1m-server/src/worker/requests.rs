@@ -118,6 +118,7 @@ impl Worker {
         };
         let keep_alive = req.keep_alive();
         self.conns[idx].keep_alive = keep_alive;
+        self.conns[idx].flags |= super::conn::SERVED;
         let route = req.path.trim_end_matches('/');
         let used = req.head_len;
         if let Some(channels) = route.strip_prefix("/sub/") {

@@ -177,7 +177,7 @@ impl Worker {
             let sent = match conn.kind {
                 Kind::Sse => conn.send_shared(msg.sse(conn.subs.is_multi()), max),
                 Kind::TcpStream => conn.send_shared(msg.tcp(), max),
-                Kind::Ws => conn.send_shared(msg.ws(conn.ws_flags & WS_ENVELOPE != 0), max),
+                Kind::Ws => conn.send_shared(msg.ws(conn.flags & WS_ENVELOPE != 0), max),
                 Kind::PollWaiting => {
                     self.counters.delivered += 1;
                     if conn.keep_alive {

@@ -42,7 +42,7 @@ impl Worker {
         };
         let envelope =
             channels.len() > 1 || last_id.is_some() || req.query_param("envelope") == Some("json");
-        self.conns[idx].ws_flags = if envelope { WS_ENVELOPE } else { 0 };
+        self.conns[idx].flags = if envelope { WS_ENVELOPE } else { 0 };
         self.send_or_close(idx, accept.response);
         if self.conns.contains(idx) {
             self.subscribe(idx, channels, last_id, Transport::Ws);
@@ -51,7 +51,7 @@ impl Worker {
 
     /// The frames a resuming WebSocket is owed.
     pub(super) fn ws_replay_frames(&self, idx: usize, replay: &[Replay]) -> Vec<u8> {
-        let envelope = self.conns[idx].ws_flags & WS_ENVELOPE != 0;
+        let envelope = self.conns[idx].flags & WS_ENVELOPE != 0;
         encode_replay(Vec::new(), replay, gap_frame, |channel, id, payload| {
             if envelope {
                 encode::envelope_frame(channel, id, payload)
@@ -87,7 +87,7 @@ impl Worker {
                 }
                 Some(Event::Pong(_)) => {
                     if let Some(c) = self.conns.get_mut(idx) {
-                        c.ws_flags &= !WS_AWAITING_PONG;
+                        c.flags &= !WS_AWAITING_PONG;
                     }
                 }
                 Some(Event::Close { code, .. }) => {
@@ -190,7 +190,7 @@ impl Worker {
         let mut failed = Vec::new();
         for (idx, conn) in self.conns.iter_mut() {
             if conn.kind == Kind::Ws {
-                conn.ws_flags |= WS_AWAITING_PONG;
+                conn.flags |= WS_AWAITING_PONG;
                 if conn.send_shared(&ping, max) != super::conn::Sent::Done {
                     failed.push(idx);
                 }
@@ -206,7 +206,7 @@ impl Worker {
         let dead: Vec<usize> = self
             .conns
             .iter()
-            .filter(|(_, c)| c.kind == Kind::Ws && c.ws_flags & WS_AWAITING_PONG != 0)
+            .filter(|(_, c)| c.kind == Kind::Ws && c.flags & WS_AWAITING_PONG != 0)
             .map(|(i, _)| i)
             .collect();
         for idx in dead {

@@ -133,6 +133,18 @@ fn counts_match_proc_net_tcp_on_12k_sockets() {
         .map(|g| g.count);
     assert_eq!(auto_ours, Some(2 * CONNS as u64));
     assert!(by_state.total > 2 * CONNS as u64);
+    // By state on the live box takes ESTAB from /proc/net/snmp CurrEstab: it must equal what a
+    // full dump of established sockets counts (retried: other programs may open or close
+    // sockets between the two readings).
+    let mut last = (0, 0);
+    let agree = (0..5).any(|_| {
+        let counter = count(&args(By::State, &["estab"], 1)).unwrap().total;
+        let dumped = count(&args(By::Raddr, &["estab"], 1)).unwrap().total;
+        last = (counter, dumped);
+        counter == dumped
+    });
+    assert!(agree, "CurrEstab-based count vs dumped ESTAB: {last:?}");
+    assert!(last.0 >= 2 * (CONNS - HALF_CLOSED) as u64);
     eprintln!("netlink count of all sockets by raddr (1 and 2 threads): {netlink_time:?}");
     drop(servers);
     drop(clients);

@@ -120,6 +120,39 @@ fn parallel(args: &SocketsArgs, root: &Root) -> bool {
     root.is_live() && cpus >= 2 && sockets >= PARALLEL_FROM && load1 < (cpus - 1) as f64
 }
 
+/// Counts per state. On the live box ESTABLISHED is derived from the kernel's own counter,
+/// /proc/net/snmp `Tcp: CurrEstab`, which counts ESTABLISHED and CLOSE_WAIT sockets of this
+/// network namespace in both families (RFC 1213's tcpCurrEstab, as Linux keeps it; the live
+/// test checks it against a full dump), so only the other states are dumped and CLOSE_WAIT is
+/// subtracted. The kernel still walks the whole table but builds no message for an established
+/// socket, which is most of the cost: 0.07 s instead of 0.37 s at 336K sockets, 300K of them
+/// established (2026-11-22). The readings are microseconds apart, like any two socket counts.
+fn count_by_state(root: &Root, mask: StateMask, parallel: bool) -> Result<[u64; 16]> {
+    let estab = TcpState::Established as usize;
+    let close_wait = TcpState::CloseWait as usize;
+    let (estab_bit, close_wait_bit) = (1u32 << estab, 1u32 << close_wait);
+    if root.is_live() && mask.0 & estab_bit != 0 {
+        if let Some(current) = curr_estab(root) {
+            let dumped = StateMask((mask.0 & !estab_bit) | close_wait_bit);
+            let mut per = source::count_states(root, dumped, parallel)?;
+            per[estab] = current.saturating_sub(per[close_wait]);
+            if mask.0 & close_wait_bit == 0 {
+                per[close_wait] = 0;
+            }
+            return Ok(per);
+        }
+    }
+    source::count_states(root, mask, parallel)
+}
+
+/// `Tcp: CurrEstab` from /proc/net/snmp, if readable.
+fn curr_estab(root: &Root) -> Option<u64> {
+    let text = root.read_to_string("/proc/net/snmp").ok()?;
+    let mut counters = HashMap::new();
+    crate::doctor::sample::parse_paired(&text, &mut counters);
+    counters.get("Tcp.CurrEstab").copied()
+}
+
 /// Counts sockets as `args` asks.
 pub fn count(args: &SocketsArgs) -> Result<Counts> {
     let start = Instant::now();
@@ -128,7 +161,7 @@ pub fn count(args: &SocketsArgs) -> Result<Counts> {
     let parallel = parallel(args, &root);
     let mut groups: Vec<Group>;
     if args.by == By::State {
-        let per = source::count_states(&root, mask, parallel)?;
+        let per = count_by_state(&root, mask, parallel)?;
         groups = (0..16u8)
             .filter(|&s| per[s as usize] > 0)
             .map(|s| Group {

@@ -207,16 +207,19 @@ impl Worker {
                     next_heartbeat = Some(now + every);
                 }
             }
+            // Unanswered pings are judged before the next round is sent: a wake-up that lands
+            // just short of the pong deadline is followed by one that is also the next ping time,
+            // and pinging first would reset the flags and the deadline of the dead peers.
+            if pong_deadline.is_some_and(|at| at <= now) {
+                pong_deadline = None;
+                self.ws_close_unanswered();
+            }
             if let (Some(at), Some(every)) = (next_ping, self.cfg.ws_ping_interval) {
                 if at <= now {
                     self.ws_ping_all();
                     next_ping = Some(now + every);
                     pong_deadline = Some(now + self.cfg.ws_pong_timeout);
                 }
-            }
-            if pong_deadline.is_some_and(|at| at <= now) {
-                pong_deadline = None;
-                self.ws_close_unanswered();
             }
             if next_stats <= now {
                 self.push_stats()?;

@@ -72,9 +72,26 @@ impl Worker {
         }
     }
 
-    /// Answers a request and keeps the connection for the next one (or closes for HTTP/1.0).
-    pub(super) fn reply(&mut self, idx: usize, bytes: Vec<u8>, keep_alive: bool) {
-        if !keep_alive {
+    /// A complete response with a Content-Length body, kept alive as the request asked.
+    pub(super) fn respond(
+        &mut self,
+        idx: usize,
+        status: u16,
+        content_type: &str,
+        extra: &str,
+        body: &[u8],
+    ) {
+        let keep_alive = self.conns[idx].keep_alive;
+        self.reply(
+            idx,
+            http::response(status, content_type, extra, body, keep_alive),
+        );
+    }
+
+    /// Answers a request and keeps the connection for the next one, unless the request asked
+    /// to close (HTTP/1.0, `Connection: close`).
+    pub(super) fn reply(&mut self, idx: usize, bytes: Vec<u8>) {
+        if !self.conns[idx].keep_alive {
             return self.reply_and_close(idx, bytes);
         }
         let max = self.cfg.max_unsent;
@@ -116,8 +133,7 @@ impl Worker {
                 return Some(data.len());
             }
         };
-        let keep_alive = req.keep_alive();
-        self.conns[idx].keep_alive = keep_alive;
+        self.conns[idx].keep_alive = req.keep_alive();
         self.conns[idx].flags |= super::conn::SERVED;
         let route = req.path.trim_end_matches('/');
         let used = req.head_len;
@@ -143,19 +159,11 @@ impl Worker {
             }
             "" | "/demo" => {
                 let page = include_bytes!("../demo.html");
-                self.reply(
-                    idx,
-                    http::response(200, "text/html; charset=utf-8", "", page, keep_alive),
-                    keep_alive,
-                );
+                self.respond(idx, 200, "text/html; charset=utf-8", "", page);
                 Some(used)
             }
             "/healthz" => {
-                self.reply(
-                    idx,
-                    http::response(200, "text/plain", "", b"ok\n", keep_alive),
-                    keep_alive,
-                );
+                self.respond(idx, 200, "text/plain", "", b"ok\n");
                 Some(used)
             }
             "/status" | "/metrics" => {

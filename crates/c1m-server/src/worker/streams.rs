@@ -213,10 +213,8 @@ impl Worker {
 
     /// Answers a long-poll and leaves its channels; the connection goes back to reading requests.
     fn poll_answer(&mut self, idx: usize, status: u16, body: &[u8]) {
-        let keep_alive = self.conns[idx].keep_alive;
         self.poll_leave(idx);
-        let bytes = http::response(status, "application/json", POLL_HEADERS, body, keep_alive);
-        self.reply(idx, bytes, keep_alive);
+        self.respond(idx, status, "application/json", POLL_HEADERS, body);
         self.resume_input(idx);
     }
 
@@ -249,7 +247,7 @@ impl Worker {
             "HTTP/1.1 204 No Content\r\nConnection: {conn}\r\nCache-Control: no-cache\r\n\r\n"
         )
         .into_bytes();
-        self.reply(idx, bytes, keep_alive);
+        self.reply(idx, bytes);
         self.resume_input(idx);
     }
 
@@ -260,13 +258,8 @@ impl Worker {
         if conn.kind != Kind::Publishing {
             return;
         }
-        let keep_alive = conn.keep_alive;
         let body = serde_json::json!({"channel": channel, "id": id}).to_string();
-        self.reply(
-            idx,
-            http::response(200, "application/json", "", body.as_bytes(), keep_alive),
-            keep_alive,
-        );
+        self.respond(idx, 200, "application/json", "", body.as_bytes());
         self.resume_input(idx);
     }
 
@@ -277,17 +270,12 @@ impl Worker {
         if conn.kind != Kind::Status {
             return;
         }
-        let keep_alive = conn.keep_alive;
         let ctype = if metrics {
             "text/plain; version=0.0.4"
         } else {
             "application/json"
         };
-        self.reply(
-            idx,
-            http::response(200, ctype, "", body.as_bytes(), keep_alive),
-            keep_alive,
-        );
+        self.respond(idx, 200, ctype, "", body.as_bytes());
         self.resume_input(idx);
     }
 

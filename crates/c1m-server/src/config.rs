@@ -9,6 +9,12 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// Largest `max_payload`: a message crosses the master-worker link in one frame, which must
+/// stay well under the link's frame limit (channel names and ids ride along).
+pub const MAX_PAYLOAD_LIMIT: usize = crate::ipc::MAX_FRAME / 2;
+/// Most channels one subscription may name: the ipc join frame carries them in one list.
+pub const MAX_CHANNELS_PER_SUB: usize = crate::ipc::MAX_CHANNELS;
+
 /// Worker count: a number, or `auto` (enough processes for `max_conns` under the fd limit,
 /// at least one per CPU).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -50,6 +56,8 @@ pub struct Config {
     pub history_size: usize,
     #[serde(with = "humantime_serde")]
     pub history_age: Duration,
+    /// Bytes of history kept over all channels; past it the oldest message anywhere goes first.
+    pub history_max_bytes: usize,
     /// Largest publish body in bytes (larger gets 413).
     pub max_payload: usize,
     /// Bearer key required to publish; without it only loopback peers may publish.
@@ -62,7 +70,8 @@ pub struct Config {
     /// Time a client has to send a complete request head (slowloris guard).
     #[serde(with = "humantime_serde")]
     pub head_timeout: Duration,
-    /// Unsent bytes a subscriber may have queued before it is disconnected.
+    /// Unsent bytes a subscriber may owe before it is disconnected as a slow reader (checked
+    /// before each send, so one message or replay chunk may take it past the figure).
     pub max_unsent: usize,
     /// How long shutdown waits for streams to end before exiting anyway.
     #[serde(with = "humantime_serde")]
@@ -96,6 +105,7 @@ impl Default for Config {
             max_channels_per_sub: 16,
             history_size: 100,
             history_age: Duration::from_secs(300),
+            history_max_bytes: 128 * 1024 * 1024,
             max_payload: 64 * 1024,
             publish_key: None,
             poll_timeout: Duration::from_secs(30),
@@ -153,7 +163,10 @@ pub struct ServeArgs {
     /// Longest a message stays in history [default: 5m].
     #[arg(long, env = "C1M_HISTORY_AGE", value_parser = humantime::parse_duration)]
     pub history_age: Option<Duration>,
-    /// Largest publish body in bytes [default: 65536].
+    /// Bytes of history over all channels; the oldest message anywhere is dropped first [default: 134217728].
+    #[arg(long, env = "C1M_HISTORY_MAX_BYTES")]
+    pub history_max_bytes: Option<usize>,
+    /// Largest publish body in bytes, at most 8388608 [default: 65536].
     #[arg(long, env = "C1M_MAX_PAYLOAD")]
     pub max_payload: Option<usize>,
     /// Bearer key required to publish [default: none, loopback peers only].
@@ -220,6 +233,7 @@ impl ServeArgs {
             max_channels_per_sub,
             history_size,
             history_age,
+            history_max_bytes,
             max_payload,
             publish_key,
             poll_timeout,
@@ -250,6 +264,25 @@ impl Config {
         }
         if self.history_size == 0 {
             bail!("--history-size must be at least 1 (resume needs history)");
+        }
+        if self.max_channels_per_sub > MAX_CHANNELS_PER_SUB {
+            bail!("--max-channels-per-sub must be at most {MAX_CHANNELS_PER_SUB}");
+        }
+        if self.max_payload > MAX_PAYLOAD_LIMIT {
+            bail!(
+                "--max-payload {} is over the largest supported payload ({MAX_PAYLOAD_LIMIT} bytes): \
+                 every message crosses the master-worker link in one frame",
+                self.max_payload
+            );
+        }
+        if self.history_max_bytes < self.max_payload + crate::hub::STORED_OVERHEAD {
+            bail!(
+                "--history-max-bytes {} cannot hold one message of --max-payload {}; \
+                 raise it to at least {}",
+                self.history_max_bytes,
+                self.max_payload,
+                self.max_payload + crate::hub::STORED_OVERHEAD
+            );
         }
         if self
             .sse_heartbeat
@@ -306,5 +339,34 @@ mod tests {
         assert!(toml::from_str::<Config>("lisen = \"x\"").is_err());
         assert!("0".parse::<Workers>().is_err());
         assert_eq!("auto".parse::<Workers>(), Ok(Workers::Auto));
+    }
+
+    #[test]
+    fn item11_limits_that_contradict_each_other_are_refused_at_start() {
+        let check = |args: ServeArgs| args.resolve().map(|_| ()).map_err(|e| e.to_string());
+        // A payload larger than one ipc frame could carry used to kill a worker on publish.
+        let err = check(ServeArgs {
+            max_payload: Some(32 * 1024 * 1024),
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert!(err.contains("--max-payload"), "{err}");
+        let err = check(ServeArgs {
+            history_max_bytes: Some(1000),
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert!(err.contains("--history-max-bytes"), "{err}");
+        let err = check(ServeArgs {
+            max_channels_per_sub: Some(5000),
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert!(err.contains("--max-channels-per-sub"), "{err}");
+        assert!(check(ServeArgs {
+            max_payload: Some(MAX_PAYLOAD_LIMIT),
+            ..Default::default()
+        })
+        .is_ok());
     }
 }

@@ -7,6 +7,9 @@ use std::io;
 /// Largest frame either side accepts (a payload is ≤ max_payload; status JSON is small).
 pub const MAX_FRAME: usize = 16 * 1024 * 1024;
 
+/// Most channels one join names (the subscription limit is validated against it at start).
+pub const MAX_CHANNELS: usize = 1024;
+
 /// Per-worker counters pushed to the master every [`crate::worker::STATS_EVERY`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WorkerStats {
@@ -42,11 +45,14 @@ pub struct Refused {
     pub ws_pong_timeout: u64,
     /// WebSockets closed (1003) for sending data with client publish off.
     pub ws_client_data: u64,
+    /// Publishes or subscribes refused (503 + Retry-After, WebSocket 1013) because an internal
+    /// queue is full: a worker that must deliver is behind, or the master is.
+    pub busy: u64,
 }
 
 impl Refused {
     /// (status key, value) pairs in a fixed order: the one list `/status` and `/metrics` use.
-    pub fn fields(&self) -> [(&'static str, u64); 13] {
+    pub fn fields(&self) -> [(&'static str, u64); Refused::COUNT] {
         [
             ("max_conns", self.max_conns),
             ("fd_limit", self.fd_limit),
@@ -61,11 +67,14 @@ impl Refused {
             ("ws_protocol", self.ws_protocol),
             ("ws_pong_timeout", self.ws_pong_timeout),
             ("ws_client_data", self.ws_client_data),
+            ("busy", self.busy),
         ]
     }
 
-    fn from_values(v: [u64; 13]) -> Refused {
-        let [max_conns, fd_limit, head_too_large, head_timeout, bad_request, not_found, method, slow_consumer, forbidden, payload_too_large, ws_protocol, ws_pong_timeout, ws_client_data] =
+    const COUNT: usize = 14;
+
+    fn from_values(v: [u64; Refused::COUNT]) -> Refused {
+        let [max_conns, fd_limit, head_too_large, head_timeout, bad_request, not_found, method, slow_consumer, forbidden, payload_too_large, ws_protocol, ws_pong_timeout, ws_client_data, busy] =
             v;
         Refused {
             max_conns,
@@ -81,6 +90,7 @@ impl Refused {
             ws_protocol,
             ws_pong_timeout,
             ws_client_data,
+            busy,
         }
     }
 
@@ -147,11 +157,15 @@ pub enum ToWorker {
         channel: String,
         id: u64,
     },
+    /// The answer to a join: one chunk of the replay. With `more`, history holds more after
+    /// the chunk's last message; the worker asks again from there once the socket has taken
+    /// this chunk (so a replay never needs a frame, or a socket queue, larger than a chunk).
     Joined {
         req: u64,
         current_id: u64,
         channels: Vec<String>,
         replay: Vec<Replay>,
+        more: bool,
     },
     Status {
         req: u64,
@@ -159,6 +173,12 @@ pub enum ToWorker {
         metrics: bool,
     },
     Shutdown,
+    /// A publish was not taken because a worker that must deliver it is behind: the publisher
+    /// is told to retry (503 with Retry-After) instead of the master queueing without bound.
+    PublishRefused {
+        req: u64,
+        retry_after_s: u64,
+    },
 }
 
 // ---- encoding ------------------------------------------------------------------------------
@@ -224,6 +244,13 @@ impl<'a> Reader<'a> {
     }
     fn string(&mut self) -> io::Result<String> {
         String::from_utf8(self.bytes()?).map_err(|_| bad("string"))
+    }
+    fn count(&mut self, max: usize, what: &str) -> io::Result<usize> {
+        let n = self.u64()?;
+        if n > max as u64 {
+            return Err(bad(what));
+        }
+        Ok(n as usize)
     }
     fn opt_u64(&mut self) -> io::Result<Option<u64>> {
         Ok(match self.u8()? {
@@ -300,10 +327,8 @@ impl ToMaster {
             },
             2 => {
                 let req = r.u64()?;
-                let n = r.u64()? as usize;
-                let channels = (0..n.min(1024))
-                    .map(|_| r.string())
-                    .collect::<io::Result<_>>()?;
+                let n = r.count(MAX_CHANNELS, "channel count")?;
+                let channels = (0..n).map(|_| r.string()).collect::<io::Result<_>>()?;
                 ToMaster::Join {
                     req,
                     channels,
@@ -319,7 +344,7 @@ impl ToMaster {
                 for slot in &mut v {
                     *slot = r.u64()?;
                 }
-                let mut refused = [0u64; 13];
+                let mut refused = [0u64; Refused::COUNT];
                 for slot in &mut refused {
                     *slot = r.u64()?;
                 }
@@ -367,6 +392,7 @@ impl ToWorker {
                 current_id,
                 channels,
                 replay,
+                more,
             } => {
                 let mut w = Writer::new(3);
                 w.u64(*req).u64(*current_id).u64(channels.len() as u64);
@@ -388,6 +414,7 @@ impl ToWorker {
                         } => w.u8(1).str(channel).u64(*id).bytes(payload),
                     };
                 }
+                w.u8(u8::from(*more));
                 w.finish()
             }
             ToWorker::Status { req, body, metrics } => {
@@ -396,6 +423,11 @@ impl ToWorker {
                 w.finish()
             }
             ToWorker::Shutdown => Writer::new(5).finish(),
+            ToWorker::PublishRefused { req, retry_after_s } => {
+                let mut w = Writer::new(7);
+                w.u64(*req).u64(*retry_after_s);
+                w.finish()
+            }
         }
     }
 
@@ -415,12 +447,11 @@ impl ToWorker {
             3 => {
                 let req = r.u64()?;
                 let current_id = r.u64()?;
-                let n = r.u64()? as usize;
-                let channels = (0..n.min(1024))
-                    .map(|_| r.string())
-                    .collect::<io::Result<_>>()?;
-                let n = r.u64()? as usize;
-                let mut replay = Vec::with_capacity(n.min(4096));
+                let n = r.count(MAX_CHANNELS, "channel count")?;
+                let channels = (0..n).map(|_| r.string()).collect::<io::Result<_>>()?;
+                // Each entry takes at least 17 bytes, so a count the frame cannot hold is bad.
+                let n = r.count(frame.len() / 17, "replay count")?;
+                let mut replay = Vec::with_capacity(n);
                 for _ in 0..n {
                     replay.push(match r.u8()? {
                         0 => Replay::Gap {
@@ -440,6 +471,7 @@ impl ToWorker {
                     current_id,
                     channels,
                     replay,
+                    more: r.u8()? != 0,
                 }
             }
             4 => ToWorker::Status {
@@ -448,6 +480,10 @@ impl ToWorker {
                 metrics: r.u8()? != 0,
             },
             5 => ToWorker::Shutdown,
+            7 => ToWorker::PublishRefused {
+                req: r.u64()?,
+                retry_after_s: r.u64()?,
+            },
             _ => return Err(bad("tag")),
         })
     }
@@ -529,6 +565,7 @@ mod tests {
                         payload: b"p".to_vec(),
                     },
                 ],
+                more: true,
             },
             ToWorker::Status {
                 req: 5,
@@ -536,6 +573,10 @@ mod tests {
                 metrics: false,
             },
             ToWorker::Shutdown,
+            ToWorker::PublishRefused {
+                req: 3,
+                retry_after_s: 1,
+            },
         ];
         for m in to_worker {
             assert_eq!(ToWorker::decode(body(&m.encode())).unwrap(), m);

@@ -1,13 +1,21 @@
 //! A framed, non-blocking Unix stream between master and a worker: whole frames out through a
 //! bounded buffer, whole frames in. Both sides register it with their mio loop.
+//!
+//! Nothing is ever dropped here. The bound is kept by the producers: above [`HIGH_WATER`]
+//! unsent bytes a link is *congested*, and new work that would add to it is refused at its
+//! source (a publish gets 503 with Retry-After, a new subscriber 503, the master stops reading
+//! the worker's requests). A link that still grows past [`STUCK`] means the peer stopped
+//! reading altogether: `send` fails and the caller treats the peer as dead (loudly), rather
+//! than buffering without end or losing a frame in silence.
 
 use crate::ipc::MAX_FRAME;
 use mio::net::UnixStream;
 use std::io::{self, Read, Write};
 
-/// Unsent bytes a link may hold before the peer counts as stuck. Publishes to a stuck worker
-/// are dropped (and counted) rather than queued without bound.
-pub const MAX_BUFFERED: usize = 256 * 1024 * 1024;
+/// Unsent bytes above which a link is congested and producers are pushed back.
+pub const HIGH_WATER: usize = 16 * 1024 * 1024;
+/// Unsent bytes at which the peer counts as stuck (no longer reading).
+pub const STUCK: usize = 256 * 1024 * 1024;
 
 pub struct Link {
     pub stream: UnixStream,
@@ -26,19 +34,31 @@ impl Link {
         }
     }
 
-    /// Queues an encoded frame and tries to send. Returns false (frame dropped) when the
-    /// buffer is over [`MAX_BUFFERED`].
-    pub fn send(&mut self, frame: Vec<u8>) -> io::Result<bool> {
-        if self.outbuf.len() - self.out_pos > MAX_BUFFERED {
-            return Ok(false);
+    /// Queues an encoded frame and tries to send. Fails when the peer is stuck (the backlog
+    /// passed [`STUCK`]) or the socket broke.
+    pub fn send(&mut self, frame: Vec<u8>) -> io::Result<()> {
+        if self.backlog() > STUCK {
+            return Err(io::Error::other(format!(
+                "peer stuck: {} bytes unread on the link",
+                self.backlog()
+            )));
         }
         if self.outbuf.is_empty() {
             self.outbuf = frame;
         } else {
             self.outbuf.extend_from_slice(&frame);
         }
-        self.flush()?;
-        Ok(true)
+        self.flush()
+    }
+
+    /// Bytes queued but not yet taken by the socket.
+    pub fn backlog(&self) -> usize {
+        self.outbuf.len() - self.out_pos
+    }
+
+    /// Above [`HIGH_WATER`]: producers must refuse new work for this link.
+    pub fn is_congested(&self) -> bool {
+        self.backlog() > HIGH_WATER
     }
 
     /// Writes what it can; call again when the socket is writable.

@@ -15,6 +15,8 @@ pub const INVALID_PAYLOAD: CloseCode = 1007;
 pub const POLICY_VIOLATION: CloseCode = 1008;
 pub const MESSAGE_TOO_BIG: CloseCode = 1009;
 pub const INTERNAL_ERROR: CloseCode = 1011;
+/// IANA-registered "Try Again Later": the server is overloaded for now.
+pub const TRY_AGAIN_LATER: CloseCode = 1013;
 
 /// May `code` appear in a Close frame? RFC 6455 7.4.1 defines 1000-1003 and 1007-1011
 /// (1004 is reserved; 1005, 1006 and 1015 are reserved for local use and MUST NOT be sent);

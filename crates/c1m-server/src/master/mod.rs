@@ -60,9 +60,18 @@ pub fn plan(workers: Workers, max_conns: u64, hard_nofile: u64, cpus: usize) -> 
     }
 }
 
+/// Payload bytes of history in one join answer; a longer replay continues in further chunks.
+/// Small enough for any socket queue and ipc frame, large enough to keep a catch-up fast.
+pub const REPLAY_CHUNK: usize = 256 * 1024;
+/// What a publisher pushed back because a worker is behind is told to wait.
+const RETRY_AFTER_S: u64 = 1;
+
 struct Slot {
     child: Option<Child>,
     link: Option<Link>,
+    /// The link to this worker is congested: its requests stay unread until it drains, so
+    /// its own joins and publishes cannot add to the backlog.
+    reading_paused: bool,
     stats: WorkerStats,
     restarts: u64,
     restart_at: Option<Instant>,
@@ -77,8 +86,8 @@ pub struct Master {
     interest: HashMap<String, Vec<usize>>,
     slots: Vec<Slot>,
     published: u64,
-    /// Messages the master could not hand to a stuck worker.
-    dropped: u64,
+    /// Publishes refused because a worker that must deliver them is behind.
+    publish_refused: u64,
     restarts: u64,
     started: Instant,
     shutdown_deadline: Option<Instant>,
@@ -86,7 +95,7 @@ pub struct Master {
 
 impl Master {
     pub fn new(cfg: Config, plan: Plan) -> anyhow::Result<Master> {
-        let hub = MemoryHub::new(cfg.history_size, cfg.history_age);
+        let hub = MemoryHub::new(cfg.history_size, cfg.history_age, cfg.history_max_bytes);
         let mut master = Master {
             cfg,
             plan,
@@ -95,7 +104,7 @@ impl Master {
             interest: HashMap::new(),
             slots: Vec::new(),
             published: 0,
-            dropped: 0,
+            publish_refused: 0,
             restarts: 0,
             started: Instant::now(),
             shutdown_deadline: None,
@@ -104,6 +113,7 @@ impl Master {
             master.slots.push(Slot {
                 child: None,
                 link: None,
+                reading_paused: false,
                 stats: WorkerStats::default(),
                 restarts: 0,
                 restart_at: None,
@@ -144,6 +154,7 @@ impl Master {
         };
         slot.child = Some(child);
         slot.link = Some(link);
+        slot.reading_paused = false;
         slot.restart_at = None;
         Ok(())
     }
@@ -177,6 +188,7 @@ impl Master {
                     Token(i) => self.on_worker_event(i, event.is_writable()),
                 }
             }
+            self.resume_paused_reads();
             let now = Instant::now();
             if now >= next_expire {
                 self.hub.expire(now);
@@ -211,11 +223,20 @@ impl Master {
     }
 
     fn on_worker_event(&mut self, i: usize, writable: bool) {
-        let Some(link) = self.slots.get_mut(i).and_then(|s| s.link.as_mut()) else {
+        let Some(slot) = self.slots.get_mut(i) else {
+            return;
+        };
+        let Some(link) = slot.link.as_mut() else {
             return;
         };
         if writable && link.flush().is_err() {
             return self.worker_gone(i);
+        }
+        // Backpressure on a worker that is behind: leave its requests unread (its own link
+        // fills and it refuses new work) until it has taken what it owes.
+        slot.reading_paused = link.is_congested();
+        if slot.reading_paused {
+            return;
         }
         let mut frames = Vec::new();
         match link.read_frames(|f| frames.push(ToMaster::decode(f))) {
@@ -238,14 +259,24 @@ impl Master {
         }
     }
 
+    /// Reads the requests of workers whose link drained since reading paused (edge-triggered:
+    /// no new readable event would come for data that is already waiting).
+    fn resume_paused_reads(&mut self) {
+        for i in 0..self.slots.len() {
+            let slot = &self.slots[i];
+            if slot.reading_paused && slot.link.as_ref().is_some_and(|l| !l.is_congested()) {
+                self.on_worker_event(i, false);
+            }
+        }
+    }
+
     fn send(&mut self, i: usize, frame: Vec<u8>) {
         let Some(link) = self.slots[i].link.as_mut() else {
             return;
         };
-        match link.send(frame) {
-            Ok(true) => {}
-            Ok(false) => self.dropped += 1,
-            Err(_) => self.worker_gone(i),
+        if let Err(e) = link.send(frame) {
+            eprintln!("c1m: worker {i} link: {e}; restarting it");
+            self.worker_gone(i);
         }
     }
 
@@ -256,13 +287,29 @@ impl Master {
                 channel,
                 payload,
             } => {
+                let targets = self.interest.get(&channel).cloned().unwrap_or_default();
+                let behind = targets.iter().any(|&w| {
+                    self.slots[w]
+                        .link
+                        .as_ref()
+                        .is_some_and(|l| l.is_congested())
+                });
+                if behind {
+                    // Refused before it gets an id: nothing is half-published, and the
+                    // publisher (not the master's memory) absorbs the overload.
+                    self.publish_refused += 1;
+                    let refusal = ToWorker::PublishRefused {
+                        req,
+                        retry_after_s: RETRY_AFTER_S,
+                    };
+                    return self.send(i, refusal.encode());
+                }
                 let payload: Rc<[u8]> = Rc::from(payload);
                 let id = self.hub.publish(&channel, payload.clone(), Instant::now());
                 self.published += 1;
                 // The publisher's answer goes first: if its worker also has subscribers, the
                 // ack would otherwise wait behind that worker's whole local fan-out. (Only join
                 // answers must stay ordered after earlier messages; an ack has no such duty.)
-                let targets = self.interest.get(&channel).cloned().unwrap_or_default();
                 let frame = ToWorker::Message {
                     channel: channel.clone(),
                     id,
@@ -287,9 +334,11 @@ impl Master {
                         workers.push(i);
                     }
                 }
-                let replay = match after {
-                    Some(after) => self.hub.replay(&channels, after, Instant::now()),
-                    None => Vec::new(),
+                let chunk = match after {
+                    Some(after) => self
+                        .hub
+                        .replay(&channels, after, REPLAY_CHUNK, Instant::now()),
+                    None => Default::default(),
                 };
                 let current_id = self.hub.current_id();
                 self.send(
@@ -298,7 +347,8 @@ impl Master {
                         req,
                         current_id,
                         channels,
-                        replay,
+                        replay: chunk.items,
+                        more: chunk.more,
                     }
                     .encode(),
                 );

@@ -26,6 +26,8 @@ pub struct Report {
     refused: Refused,
     restarts: u64,
     channels: usize,
+    publish_refused: u64,
+    history_bytes: usize,
 }
 
 impl Report {
@@ -43,11 +45,13 @@ impl Report {
             processes: 1,
             published: m.published,
             delivered: 0,
-            dropped: m.dropped,
+            dropped: 0,
             client_ignored: 0,
             refused: Refused::default(),
             restarts: m.restarts,
             channels: m.hub.channel_count(),
+            publish_refused: m.publish_refused,
+            history_bytes: m.hub.history_bytes(),
         };
         for (i, slot) in m.slots.iter().enumerate() {
             let s = &slot.stats;
@@ -101,8 +105,9 @@ impl Report {
             },
             "messages": {
                 "published": self.published, "delivered": self.delivered, "dropped": self.dropped,
-                "client_ignored": self.client_ignored,
+                "client_ignored": self.client_ignored, "publish_refused": self.publish_refused,
             },
+            "history_bytes": self.history_bytes,
             "refused": refused,
             "worker_restarts": self.restarts,
             "channels": self.channels,
@@ -160,6 +165,18 @@ impl Report {
             "counter",
             "Connections or requests refused, by reason.",
             &refused,
+        );
+        metric(
+            "publish_refused_total",
+            "counter",
+            "Publishes refused (503) because a worker that must deliver them is behind.",
+            &[("", self.publish_refused)],
+        );
+        metric(
+            "history_bytes",
+            "gauge",
+            "Bytes of message history held for resume.",
+            &[("", self.history_bytes as u64)],
         );
         metric(
             "memory_rss_bytes",

@@ -35,6 +35,14 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// Subscribed and waiting for (more of) the master's join answer.
+    pub fn is_joining(self) -> bool {
+        matches!(
+            self,
+            Kind::SseJoining | Kind::PollJoining | Kind::TcpJoining | Kind::WsJoining
+        )
+    }
+
     /// The `/status` protocol bucket this connection counts in.
     pub fn protocol(self) -> Protocol {
         match self {
@@ -177,9 +185,12 @@ impl Conn {
     }
 
     /// Sends shared bytes: written now if the socket takes them, else queued by reference.
+    /// The cap is checked before queueing: a subscriber already owing more than `max_unsent`
+    /// is a slow reader and gets nothing more, while one that is keeping up can always take
+    /// the next message or replay chunk whole, however large (each is bounded on its own).
     pub fn send_shared(&mut self, data: &Rc<[u8]>, max_unsent: usize) -> Sent {
         if let Some(q) = &mut self.out {
-            if q.bytes + data.len() > max_unsent {
+            if q.bytes > max_unsent {
                 return Sent::Overflow;
             }
             q.bytes += data.len();
@@ -189,9 +200,6 @@ impl Conn {
         match write_some(&mut self.stream, data) {
             Ok(n) if n == data.len() => Sent::Done,
             Ok(n) => {
-                if data.len() - n > max_unsent {
-                    return Sent::Overflow;
-                }
                 let mut q = Box::<OutQueue>::default();
                 q.bytes = data.len() - n;
                 q.chunks.push_back((data.clone(), n));

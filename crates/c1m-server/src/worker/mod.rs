@@ -15,7 +15,7 @@ mod timers;
 mod websocket;
 
 use crate::config::Config;
-use crate::ipc::{Refused, ToMaster, ToWorker, WorkerStats};
+use crate::ipc::{Refused, Replay, ToMaster, ToWorker, WorkerStats};
 use crate::link::Link;
 use anyhow::Context;
 use channels::Channels;
@@ -23,6 +23,7 @@ use conn::{Conn, Kind, Protocol};
 use mio::net::{TcpListener, TcpStream, UnixStream};
 use mio::{Events, Interest, Poll, Token};
 use slab::Slab;
+use std::collections::HashMap;
 use std::io::{self, Read};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -44,6 +45,14 @@ pub const ENV_INDEX: &str = "C1M_WORKER_INDEX";
 pub const ENV_CONFIG: &str = "C1M_WORKER_CONFIG";
 pub const ENV_MASTER_PID: &str = "C1M_MASTER_PID";
 pub const ENV_MAX_CONNS: &str = "C1M_WORKER_MAX_CONNS";
+
+/// One chunk of a join answer (see `ToWorker::Joined`).
+pub struct Joined {
+    pub current_id: u64,
+    pub channels: Vec<String>,
+    pub replay: Vec<Replay>,
+    pub more: bool,
+}
 
 /// Running counters (connection counts are computed when reported).
 #[derive(Default)]
@@ -71,6 +80,12 @@ pub struct Worker {
     accept_paused_until: Option<Instant>,
     shutdown_deadline: Option<Instant>,
     ws_policy: c1m_proto::ws::handshake::OriginPolicy,
+    /// Connections (by token) in the middle of a chunked replay: `Some(id)` = ask for the
+    /// chunk after `id` once the socket has taken the last one; `None` = asked, waiting.
+    replays: HashMap<u64, Option<u64>>,
+    /// Sending to the master failed (the link broke or the master stopped reading): the loop
+    /// exits and the master starts a fresh worker; nothing is queued that would never arrive.
+    link_failed: Option<io::Error>,
 }
 
 /// Entry point of `c1m __serve-worker`.
@@ -141,6 +156,8 @@ impl Worker {
             scratch: Vec::with_capacity(64 * 1024),
             accept_paused_until: None,
             shutdown_deadline: None,
+            replays: HashMap::new(),
+            link_failed: None,
         })
     }
 
@@ -188,6 +205,13 @@ impl Worker {
                         self.on_conn_event(token.0 as u64, event.is_readable(), event.is_writable())
                     }
                 }
+            }
+            if let Some(e) = self.link_failed.take() {
+                eprintln!(
+                    "c1m worker {}: master link failed ({e}); exiting",
+                    std::process::id()
+                );
+                return Ok(());
             }
             let now = Instant::now();
             while next_tick <= now {
@@ -326,6 +350,7 @@ impl Worker {
         if writable && conn.out.is_some() {
             match conn.flush() {
                 Ok(true) if conn.kind == Kind::Closing => return self.close(idx),
+                Ok(true) if conn.kind.is_joining() => self.continue_replay(idx),
                 Ok(_) => {}
                 Err(_) => return self.close(idx),
             }
@@ -410,6 +435,9 @@ impl Worker {
         let Some(mut conn) = self.conns.try_remove(idx) else {
             return;
         };
+        if !self.replays.is_empty() {
+            self.replays.remove(&token_of(idx, conn.generation));
+        }
         for (chan, pos) in conn.subs.take() {
             self.leave_channel(chan, pos);
         }
@@ -488,11 +516,15 @@ impl Worker {
     // ---- master link ------------------------------------------------------------------------
 
     fn send_to_master(&mut self, msg: ToMaster) {
-        match self.link.send(msg.encode()) {
-            Ok(true) => {}
-            Ok(false) => self.counters.dropped += 1,
-            Err(e) => eprintln!("c1m worker {}: master link: {e}", std::process::id()),
+        if let Err(e) = self.link.send(msg.encode()) {
+            self.link_failed.get_or_insert(e);
         }
+    }
+
+    /// The master is behind on this worker's requests: new publishes and joins are refused
+    /// (503 with Retry-After) instead of queueing without bound.
+    fn master_congested(&self) -> bool {
+        self.link.is_congested()
     }
 
     /// Returns Ok(false) when the master closed the link.
@@ -511,9 +543,14 @@ impl Worker {
         // Replies to a waiting publisher or status client go first: they need no ordering, and
         // behind a fan-out to thousands of sockets they would wait for nothing. Messages and
         // join answers keep their order (a replay must come before later live messages).
-        let (replies, ordered): (Vec<_>, Vec<_>) = frames
-            .into_iter()
-            .partition(|f| matches!(f, ToWorker::Published { .. } | ToWorker::Status { .. }));
+        let (replies, ordered): (Vec<_>, Vec<_>) = frames.into_iter().partition(|f| {
+            matches!(
+                f,
+                ToWorker::Published { .. }
+                    | ToWorker::PublishRefused { .. }
+                    | ToWorker::Status { .. }
+            )
+        });
         for frame in replies.into_iter().chain(ordered) {
             match frame {
                 ToWorker::Message {
@@ -527,7 +564,19 @@ impl Worker {
                     current_id,
                     channels,
                     replay,
-                } => self.on_joined(req, current_id, &channels, replay),
+                    more,
+                } => self.on_joined(
+                    req,
+                    Joined {
+                        current_id,
+                        channels,
+                        replay,
+                        more,
+                    },
+                ),
+                ToWorker::PublishRefused { req, retry_after_s } => {
+                    self.on_publish_refused(req, retry_after_s)
+                }
                 ToWorker::Status { req, body, metrics } => self.on_status(req, body, metrics),
                 ToWorker::Shutdown => self.begin_shutdown(),
             }
@@ -536,6 +585,9 @@ impl Worker {
     }
 
     fn push_stats(&mut self) -> anyhow::Result<()> {
+        if self.master_congested() {
+            return Ok(()); // figures are totals: the next push carries these too
+        }
         let mut s = WorkerStats {
             pid: std::process::id(),
             ..Default::default()

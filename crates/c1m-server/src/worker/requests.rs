@@ -272,6 +272,10 @@ impl Worker {
         if data.len() < end {
             return None; // body still arriving
         }
+        if self.master_congested() {
+            self.refuse_busy(idx, 1);
+            return Some(end);
+        }
         let conn = &mut self.conns[idx];
         conn.kind = Kind::Publishing;
         conn.deadline = 0;

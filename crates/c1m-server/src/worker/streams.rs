@@ -5,6 +5,7 @@
 use super::conn::{Kind, Sent, WS_ENVELOPE};
 use super::message::{Message, POLL_HEADERS};
 use super::requests::Transport;
+use super::Joined;
 use super::Worker;
 use crate::ipc::{Replay, ToMaster};
 use c1m_proto::longpoll::{self, PollGap, PollMessage};
@@ -22,16 +23,31 @@ impl Worker {
         last_id: Option<u64>,
         transport: Transport,
     ) {
-        for name in channels {
-            let (chan, pos) = self.channels.join(name, idx as u32);
-            self.conns[idx].subs.push(chan, pos);
-        }
         let all_known = channels.iter().all(|n| {
             self.channels
                 .lookup(n)
                 .and_then(|c| self.channels.get(c))
                 .is_some_and(|c| c.known_to_master)
         });
+        if (last_id.is_some() || !all_known) && self.master_congested() {
+            // A join would add to a link the master is behind on: refuse now, plainly.
+            let why = "server busy; retry later";
+            return match transport {
+                Transport::Tcp => {
+                    self.counters.refused.busy += 1;
+                    self.reply_and_close(idx, line::encode_err(why))
+                }
+                Transport::Ws => {
+                    self.counters.refused.busy += 1;
+                    self.ws_close(idx, c1m_proto::ws::close::TRY_AGAIN_LATER, why)
+                }
+                Transport::Sse | Transport::LongPoll => self.refuse_busy(idx, 1),
+            };
+        }
+        for name in channels {
+            let (chan, pos) = self.channels.join(name, idx as u32);
+            self.conns[idx].subs.push(chan, pos);
+        }
         let conn = &mut self.conns[idx];
         conn.deadline = 0;
         if all_known && last_id.is_none() {
@@ -68,47 +84,53 @@ impl Worker {
         });
     }
 
-    /// The master's answer to a join: replay what was missed, then go live.
-    pub(super) fn on_joined(
-        &mut self,
-        token: u64,
-        current_id: u64,
-        channels: &[String],
-        replay: Vec<Replay>,
-    ) {
-        for name in channels {
+    /// The master's answer to a join: one chunk of what was missed. The stream goes live after
+    /// the last chunk; before that it stays joining (live messages skip it: the next chunk comes
+    /// from history and covers them, or says plainly what history lost).
+    pub(super) fn on_joined(&mut self, token: u64, joined: Joined) {
+        let Joined {
+            current_id,
+            channels,
+            replay,
+            more,
+        } = joined;
+        for name in &channels {
             self.channels.mark_known(name);
         }
+        // A continuation has already sent the stream's opening (response head, OK line).
+        let first = self.replays.remove(&token).is_none();
         let Some((idx, conn)) = self.conn_mut(token) else {
             return;
         };
         let multi = conn.subs.is_multi();
-        match conn.kind {
+        let kind = conn.kind;
+        let resume_at = more.then(|| last_message_id(&replay)).flatten();
+        match kind {
             Kind::SseJoining => {
-                let out = encode_replay(
-                    sse::RESPONSE_HEAD.to_vec(),
-                    &replay,
-                    sse::encode_gap,
-                    |ch, id, p| sse::encode_message(multi.then_some(ch), id, p),
-                );
-                conn.kind = Kind::Sse;
-                self.send_or_close(idx, out);
+                let head = if first {
+                    sse::RESPONSE_HEAD.to_vec()
+                } else {
+                    Vec::new()
+                };
+                let out = encode_replay(head, &replay, sse::encode_gap, |ch, id, p| {
+                    sse::encode_message(multi.then_some(ch), id, p)
+                });
+                self.send_replay_chunk(idx, token, out, resume_at, Kind::Sse);
             }
             Kind::TcpJoining => {
-                let out = encode_replay(
-                    line::encode_ok(current_id),
-                    &replay,
-                    line::encode_gap,
-                    line::encode_msg,
-                );
-                conn.kind = Kind::TcpStream;
-                self.send_or_close(idx, out);
+                let head = if first {
+                    line::encode_ok(current_id)
+                } else {
+                    Vec::new()
+                };
+                let out = encode_replay(head, &replay, line::encode_gap, line::encode_msg);
+                self.send_replay_chunk(idx, token, out, resume_at, Kind::TcpStream);
             }
             Kind::WsJoining => {
-                conn.kind = Kind::Ws;
                 let frames = self.ws_replay_frames(idx, &replay);
-                if !frames.is_empty() {
-                    self.send_or_close(idx, frames);
+                self.send_replay_chunk(idx, token, frames, resume_at, Kind::Ws);
+                if resume_at.is_some() || self.conns.get(idx).is_none_or(|c| c.kind != Kind::Ws) {
+                    return;
                 }
                 // Frames the client sent while the join was pending.
                 if let Some(mut pending) = self.conns.get_mut(idx).and_then(|c| c.inbuf.take()) {
@@ -150,12 +172,66 @@ impl Worker {
                         }),
                     }
                 }
-                let last = messages.iter().map(|m| m.id).max().unwrap_or(current_id);
+                // One chunk per answer: with more to come, `last_id` points at this chunk's
+                // end and the client's next poll gets the rest at once.
+                let last = match resume_at {
+                    Some(id) => id,
+                    None => messages.iter().map(|m| m.id).max().unwrap_or(current_id),
+                };
                 let body = longpoll::encode_body(&messages, &gaps, last);
                 self.poll_answer(idx, 200, &body);
             }
             _ => {}
         }
+    }
+
+    /// Writes one replay chunk. The last one makes the stream live; otherwise the next chunk
+    /// is asked for as soon as the socket has taken this one (now, or when it drains).
+    fn send_replay_chunk(
+        &mut self,
+        idx: usize,
+        token: u64,
+        bytes: Vec<u8>,
+        resume_at: Option<u64>,
+        live: Kind,
+    ) {
+        if resume_at.is_none() {
+            self.conns[idx].kind = live;
+        }
+        if !bytes.is_empty() {
+            self.send_or_close(idx, bytes);
+        }
+        let Some(after) = resume_at else {
+            return;
+        };
+        if !self.conns.contains(idx) {
+            return;
+        }
+        self.replays.insert(token, Some(after));
+        if self.conns[idx].out.is_none() {
+            self.continue_replay(idx);
+        }
+    }
+
+    /// Asks the master for the next chunk of a replay whose last chunk the socket has taken.
+    pub(super) fn continue_replay(&mut self, idx: usize) {
+        let token = super::token_of(idx, self.conns[idx].generation);
+        // `None`: already asked, the answer is on its way.
+        let Some(after) = self.replays.get_mut(&token).and_then(Option::take) else {
+            return;
+        };
+        let channels = self.conns[idx]
+            .subs
+            .channel_indices()
+            .into_iter()
+            .filter_map(|c| self.channels.get(c).map(|ch| ch.name.to_string()))
+            .collect();
+        // Not refused when the link is congested: one request per replaying connection at most.
+        self.send_to_master(ToMaster::Join {
+            req: token,
+            channels,
+            after: Some(after),
+        });
     }
 
     /// One published message to every live subscriber of its channel on this worker.
@@ -263,6 +339,41 @@ impl Worker {
         self.resume_input(idx);
     }
 
+    /// The master refused a publish because a worker that must deliver it is behind.
+    pub(super) fn on_publish_refused(&mut self, token: u64, retry_after_s: u64) {
+        let Some((idx, conn)) = self.conn_mut(token) else {
+            return;
+        };
+        match conn.kind {
+            Kind::Publishing => {
+                self.refuse_busy(idx, retry_after_s);
+                self.resume_input(idx);
+            }
+            Kind::Ws => {
+                self.counters.refused.busy += 1;
+                self.ws_close(
+                    idx,
+                    c1m_proto::ws::close::TRY_AGAIN_LATER,
+                    "publish refused: subscribers are behind; retry later",
+                );
+            }
+            _ => {}
+        }
+    }
+
+    /// 503 with Retry-After: an internal queue is full. The connection stays usable.
+    pub(super) fn refuse_busy(&mut self, idx: usize, retry_after_s: u64) {
+        self.counters.refused.busy += 1;
+        let body = "server busy: subscribers are behind; retry after the given seconds\n";
+        self.respond(
+            idx,
+            503,
+            "text/plain; charset=utf-8",
+            &format!("Retry-After: {retry_after_s}\r\n"),
+            body.as_bytes(),
+        );
+    }
+
     pub(super) fn on_status(&mut self, token: u64, body: String, metrics: bool) {
         let Some((idx, conn)) = self.conn_mut(token) else {
             return;
@@ -324,6 +435,14 @@ impl Worker {
             self.close(idx);
         }
     }
+}
+
+/// The id of the last message in a replay chunk (where the next chunk starts after).
+fn last_message_id(replay: &[Replay]) -> Option<u64> {
+    replay.iter().rev().find_map(|r| match r {
+        Replay::Message { id, .. } => Some(*id),
+        Replay::Gap { .. } => None,
+    })
 }
 
 /// Appends a resume answer to `out` with one protocol's encoders for gaps and messages.

@@ -159,9 +159,19 @@ impl Worker {
                 })
         };
         match target {
+            Some(_) if self.master_congested() => {
+                self.counters.refused.busy += 1;
+                self.ws_close(
+                    idx,
+                    close::TRY_AGAIN_LATER,
+                    "publish refused: server busy; retry later",
+                );
+            }
             Some((channel, payload)) if payload.len() <= self.cfg.max_payload => {
+                // The token comes back only if the master refuses it (then: close 1013).
+                let token = super::token_of(idx, self.conns[idx].generation);
                 self.send_to_master(ToMaster::Publish {
-                    req: 0,
+                    req: token,
                     channel,
                     payload,
                 });

@@ -12,7 +12,9 @@
 
 pub mod config;
 mod hub;
-mod ipc;
+// Public only so the fuzz harness (crates/c1m-server/fuzz) can reach the codec.
+#[doc(hidden)]
+pub mod ipc;
 mod link;
 mod listener;
 mod master;

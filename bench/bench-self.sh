@@ -12,10 +12,8 @@
 set -euo pipefail
 N=${1:-120000}
 PORT=${PORT:-19190}
-HERE=$(cd "$(dirname "$0")" && pwd)
-ROOT=$(dirname "$HERE")
-OUT="$HERE/out"
-mkdir -p "$OUT"
+source "$(dirname "$0")/lib.sh" # BENCH_DIR, ROOT, OUT, c1m_binary
+HERE=$BENCH_DIR
 TMP=$(mktemp -d)
 LPID=""
 cleanup() {
@@ -24,11 +22,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-C1M=${C1M:-}
-if [ -z "$C1M" ]; then
-    (cd "$ROOT" && timeout 900 cargo build --release -q -p c1m)
-    C1M="$ROOT/target/release/c1m"
-fi
+c1m_binary
 gcc -O2 -Wall -o "$TMP/holdlisten" "$HERE/holdlisten.c"
 gcc -O2 -Wall -o "$TMP/blockconnect" "$HERE/blockconnect.c"
 

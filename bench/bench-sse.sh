@@ -11,21 +11,15 @@ EVERY=${EVERY:-2s}
 CHANNELS=${CHANNELS:-1}
 PROTO=${PROTO:-sse}
 PORT=${PORT:-18180}
-HERE=$(cd "$(dirname "$0")" && pwd)
-ROOT=$(dirname "$HERE")
-OUT="$HERE/out"
-mkdir -p "$OUT"
+source "$(dirname "$0")/lib.sh" # BENCH_DIR, ROOT, OUT, c1m_binary
+HERE=$BENCH_DIR
 SPID=""
 cleanup() {
     if [ -n "$SPID" ]; then kill -TERM "$SPID" 2>/dev/null || true; wait "$SPID" 2>/dev/null || true; fi
 }
 trap cleanup EXIT
 
-C1M=${C1M:-}
-if [ -z "$C1M" ]; then
-    (cd "$ROOT" && timeout 900 cargo build --release -q -p c1m)
-    C1M="$ROOT/target/release/c1m"
-fi
+c1m_binary
 "$C1M" serve --listen "127.0.0.1:$PORT" --tcp-listen "127.0.0.1:$((PORT + 1))" \
     --max-conns $((N * 3 / 2)) >"$OUT/serve-$N.log" 2>&1 &
 SPID=$!

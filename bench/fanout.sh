@@ -24,10 +24,8 @@ HOLD=${HOLD:-22s}
 EVERY=${EVERY:-5s}
 DRAIN=${DRAIN:-8s}
 PORT=${PORT:-18380}
-HERE=$(cd "$(dirname "$0")" && pwd)
-ROOT=$(dirname "$HERE")
-OUT="$HERE/out"
-mkdir -p "$OUT"
+source "$(dirname "$0")/lib.sh" # BENCH_DIR, ROOT, OUT, c1m_binary
+HERE=$BENCH_DIR
 TMP=$(mktemp -d)
 SPID=""
 FPID=""
@@ -51,11 +49,7 @@ stop_all() {
 cleanup() { stop_all; rm -rf "$TMP"; }
 trap cleanup EXIT
 
-C1M=${C1M:-}
-if [ -z "$C1M" ]; then
-    (cd "$ROOT" && timeout 900 cargo build --release -q -p c1m)
-    C1M="$ROOT/target/release/c1m"
-fi
+c1m_binary
 gcc -O2 -Wall -o "$TMP/fanout_floor" "$HERE/fanout_floor.c"
 
 wait_port() {

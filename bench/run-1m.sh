@@ -36,10 +36,8 @@ MAX_CONNS=${MAX_CONNS:-1500000}
 PUBLISHER=${PUBLISHER:-curl}
 MSGS=${MSGS:-3}
 PORT=${PORT:-18480}
-HERE=$(cd "$(dirname "$0")" && pwd)
-ROOT=$(dirname "$HERE")
-OUT="$HERE/out"
-mkdir -p "$OUT"
+source "$(dirname "$0")/lib.sh" # BENCH_DIR, ROOT, OUT, c1m_binary
+HERE=$BENCH_DIR
 TMP=$(mktemp -d)
 TAG=${TAG:-}
 LOG="$OUT/run-$N$TAG.txt"
@@ -66,11 +64,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-C1M=${C1M:-}
-if [ -z "$C1M" ]; then
-    (cd "$ROOT" && timeout 900 cargo build --release -q -p c1m)
-    C1M="$ROOT/target/release/c1m"
-fi
+c1m_binary
 secs() { local d=$1; case $d in *ms) echo 0 ;; *s) echo "${d%s}" ;; *m) echo $(( ${d%m} * 60 )) ;; *) echo "$d" ;; esac; }
 log() { echo "$*" | tee -a "$LOG"; }
 

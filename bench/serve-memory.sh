@@ -21,10 +21,8 @@ RATE=${RATE:-20000}
 PORT=${PORT:-18280}
 WORKERS=${WORKERS:-auto}
 MAX_CONNS=${MAX_CONNS:-}
-HERE=$(cd "$(dirname "$0")" && pwd)
-ROOT=$(dirname "$HERE")
-OUT="$HERE/out"
-mkdir -p "$OUT"
+source "$(dirname "$0")/lib.sh" # BENCH_DIR, ROOT, OUT, c1m_binary
+HERE=$BENCH_DIR
 TMP=$(mktemp -d)
 SPID=""
 BPID=""
@@ -44,11 +42,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-C1M=${C1M:-}
-if [ -z "$C1M" ]; then
-    (cd "$ROOT" && timeout 900 cargo build --release -q -p c1m)
-    C1M="$ROOT/target/release/c1m"
-fi
+c1m_binary
 
 # pss_sum: Σ Pss (bytes) over the serve master and its children, and the process count.
 pss_sum() {

@@ -14,11 +14,8 @@ set -euo pipefail
 N=${1:-100000}
 PER_PROC=${PER_PROC:-9000}
 RUNS=${RUNS:-3}
-HERE=$(cd "$(dirname "$0")/.." && pwd)
-if [[ -z "${C1M:-}" ]]; then
-  (cd "$HERE" && cargo build --release -q -p c1m)
-  C1M="$HERE/target/release/c1m"
-fi
+source "$(dirname "$0")/lib.sh" # ROOT, c1m_binary
+c1m_binary
 WORK=$(mktemp -d)
 PIDS=()
 cleanup() {

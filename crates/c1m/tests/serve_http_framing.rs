@@ -176,7 +176,10 @@ fn item3_cl0_get_body_is_refused() {
     // Nothing was published: the next event the watcher sees is the marker published now.
     let marker = server.publish("smuggled", b"marker");
     let ev = watcher.next();
-    assert_eq!((ev.id, ev.data), (Some(marker.to_string()), "marker".into()));
+    assert_eq!(
+        (ev.id, ev.data),
+        (Some(marker.to_string()), "marker".into())
+    );
     let s = server.wait_status(|s| s["refused"]["bad_request"] == 1);
     assert_eq!(s["messages"]["published"], 1, "{s}");
 }
@@ -198,7 +201,11 @@ fn item3_conflicting_and_malformed_framing_is_refused_and_closed() {
     }
     let marker = server.publish("smuggled", b"marker");
     let ev = watcher.next();
-    assert_eq!(ev.id, Some(marker.to_string()), "a smuggled publish got through");
+    assert_eq!(
+        ev.id,
+        Some(marker.to_string()),
+        "a smuggled publish got through"
+    );
     let n = cases.len() as u64;
     let s = server.wait_status(|s| s["refused"]["bad_request"] == n);
     assert_eq!(s["messages"]["published"], 1, "{s}");
@@ -248,17 +255,34 @@ fn item3_curl_streams_a_chunked_publish_from_stdin() {
     // -T - streams stdin with Transfer-Encoding: chunked and Expect: 100-continue. The long
     // expect timeout makes a missing `100 Continue` show up as a slow publish.
     let mut curl = Command::new("curl")
-        .args(["-sS", "--fail-with-body", "--expect100-timeout", "20", "-X", "POST", "-T", "-"])
+        .args([
+            "-sS",
+            "--fail-with-body",
+            "--expect100-timeout",
+            "20",
+            "-X",
+            "POST",
+            "-T",
+            "-",
+        ])
         .arg(server.url("/pub/piped"))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("curl is installed (scripts/install-test-deps.sh)");
-    curl.stdin.take().unwrap().write_all(payload.as_bytes()).unwrap();
+    curl.stdin
+        .take()
+        .unwrap()
+        .write_all(payload.as_bytes())
+        .unwrap();
     let out = curl.wait_with_output().unwrap();
     let body = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{body} {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{body} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(body.contains("\"channel\":\"piped\""), "{body}");
     assert!(
         started.elapsed() < Duration::from_secs(10),

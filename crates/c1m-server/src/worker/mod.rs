@@ -382,10 +382,7 @@ impl Worker {
         let limit = requests::input_limit(&self.cfg);
         let mut eof = false;
         let mut chunk = [0u8; 16 * 1024];
-        loop {
-            let Some(kind) = self.conns.get(idx).map(|c| c.kind) else {
-                break;
-            };
+        while let Some(kind) = self.conns.get(idx).map(|c| c.kind) {
             if buf.len() >= limit && keeps_input(kind) && kind != Kind::Ws {
                 let used = self.process_input(idx, &buf);
                 buf.drain(..used);

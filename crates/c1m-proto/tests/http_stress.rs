@@ -1,3 +1,4 @@
+#![allow(clippy::manual_is_multiple_of)] // the declared MSRV (1.80) predates is_multiple_of
 //! Bounded, deterministic stand-in for the HTTP and TCP-line fuzzers, run by plain `cargo test`:
 //! generated inputs through the same property checks the libFuzzer targets use
 //! (fuzz/src/http.rs, fuzz/src/line.rs). Inputs are built from the pieces smuggling attacks are

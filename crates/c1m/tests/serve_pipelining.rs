@@ -115,3 +115,59 @@ fn item9_pipelined_publishes_are_all_delivered_in_order() {
     let s = server.wait_status(|s| s["messages"]["published"] == n as u64);
     assert_eq!(s["messages"]["publish_refused"], 0, "{s}");
 }
+
+/// A masked client text frame (RFC 6455 §5.2), payload < 64 KiB.
+fn ws_client_frame(payload: &[u8]) -> Vec<u8> {
+    let mask = [0x11, 0x22, 0x33, 0x44];
+    let mut out = vec![0x81, 0x80 | 126];
+    out.extend_from_slice(&(payload.len() as u16).to_be_bytes());
+    out.extend_from_slice(&mask);
+    out.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    out
+}
+
+#[test]
+fn item9_websocket_input_past_the_limit_during_a_long_replay_is_read_on() {
+    // A WebSocket that resumes 7 MB of history and does not read stays joining (the replay
+    // waits for the socket), while it sends 200 KB of frames: the worker buffers up to its input
+    // limit and stops reading. When the client reads and the replay ends, reading must go on;
+    // it never did (every frame past the limit stayed unread for good).
+    let server = Server::start(&["--workers", "1", "--history-size", "120"]);
+    let len = 60 * 1024;
+    let first = server.publish("big", &vec![b'h'; len]);
+    for _ in 1..120 {
+        server.publish("big", &vec![b'h'; len]);
+    }
+    let mut s = TcpStream::connect(server.http).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET /sub/big?last_id={} HTTP/1.1\r\nHost: t\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+        first - 1
+    )
+    .unwrap();
+    let frames = 200;
+    let mut input = Vec::new();
+    for _ in 0..frames {
+        input.extend_from_slice(&ws_client_frame(&[b'c'; 1000]));
+    }
+    let mut writer = s.try_clone().unwrap();
+    let sender = thread::spawn(move || writer.write_all(&input));
+    thread::sleep(Duration::from_millis(500)); // the worker reads up to its limit, then pauses
+                                               // Read the 101 and the whole replay (120 frames of 60 KiB), then the frames must be read.
+    let mut got = 0usize;
+    let want = 120 * len;
+    let mut chunk = [0u8; 64 * 1024];
+    let started = Instant::now();
+    while got < want && started.elapsed() < Duration::from_secs(20) {
+        match s.read(&mut chunk) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got += n,
+        }
+    }
+    assert!(got >= want, "replay stopped after {got} bytes");
+    sender.join().unwrap().unwrap();
+    let st = server.wait_status(|st| st["messages"]["client_ignored"] == frames);
+    assert_eq!(st["refused"]["ws_protocol"], 0, "{st}");
+}

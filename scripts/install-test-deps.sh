@@ -2,8 +2,9 @@
 # Debian packages the tests use, installed only when missing (idempotent, quiet).
 set -euo pipefail
 # curl: an independent SSE client; iproute2 (ip), util-linux (unshare, prlimit): doctor live tests;
-# tmux: drives `c1m top` as a terminal; python3 and gcc: bench/ helpers; chromium: the browser test.
-needed=(curl iproute2 util-linux procps tmux python3 gcc chromium)
+# tmux: drives `c1m top` as a terminal; python3 and gcc: bench/ helpers; chromium: the browser test;
+# haproxy: the front proxy of crates/c1m/tests/serve_smuggling_haproxy.rs (fails under CI if absent).
+needed=(curl iproute2 util-linux procps tmux python3 gcc chromium haproxy)
 missing=()
 for pkg in "${needed[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

@@ -1,5 +1,10 @@
 //! HTTP/1.1 request heads (parsed by httparse) and the small responses the gateway writes.
-//! Only what a push gateway needs: method, path, query, a few headers, Content-Length bodies.
+//! Only what a push gateway needs: method, path, query, a few headers. Where a body ends is
+//! decided by [`crate::http_framing`]; chunked bodies are decoded by [`crate::chunked`].
+//!
+//! httparse already refuses obs-fold (a line starting with whitespace), whitespace before a
+//! colon, and NUL, CR, other controls or DEL in values; it accepts a bare LF as a line end,
+//! which we refuse here (a proxy that reads it as part of a value would see other headers).
 
 /// Largest request head accepted; a larger one gets 431.
 pub const MAX_HEAD: usize = 8192;
@@ -72,16 +77,11 @@ impl<'a> Request<'a> {
         self.minor_version == 1 || self.header_has_token("Connection", "keep-alive")
     }
 
-    /// The declared body length. Chunked bodies are refused (`Err`): publishers send
-    /// Content-Length, and refusing is safer than guessing a body's end.
-    pub fn content_length(&self) -> Result<usize, &'static str> {
-        if self.header("Transfer-Encoding").is_some() {
-            return Err("Transfer-Encoding is not supported; send Content-Length");
-        }
-        match self.header_str("Content-Length") {
-            None => Ok(0),
-            Some(v) => v.parse().map_err(|_| "bad Content-Length"),
-        }
+    /// How the body is delimited (strict RFC 9112 §6 rules; see [`crate::http_framing`]).
+    pub fn body_framing(
+        &self,
+    ) -> Result<crate::http_framing::BodyFraming, crate::http_framing::FramingError> {
+        crate::http_framing::body_framing(self)
     }
 }
 
@@ -101,6 +101,11 @@ pub fn parse_request(buf: &[u8]) -> Result<Request<'_>, HeadError> {
             if head_len > MAX_HEAD {
                 return Err(HeadError::TooLarge);
             }
+            if has_bare_lf(&buf[..head_len]) {
+                return Err(HeadError::Malformed(
+                    "bare LF in request head; lines end in CRLF",
+                ));
+            }
             let target = req.path.ok_or(HeadError::Malformed("no request target"))?;
             let (path, query) = match target.split_once('?') {
                 Some((p, q)) => (p, Some(q)),
@@ -118,6 +123,13 @@ pub fn parse_request(buf: &[u8]) -> Result<Request<'_>, HeadError> {
         Err(httparse::Error::TooManyHeaders) => Err(HeadError::TooLarge),
         Err(_) => Err(HeadError::Malformed("malformed request head")),
     }
+}
+
+/// True when a `\n` in `head` is not preceded by `\r`.
+fn has_bare_lf(head: &[u8]) -> bool {
+    head.iter()
+        .enumerate()
+        .any(|(i, &b)| b == b'\n' && (i == 0 || head[i - 1] != b'\r'))
 }
 
 /// Reason phrase for the statuses the gateway uses.
@@ -209,10 +221,29 @@ mod tests {
     fn http10_closes_and_lengths() {
         let req = parse_request(b"POST /pub/a HTTP/1.0\r\nContent-Length: 12\r\n\r\n").unwrap();
         assert!(!req.keep_alive());
-        assert_eq!(req.content_length(), Ok(12));
-        let req =
-            parse_request(b"POST /pub/a HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n").unwrap();
-        assert!(req.content_length().is_err());
+        assert_eq!(
+            req.body_framing(),
+            Ok(crate::http_framing::BodyFraming::Length(12))
+        );
+    }
+
+    #[test]
+    fn bare_lf_and_obs_fold_are_malformed() {
+        for raw in [
+            &b"GET / HTTP/1.1\nHost: x\n\n"[..],
+            b"GET / HTTP/1.1\r\nHost: x\nContent-Length: 5\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: x\r\n\n",
+            b"GET / HTTP/1.1\r\nX: a\r\n b\r\n\r\n",
+            b"GET / HTTP/1.1\r\nContent-Length : 5\r\n\r\n",
+            b"GET / HTTP/1.1\r\nX: a\0b\r\n\r\n",
+            b"GET / HTTP/1.1\r\nX: a\rb\r\n\r\n",
+        ] {
+            assert!(
+                matches!(parse_request(raw), Err(HeadError::Malformed(_))),
+                "{:?}",
+                String::from_utf8_lossy(raw)
+            );
+        }
     }
 
     #[test]

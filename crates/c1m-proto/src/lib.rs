@@ -4,7 +4,9 @@
 //! contract these functions implement.
 
 pub mod channel;
+pub mod chunked;
 pub mod http;
+pub mod http_framing;
 pub mod line;
 pub mod longpoll;
 pub mod sse;

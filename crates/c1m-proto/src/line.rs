@@ -29,10 +29,11 @@ pub fn parse_command(line: &[u8]) -> Result<Sub<'_>, &'static str> {
         .ok_or("SUB needs a channel")?;
     let last_id = match parts.next() {
         None => None,
-        Some(id) => Some(
-            id.parse()
-                .map_err(|_| "last_id must be an unsigned integer")?,
-        ),
+        // Digits only: u64's parser also takes a leading `+`, which the grammar does not.
+        Some(id) if id.is_empty() || !id.bytes().all(|b| b.is_ascii_digit()) => {
+            return Err("last_id must be an unsigned integer");
+        }
+        Some(id) => Some(id.parse().map_err(|_| "last_id is over 2^64-1")?),
     };
     if parts.next().is_some() {
         return Err("too many arguments to SUB");
@@ -87,6 +88,30 @@ mod tests {
         assert!(parse_command(b"SUB").is_err());
         assert!(parse_command(b"SUB a x").is_err());
         assert!(parse_command(b"SUB a 1 2").is_err());
+    }
+
+    #[test]
+    fn fuzz_last_id_is_digits_only() {
+        // u64::from_str takes a leading `+`; the grammar (docs/PROTOCOL.md) does not.
+        for bad in [
+            &b"SUB a +5"[..],
+            b"SUB a -5",
+            b"SUB a 5x",
+            b"SUB a ",
+            b"SUB a 18446744073709551616",
+        ] {
+            assert!(
+                parse_command(bad).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        assert_eq!(
+            parse_command(b"SUB a 18446744073709551615")
+                .unwrap()
+                .last_id,
+            Some(u64::MAX)
+        );
     }
 
     #[test]

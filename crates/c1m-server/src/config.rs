@@ -166,7 +166,7 @@ pub struct ServeArgs {
     /// Bytes of history over all channels; the oldest message anywhere is dropped first [default: 134217728].
     #[arg(long, env = "C1M_HISTORY_MAX_BYTES")]
     pub history_max_bytes: Option<usize>,
-    /// Largest publish body in bytes, at most 8388608 [default: 65536].
+    /// Largest publish body in bytes (after chunked decoding; larger → 413), at most 8388608 [default: 65536].
     #[arg(long, env = "C1M_MAX_PAYLOAD")]
     pub max_payload: Option<usize>,
     /// Bearer key required to publish [default: none, loopback peers only].

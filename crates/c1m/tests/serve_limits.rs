@@ -41,9 +41,9 @@ fn bad_requests_get_their_status_and_are_counted_while_a_subscriber_carries_on()
             413,
         ),
         (
-            "chunked publish",
-            b"POST /pub/a HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec(),
-            411,
+            "malformed chunked publish",
+            b"POST /pub/a HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n".to_vec(),
+            400,
         ),
         (
             "bad channel",

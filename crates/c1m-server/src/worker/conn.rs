@@ -141,6 +141,12 @@ pub const WS_ENVELOPE: u8 = 1;
 pub const WS_AWAITING_PONG: u8 = 2;
 /// At least one request was answered: an idle keep-alive connection, not a silent client.
 pub const SERVED: u8 = 4;
+/// Reading stopped before WouldBlock because the input buffer is full and the connection cannot
+/// use it yet; with edge-triggered epoll no new event comes for those bytes, so `resume_input`
+/// must read on once the connection can take input again.
+pub const READ_PAUSED: u8 = 8;
+/// `100 Continue` was sent for the request being read (sent once per request).
+pub const CONTINUE_SENT: u8 = 16;
 
 /// Outcome of a send.
 #[derive(Debug, PartialEq, Eq)]

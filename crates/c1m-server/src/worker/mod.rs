@@ -351,6 +351,8 @@ impl Worker {
             match conn.flush() {
                 Ok(true) if conn.kind == Kind::Closing => return self.close(idx),
                 Ok(true) if conn.kind.is_joining() => self.continue_replay(idx),
+                // Pipelined requests wait while answers are unwritten (requests::process_input).
+                Ok(true) if conn.kind == Kind::Http => self.resume_input(idx),
                 Ok(_) => {}
                 Err(_) => return self.close(idx),
             }
@@ -360,29 +362,49 @@ impl Worker {
         }
     }
 
-    /// Reads until WouldBlock. Kinds that expect input accumulate it; streams discard it.
+    /// Reads until WouldBlock: with edge-triggered epoll, bytes left unread get no new event.
+    /// Kinds that expect input accumulate it; streams discard it. Input is used as it arrives
+    /// (pipelined requests are answered while the rest is read), so the buffer stays within
+    /// `input_limit`. The one exception to reading to WouldBlock: a full buffer that the
+    /// connection cannot use yet (its request waits for the master, or its answers wait for the
+    /// peer to read). Then reading stops, TCP flow control holds the rest in the peer, and the
+    /// connection is marked READ_PAUSED so `resume_input` reads on when it can go on.
     fn on_readable(&mut self, idx: usize) {
+        let Some(conn) = self.conns.get_mut(idx) else {
+            return;
+        };
+        conn.flags &= !conn::READ_PAUSED;
         let mut buf = std::mem::take(&mut self.scratch);
         buf.clear();
-        let kind = self.conns[idx].kind;
-        let keeps_input = !matches!(
-            kind,
-            Kind::Sse | Kind::SseJoining | Kind::TcpStream | Kind::TcpJoining | Kind::Closing
-        );
-        let is_websocket = kind == Kind::Ws;
-        if let Some(pending) = self.conns[idx].inbuf.take() {
+        if let Some(pending) = conn.inbuf.take() {
             buf.extend_from_slice(&pending);
         }
         let limit = requests::input_limit(&self.cfg);
         let mut eof = false;
         let mut chunk = [0u8; 16 * 1024];
-        while let Some(conn) = self.conns.get_mut(idx) {
+        while let Some(kind) = self.conns.get(idx).map(|c| c.kind) {
+            if buf.len() >= limit && keeps_input(kind) && kind != Kind::Ws {
+                let used = self.process_input(idx, &buf);
+                buf.drain(..used);
+                match self.conns.get_mut(idx) {
+                    None => break,
+                    Some(c) if c.kind == Kind::Closing => break,
+                    Some(c) if buf.len() >= limit && keeps_input(c.kind) => {
+                        c.flags |= conn::READ_PAUSED;
+                        break;
+                    }
+                    Some(_) => continue,
+                }
+            }
+            let Some(conn) = self.conns.get_mut(idx) else {
+                break;
+            };
             match conn.stream.read(&mut chunk) {
                 Ok(0) => {
                     eof = true;
                     break;
                 }
-                Ok(n) if is_websocket => {
+                Ok(n) if kind == Kind::Ws => {
                     // Frames are decoded as they arrive, so a large message never piles up and
                     // the socket is always read to WouldBlock (edge-triggered).
                     buf.extend_from_slice(&chunk[..n]);
@@ -392,12 +414,7 @@ impl Worker {
                         break;
                     }
                 }
-                Ok(n) if keeps_input => {
-                    buf.extend_from_slice(&chunk[..n]);
-                    if buf.len() > limit {
-                        break; // process what we have; the request code refuses it
-                    }
-                }
+                Ok(n) if keeps_input(kind) => buf.extend_from_slice(&chunk[..n]),
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -407,9 +424,10 @@ impl Worker {
                 }
             }
         }
-        if keeps_input && !buf.is_empty() {
+        let kind = self.conns.get(idx).map(|c| c.kind);
+        if kind.is_some_and(keeps_input) && !buf.is_empty() {
             // WebSocket input was decoded while reading; what is left is an unfinished tail.
-            let consumed = if is_websocket {
+            let consumed = if kind == Some(Kind::Ws) {
                 0
             } else {
                 self.process_input(idx, &buf)
@@ -629,6 +647,14 @@ impl Worker {
             self.end_stream(idx);
         }
     }
+}
+
+/// Kinds whose input is kept (requests, WebSocket frames); streams discard what they are sent.
+fn keeps_input(kind: Kind) -> bool {
+    !matches!(
+        kind,
+        Kind::Sse | Kind::SseJoining | Kind::TcpStream | Kind::TcpJoining | Kind::Closing
+    )
 }
 
 fn token_of(idx: usize, generation: u32) -> u64 {

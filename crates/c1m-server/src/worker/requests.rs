@@ -3,15 +3,20 @@
 //! counted under the `/status` key that names it.
 
 use super::conn::Kind;
+use super::conn::{CONTINUE_SENT, READ_PAUSED};
 use super::Worker;
 use crate::config::Config;
 use crate::ipc::ToMaster;
+use c1m_proto::chunked::{self, ChunkedError, Decoded};
 use c1m_proto::http::{self, HeadError, Request};
+use c1m_proto::http_framing::BodyFraming;
 use c1m_proto::{channel, line};
 
-/// Most unprocessed input a connection may hold: a full head plus the largest body.
+/// Most unprocessed input a connection may hold: a full head plus the largest body in its
+/// largest coding, plus one byte. So a connection that takes input can always use a full buffer:
+/// either a whole request is in it, or it is refused (431, 413).
 pub fn input_limit(cfg: &Config) -> usize {
-    http::MAX_HEAD + cfg.max_payload + 1
+    http::MAX_HEAD + chunked::wire_limit(cfg.max_payload) + 1
 }
 
 /// What a subscribe asks for.
@@ -31,6 +36,9 @@ impl Worker {
                 return data.len();
             };
             let used = match conn.kind {
+                // Answers not yet written hold the next request back (the peer reads slower than
+                // it pipelines): the queue stays one answer deep, the rest waits in the socket.
+                Kind::Http if conn.out.is_some() => return pos,
                 Kind::Http => self.http_request(idx, &data[pos..]),
                 Kind::TcpCommand => self.tcp_command(idx, &data[pos..]),
                 // Pipelined input waits until the current request is answered.
@@ -44,8 +52,16 @@ impl Worker {
         pos
     }
 
-    /// Re-runs input that arrived while the connection was busy (pipelining, keep-alive).
+    /// Re-runs input that arrived while the connection was busy (pipelining, keep-alive), and
+    /// reads on if reading stopped at a full buffer (READ_PAUSED).
     pub(super) fn resume_input(&mut self, idx: usize) {
+        if self
+            .conns
+            .get(idx)
+            .is_some_and(|c| c.flags & READ_PAUSED != 0)
+        {
+            return self.on_readable(idx);
+        }
         let Some(pending) = self.conns.get_mut(idx).and_then(|c| c.inbuf.take()) else {
             return;
         };
@@ -108,7 +124,7 @@ impl Worker {
     fn refuse(&mut self, idx: usize, status: u16, message: &str) {
         let r = &mut self.counters.refused;
         match status {
-            400 | 411 => r.bad_request += 1,
+            400 | 411 | 501 => r.bad_request += 1,
             401 | 403 => r.forbidden += 1,
             404 => r.not_found += 1,
             405 => r.method += 1,
@@ -137,6 +153,20 @@ impl Worker {
         self.conns[idx].flags |= super::conn::SERVED;
         let route = req.path.trim_end_matches('/');
         let used = req.head_len;
+        // Framing first, on every request: a body left unread would be parsed as the next
+        // request (a GET carrying a POST past a proxy's rules). The connection closes after.
+        let framing = match req.body_framing() {
+            Ok(f) => f,
+            Err(e) => {
+                self.refuse(idx, e.status, e.reason);
+                return Some(data.len());
+            }
+        };
+        let is_publish = req.method == "POST" && route.starts_with("/pub/");
+        if !is_publish && !matches!(framing, BodyFraming::None | BodyFraming::Length(0)) {
+            self.refuse(idx, 400, "only POST /pub/{channel} takes a request body");
+            return Some(data.len());
+        }
         if let Some(channels) = route.strip_prefix("/sub/") {
             if req.method != "GET" {
                 self.refuse_method(idx, "GET");
@@ -150,7 +180,7 @@ impl Worker {
                 self.refuse_method(idx, "POST");
                 return Some(data.len());
             }
-            return self.publish_request(idx, &req, channel, data);
+            return self.publish_request(idx, &req, framing, channel, data);
         }
         match route {
             "/status" | "/metrics" | "/healthz" | "" | "/demo" if req.method != "GET" => {
@@ -239,6 +269,7 @@ impl Worker {
         &mut self,
         idx: usize,
         req: &Request<'_>,
+        framing: BodyFraming,
         channel: &str,
         data: &[u8],
     ) -> Option<usize> {
@@ -253,25 +284,41 @@ impl Worker {
             );
             return Some(data.len());
         }
-        let len = match req.content_length() {
-            Ok(len) => len,
-            Err(why) => {
-                self.refuse(idx, 411, why);
+        let max = self.cfg.max_payload;
+        let too_large = |what: String| format!("{what} is over the {max} byte payload limit");
+        let body = &data[req.head_len..];
+        let (payload, used) = match framing {
+            BodyFraming::None => (Vec::new(), 0),
+            BodyFraming::Length(len) if len > max as u64 => {
+                self.refuse(idx, 413, &too_large(format!("a payload of {len} bytes")));
                 return Some(data.len());
             }
+            BodyFraming::Length(len) => {
+                let len = len as usize; // ≤ max_payload
+                if body.len() < len {
+                    self.send_continue(idx, req);
+                    return None; // body still arriving
+                }
+                (body[..len].to_vec(), len)
+            }
+            BodyFraming::Chunked => match chunked::decode(body, max) {
+                Ok(Decoded::Complete { body, used }) => (body, used),
+                Ok(Decoded::Partial) => {
+                    self.send_continue(idx, req);
+                    return None;
+                }
+                Err(ChunkedError::TooLarge) => {
+                    let what = "the chunked body (or its framing overhead)".to_string();
+                    self.refuse(idx, 413, &too_large(what));
+                    return Some(data.len());
+                }
+                Err(ChunkedError::Malformed(why)) => {
+                    self.refuse(idx, 400, why);
+                    return Some(data.len());
+                }
+            },
         };
-        if len > self.cfg.max_payload {
-            let msg = format!(
-                "payload of {len} bytes is over the {} byte limit",
-                self.cfg.max_payload
-            );
-            self.refuse(idx, 413, &msg);
-            return Some(data.len());
-        }
-        let end = req.head_len + len;
-        if data.len() < end {
-            return None; // body still arriving
-        }
+        let end = req.head_len + used;
         if self.master_congested() {
             self.refuse_busy(idx, 1);
             return Some(end);
@@ -279,13 +326,30 @@ impl Worker {
         let conn = &mut self.conns[idx];
         conn.kind = Kind::Publishing;
         conn.deadline = 0;
+        conn.flags &= !CONTINUE_SENT;
         let token = super::token_of(idx, conn.generation);
         self.send_to_master(ToMaster::Publish {
             req: token,
             channel: channel.to_string(),
-            payload: data[req.head_len..end].to_vec(),
+            payload,
         });
         Some(end)
+    }
+
+    /// `Expect: 100-continue` (curl sends it before larger and chunked bodies): tell the client
+    /// to send the body now instead of after its own timeout. Once per request.
+    fn send_continue(&mut self, idx: usize, req: &Request<'_>) {
+        let conn = &mut self.conns[idx];
+        if conn.flags & CONTINUE_SENT != 0 || !req.header_has_token("Expect", "100-continue") {
+            return;
+        }
+        conn.flags |= CONTINUE_SENT;
+        let max = self.cfg.max_unsent;
+        if conn.send_owned(b"HTTP/1.1 100 Continue\r\n\r\n".to_vec(), max)
+            != super::conn::Sent::Done
+        {
+            self.close(idx);
+        }
     }
 
     /// With a publish key: `Authorization: Bearer KEY` from everyone. Without: loopback only.

@@ -141,6 +141,15 @@ impl Worker {
                         }
                     }
                 }
+                // Reading stopped at a full buffer while joining (edge-triggered: no new event
+                // comes for the bytes still in the socket): read on now.
+                if self
+                    .conns
+                    .get(idx)
+                    .is_some_and(|c| c.kind == Kind::Ws && c.flags & super::conn::READ_PAUSED != 0)
+                {
+                    self.on_readable(idx);
+                }
             }
             Kind::PollJoining => {
                 if replay.is_empty() {

@@ -141,6 +141,8 @@ pub const WS_ENVELOPE: u8 = 1;
 pub const WS_AWAITING_PONG: u8 = 2;
 /// At least one request was answered: an idle keep-alive connection, not a silent client.
 pub const SERVED: u8 = 4;
+/// The pending status query answers `/healthz`, not `/status`.
+pub const HEALTH_CHECK: u8 = 8;
 
 /// Outcome of a send.
 #[derive(Debug, PartialEq, Eq)]

@@ -320,7 +320,8 @@ impl Config {
         }
     }
 
-    fn validate(&self) -> anyhow::Result<()> {
+    /// The checks every configuration passes, at start and at each reload (SIGHUP).
+    pub(crate) fn validate(&self) -> anyhow::Result<()> {
         if self.max_conns == 0 {
             bail!("--max-conns must be at least 1");
         }

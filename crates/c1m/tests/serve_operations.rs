@@ -147,7 +147,8 @@ fn item7_sighup_reloads_live_config_and_keeps_connections() {
     let mut server = Server::start(&["--config", path.to_str().unwrap()]);
     let too_big = |server: &Server| {
         matches!(
-            ureq::post(&server.url("/pub/r")).send_bytes(&[b'x'; 500]),
+            // A channel of its own: a probe that passes publishes, and must not reach `sub`.
+            ureq::post(&server.url("/pub/probe")).send_bytes(&[b'x'; 500]),
             Err(ureq::Error::Status(413, _))
         )
     };
@@ -295,6 +296,7 @@ fn item8_dead_peer_reaped() {
     let _curl = KillOnDrop(
         Command::new("ip")
             .args(["netns", "exec", &ns.name, "curl", "-sN"])
+            .args(["-H", "Accept: text/event-stream"])
             .arg(server.url("/sub/gone"))
             .stdout(Stdio::null())
             .spawn()

@@ -2,7 +2,8 @@
 //! smaps_rollup makes the kernel walk each process's page tables (~4 ms for a few processes
 //! holding many connections), and doing that per request let 16 pollers raise publish p50 from
 //! 0.28 ms to 59 ms. A thread refreshes a cached total every [`REFRESH`]; a request only copies
-//! it (and hands over the current worker pids for the next round).
+//! it. The one exception is a changed set of workers (start, restart): that request samples at
+//! once, so the figures never describe processes that are gone or miss new ones.
 
 use c1m_sys::mem::{process_memory, ProcessMemory};
 use std::sync::{Arc, Mutex};
@@ -13,6 +14,7 @@ pub const REFRESH: Duration = Duration::from_secs(1);
 
 #[derive(Default)]
 struct Shared {
+    /// The worker pids the cached total covers (plus the master).
     worker_pids: Vec<u32>,
     total: ProcessMemory,
     /// Processes whose smaps_rollup was read in the last round.
@@ -34,23 +36,33 @@ impl Sampler {
             .spawn(move || loop {
                 let pids = lock(&theirs).worker_pids.clone();
                 let (total, processes) = sample(&pids);
-                {
-                    let mut s = lock(&theirs);
-                    s.total = total;
-                    s.processes = processes;
+                let mut s = lock(&theirs);
+                // The workers changed during this round: the request that saw it stored newer
+                // figures.
+                if s.worker_pids == pids {
+                    (s.total, s.processes) = (total, processes);
                 }
+                drop(s);
                 std::thread::sleep(REFRESH);
             })
             .map_err(|e| anyhow::anyhow!("starting the memory sampler thread: {e}"))?;
         Ok(Sampler { shared })
     }
 
-    /// The latest total (at most [`REFRESH`] old) and how many processes it covers; `pids` are
-    /// the workers the next round reads.
-    pub fn latest(&self, pids: Vec<u32>) -> (ProcessMemory, u64) {
+    /// The latest total (at most [`REFRESH`] old) for the master and `worker_pids`, and how
+    /// many processes it covers.
+    pub fn latest(&self, worker_pids: Vec<u32>) -> (ProcessMemory, u64) {
+        {
+            let s = lock(&self.shared);
+            if s.worker_pids == worker_pids {
+                return (s.total, s.processes);
+            }
+        }
+        // The workers changed since the last round (rare): sample now, without the lock.
+        let (total, processes) = sample(&worker_pids);
         let mut s = lock(&self.shared);
-        s.worker_pids = pids;
-        (s.total, s.processes)
+        (s.worker_pids, s.total, s.processes) = (worker_pids, total, processes);
+        (total, processes)
     }
 }
 

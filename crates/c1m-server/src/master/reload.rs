@@ -42,6 +42,8 @@ pub fn merge(current: &Config, new: &Config) -> anyhow::Result<(Config, Vec<Stri
         }
     }
     let merged: Config = serde_json::from_value(serde_json::Value::Object(merged))?;
+    // The new live values must also hold together with the kept ones.
+    merged.validate()?;
     Ok((merged, live, restart))
 }
 
@@ -81,7 +83,11 @@ impl Master {
             return;
         }
         eprintln!("c1m: SIGHUP: applied {}", live.join(", "));
-        self.hub.set_limits(merged.history_size, merged.history_age, merged.history_max_bytes);
+        self.hub.set_limits(
+            merged.history_size,
+            merged.history_age,
+            merged.history_max_bytes,
+        );
         let json = match serde_json::to_string(&merged) {
             Ok(json) => json,
             Err(e) => return eprintln!("c1m: SIGHUP: encoding the configuration: {e}"),

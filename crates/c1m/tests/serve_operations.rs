@@ -176,12 +176,18 @@ fn item7_sighup_reloads_live_config_and_keeps_connections() {
         "the subscriber was kept"
     );
 
-    // An invalid file is refused; the running configuration stays.
-    std::fs::write(&path, "max_payload = \"lots\"\n").unwrap();
-    server.signal(libc::SIGHUP);
-    std::thread::sleep(Duration::from_millis(300));
-    assert!(server.child.try_wait().unwrap().is_none());
-    server.publish("r", &[b'y'; 500]);
+    // An invalid file is refused (one that does not parse, one that fails the start-up
+    // checks: history too small for one payload); the running configuration stays.
+    for bad in [
+        "max_payload = \"lots\"\n",
+        "max_payload = 100\nhistory_max_bytes = 10\n",
+    ] {
+        std::fs::write(&path, bad).unwrap();
+        server.signal(libc::SIGHUP);
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(server.child.try_wait().unwrap().is_none());
+        assert!(!too_big(&server), "{bad:?} was applied");
+    }
 
     // A restarted worker starts with the reloaded configuration.
     let pid = server.worker_pids()[0];

@@ -3,14 +3,19 @@
 # no pollers, then with POLLERS clients each asking /status (and /metrics, alternately) at
 # 10/s, against c1m serve holding N idle SSE subscribers (their memory is what /status
 # reports, and what made a per-request smaps read cost the master ~4 ms). Loopback only.
+# The master's history is filled first (HISTORY_MB of 64 KiB messages, default 128 = the default
+# --history-max-bytes), as on a box that has been serving for a while: the master's size is what
+# makes reading its memory figures expensive.
 # Usage: bench/status-poll.sh [N]   (default 10000). Env: POLLERS (16), SECONDS_EACH (10),
-# PUB_RATE (50/s), PORT (18280), C1M (binary; default: build target/release/c1m).
+# PUB_RATE (50/s), HISTORY_MB (128), PORT (18280), C1M (binary; default: build
+# target/release/c1m).
 # Prints one line per phase and the difference of the p50s.
 set -euo pipefail
 N=${1:-10000}
 POLLERS=${POLLERS:-16}
 SECONDS_EACH=${SECONDS_EACH:-10}
 PUB_RATE=${PUB_RATE:-50}
+HISTORY_MB=${HISTORY_MB:-128}
 PORT=${PORT:-18280}
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(dirname "$HERE")
@@ -56,6 +61,19 @@ while time.time() < deadline:
     time.sleep(0.5)
 else:
     sys.exit(f"only {sse} of {n} subscribers connected")
+PY
+
+# Fill the history: 16 messages of 64 KiB per MiB, over channels of 100 (the default history).
+python3 - "$PORT" "$HISTORY_MB" <<'PY'
+import http.client, sys
+port, mb = int(sys.argv[1]), int(sys.argv[2])
+c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+payload = b"h" * (64 * 1024 - 64)
+for i in range(mb * 16):
+    c.request("POST", f"/pub/history-{i // 100}", body=payload)
+    r = c.getresponse(); r.read()
+    if r.status != 200:
+        sys.exit(f"history fill: publish answered {r.status}")
 PY
 
 # POLLERS keep-alive clients at 10 requests/s each, in one process (threads mostly sleep).
@@ -104,7 +122,7 @@ poll &
 PPID_POLL=$!
 sleep 1
 read -r P50_POLLED P99_POLLED COUNT_POLLED < <(measure)
-echo "subscribers $N, publishes at ${PUB_RATE}/s for ${SECONDS_EACH}s per phase"
+echo "subscribers $N, history ${HISTORY_MB} MiB, publishes at ${PUB_RATE}/s for ${SECONDS_EACH}s per phase"
 echo "without pollers:        publish p50 ${P50_QUIET} ms  p99 ${P99_QUIET} ms  (${COUNT_QUIET} publishes)"
 echo "with $POLLERS pollers at 10/s: publish p50 ${P50_POLLED} ms  p99 ${P99_POLLED} ms  (${COUNT_POLLED} publishes)"
 python3 -c "q, p = $P50_QUIET, $P50_POLLED; print(f'p50 difference: {(p - q) / q * 100:+.1f} %')"

@@ -93,6 +93,18 @@ pub struct Config {
     /// Without client publish, client data messages close the connection (1003) instead of
     /// being ignored.
     pub ws_close_on_client_data: bool,
+    /// Idle time before TCP keepalive probes start on accepted sockets; none (or 0) = off.
+    #[serde(with = "humantime_serde")]
+    pub tcp_keepalive: Option<Duration>,
+    /// Time between unanswered keepalive probes.
+    #[serde(with = "humantime_serde")]
+    pub tcp_keepalive_interval: Duration,
+    /// Unanswered probes before the kernel drops the connection.
+    pub tcp_keepalive_count: u32,
+    /// TCP_USER_TIMEOUT: how long written data may stay unacknowledged before the kernel
+    /// drops the connection; none = keepalive idle + interval × count, 0 = off.
+    #[serde(with = "humantime_serde")]
+    pub tcp_user_timeout: Option<Duration>,
 }
 
 impl Default for Config {
@@ -109,17 +121,28 @@ impl Default for Config {
             max_payload: 64 * 1024,
             publish_key: None,
             poll_timeout: Duration::from_secs(30),
-            sse_heartbeat: None,
+            // On by default: a heartbeat every 30 s keeps the stream under the 60 s idle
+            // timeout common to proxies and load balancers (nginx, ALB) and makes a dead peer's
+            // unacknowledged bytes trip TCP_USER_TIMEOUT; 30 s costs one small write per stream.
+            sse_heartbeat: Some(Duration::from_secs(30)),
             head_timeout: Duration::from_secs(10),
             max_unsent: 1024 * 1024,
             grace: Duration::from_secs(5),
             backlog: 65535,
             ws_origins: None,
             ws_max_message: 64 * 1024,
-            ws_ping_interval: None,
+            // Same 30 s as the SSE heartbeat (proxies' idle timeouts); a pong has 10 s, far
+            // above any sane round trip, so only a dead or stuck peer misses it.
+            ws_ping_interval: Some(Duration::from_secs(30)),
             ws_pong_timeout: Duration::from_secs(10),
             ws_client_publish: false,
             ws_close_on_client_data: false,
+            // A peer that vanished (power loss, NAT dropped the mapping) sends no FIN; without
+            // keepalive its socket is held forever. 60 s idle + 6 × 10 s probes = 2 min.
+            tcp_keepalive: Some(Duration::from_secs(60)),
+            tcp_keepalive_interval: Duration::from_secs(10),
+            tcp_keepalive_count: 6,
+            tcp_user_timeout: None,
         }
     }
 }
@@ -175,7 +198,7 @@ pub struct ServeArgs {
     /// Long-poll wait before an empty 204 [default: 30s].
     #[arg(long, env = "C1M_POLL_TIMEOUT", value_parser = humantime::parse_duration)]
     pub poll_timeout: Option<Duration>,
-    /// SSE heartbeat comment interval, e.g. 15s [default: off].
+    /// SSE heartbeat comment interval, e.g. 15s; 0 = off [default: 30s].
     #[arg(long, env = "C1M_SSE_HEARTBEAT", value_parser = humantime::parse_duration)]
     pub sse_heartbeat: Option<Duration>,
     /// Time allowed to send a complete request head [default: 10s].
@@ -196,7 +219,7 @@ pub struct ServeArgs {
     /// Largest WebSocket message from a client in bytes; larger closes with 1009 [default: 65536].
     #[arg(long, env = "C1M_WS_MAX_MESSAGE")]
     pub ws_max_message: Option<usize>,
-    /// WebSocket ping interval, e.g. 30s [default: off].
+    /// WebSocket ping interval, e.g. 15s; 0 = off [default: 30s].
     #[arg(long, env = "C1M_WS_PING_INTERVAL", value_parser = humantime::parse_duration)]
     pub ws_ping_interval: Option<Duration>,
     /// Close a WebSocket whose pong is this late [default: 10s; must be below the ping interval].
@@ -208,6 +231,19 @@ pub struct ServeArgs {
     /// Close (1003) a WebSocket that sends data when client publish is off [default: ignore].
     #[arg(long, env = "C1M_WS_CLOSE_ON_CLIENT_DATA", num_args = 0..=1, default_missing_value = "true")]
     pub ws_close_on_client_data: Option<bool>,
+    /// Idle time before TCP keepalive probes start on client sockets; 0 = off [default: 60s].
+    #[arg(long, env = "C1M_TCP_KEEPALIVE", value_parser = humantime::parse_duration)]
+    pub tcp_keepalive: Option<Duration>,
+    /// Time between unanswered keepalive probes [default: 10s].
+    #[arg(long, env = "C1M_TCP_KEEPALIVE_INTERVAL", value_parser = humantime::parse_duration)]
+    pub tcp_keepalive_interval: Option<Duration>,
+    /// Unanswered keepalive probes before a client is dropped as dead [default: 6].
+    #[arg(long, env = "C1M_TCP_KEEPALIVE_COUNT")]
+    pub tcp_keepalive_count: Option<u32>,
+    /// Longest written data may stay unacknowledged before a client is dropped as dead;
+    /// 0 = off [default: keepalive idle + interval x count, 2m].
+    #[arg(long, env = "C1M_TCP_USER_TIMEOUT", value_parser = humantime::parse_duration)]
+    pub tcp_user_timeout: Option<Duration>,
 }
 
 impl ServeArgs {
@@ -247,15 +283,45 @@ impl ServeArgs {
             ws_ping_interval,
             ws_pong_timeout,
             ws_client_publish,
-            ws_close_on_client_data
+            ws_close_on_client_data,
+            tcp_keepalive,
+            tcp_keepalive_interval,
+            tcp_keepalive_count,
+            tcp_user_timeout
         );
+        c.normalize_off_values();
         c.validate()?;
         Ok(c)
     }
 }
 
 impl Config {
-    fn validate(&self) -> anyhow::Result<()> {
+    /// A zero interval means "off" for the features that are on by default.
+    fn normalize_off_values(&mut self) {
+        let off = |d: &mut Option<Duration>| {
+            if d.is_some_and(|d| d.is_zero()) {
+                *d = None;
+            }
+        };
+        off(&mut self.sse_heartbeat);
+        off(&mut self.ws_ping_interval);
+        off(&mut self.tcp_keepalive);
+    }
+
+    /// TCP_USER_TIMEOUT to set: explicit (0 = off), else the keepalive's own detection time
+    /// so the two agree (with keepalive off: none).
+    pub fn effective_user_timeout(&self) -> Option<Duration> {
+        match self.tcp_user_timeout {
+            Some(d) if d.is_zero() => None,
+            Some(d) => Some(d),
+            None => self
+                .tcp_keepalive
+                .map(|idle| idle + self.tcp_keepalive_interval * self.tcp_keepalive_count),
+        }
+    }
+
+    /// The checks every configuration passes, at start and at each reload (SIGHUP).
+    pub(crate) fn validate(&self) -> anyhow::Result<()> {
         if self.max_conns == 0 {
             bail!("--max-conns must be at least 1");
         }
@@ -302,6 +368,14 @@ impl Config {
         }
         if self.publish_key.as_deref() == Some("") {
             bail!("--publish-key must not be empty");
+        }
+        // The kernel takes these in whole seconds (TCP_KEEPIDLE ≤ 32767, TCP_KEEPCNT ≤ 127).
+        let secs = |d: Duration| (1..=32767).contains(&d.as_secs());
+        if self.tcp_keepalive.is_some_and(|d| !secs(d)) || !secs(self.tcp_keepalive_interval) {
+            bail!("--tcp-keepalive and --tcp-keepalive-interval must be 1s..32767s (or 0 = off)");
+        }
+        if !(1..=127).contains(&self.tcp_keepalive_count) {
+            bail!("--tcp-keepalive-count must be 1..127");
         }
         Ok(())
     }

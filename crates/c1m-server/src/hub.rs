@@ -109,6 +109,20 @@ impl MemoryHub {
         }
     }
 
+    /// New history bounds (SIGHUP); history over the new count or bytes is dropped now, the
+    /// age bound applies at the next expiry pass.
+    pub fn set_limits(&mut self, max_count: usize, max_age: Duration, max_bytes: usize) {
+        self.max_count = max_count.max(1);
+        self.max_age = max_age;
+        self.max_bytes = max_bytes;
+        for ch in self.channels.values_mut() {
+            while ch.history.len() > self.max_count {
+                MemoryHub::pop_oldest(ch, &mut self.bytes, &mut self.stored);
+            }
+        }
+        self.evict_to_budget();
+    }
+
     fn cost(payload: &[u8]) -> usize {
         payload.len() + STORED_OVERHEAD
     }

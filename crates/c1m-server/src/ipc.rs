@@ -48,6 +48,8 @@ pub struct Refused {
     /// Publishes or subscribes refused (503 + Retry-After, WebSocket 1013) because an internal
     /// queue is full: a worker that must deliver is behind, or the master is.
     pub busy: u64,
+    /// Connections the kernel dropped as dead: keepalive probes or sent data unanswered.
+    pub dead_peer: u64,
 }
 
 impl Refused {
@@ -68,13 +70,14 @@ impl Refused {
             ("ws_pong_timeout", self.ws_pong_timeout),
             ("ws_client_data", self.ws_client_data),
             ("busy", self.busy),
+            ("dead_peer", self.dead_peer),
         ]
     }
 
-    const COUNT: usize = 14;
+    const COUNT: usize = 15;
 
     fn from_values(v: [u64; Refused::COUNT]) -> Refused {
-        let [max_conns, fd_limit, head_too_large, head_timeout, bad_request, not_found, method, slow_consumer, forbidden, payload_too_large, ws_protocol, ws_pong_timeout, ws_client_data, busy] =
+        let [max_conns, fd_limit, head_too_large, head_timeout, bad_request, not_found, method, slow_consumer, forbidden, payload_too_large, ws_protocol, ws_pong_timeout, ws_client_data, busy, dead_peer] =
             v;
         Refused {
             max_conns,
@@ -91,6 +94,7 @@ impl Refused {
             ws_pong_timeout,
             ws_client_data,
             busy,
+            dead_peer,
         }
     }
 
@@ -178,6 +182,10 @@ pub enum ToWorker {
     PublishRefused {
         req: u64,
         retry_after_s: u64,
+    },
+    /// The master re-read its configuration (SIGHUP): the whole new `Config` as JSON.
+    Reconfigure {
+        json: String,
     },
 }
 
@@ -428,6 +436,11 @@ impl ToWorker {
                 w.u64(*req).u64(*retry_after_s);
                 w.finish()
             }
+            ToWorker::Reconfigure { json } => {
+                let mut w = Writer::new(6);
+                w.str(json);
+                w.finish()
+            }
         }
     }
 
@@ -484,6 +497,7 @@ impl ToWorker {
                 req: r.u64()?,
                 retry_after_s: r.u64()?,
             },
+            6 => ToWorker::Reconfigure { json: r.string()? },
             _ => return Err(bad("tag")),
         })
     }
@@ -576,6 +590,9 @@ mod tests {
             ToWorker::PublishRefused {
                 req: 3,
                 retry_after_s: 1,
+            },
+            ToWorker::Reconfigure {
+                json: "{\"max_payload\":5}".into(),
             },
         ];
         for m in to_worker {

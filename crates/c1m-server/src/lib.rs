@@ -35,15 +35,17 @@ pub fn run(args: ServeArgs) -> anyhow::Result<u8> {
     // Bound but never listening: resolves port 0 and keeps the ports ours across restarts.
     let (_http_reservation, http) = listener::reserve(cfg.listen)?;
     cfg.listen = http;
+    let _http_claim = listener::claim_exclusive(http.port())?;
     let _tcp_reservation = match cfg.tcp_listen {
         Some(addr) => {
             let (socket, actual) = listener::reserve(addr)?;
             cfg.tcp_listen = Some(actual);
-            Some(socket)
+            Some((socket, listener::claim_exclusive(actual.port())?))
         }
         None => None,
     };
     let mut master = master::Master::new(cfg.clone(), plan)?;
+    master.set_reload_source(args);
     let tcp = cfg
         .tcp_listen
         .map(|a| format!(", tcp {a}"))

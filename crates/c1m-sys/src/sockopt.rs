@@ -39,6 +39,27 @@ pub fn set_local_port_range(fd: &impl AsRawFd, lo: u16, hi: u16) -> io::Result<(
     )
 }
 
+/// TCP keepalive on a connected socket: probes start after `idle_s` seconds without traffic,
+/// repeat every `interval_s`, and the kernel drops the connection after `count` unanswered
+/// ones (the socket then reports ETIMEDOUT).
+pub fn set_keepalive(
+    fd: &impl AsRawFd,
+    idle_s: u32,
+    interval_s: u32,
+    count: u32,
+) -> io::Result<()> {
+    set_int(fd, libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, idle_s)?;
+    set_int(fd, libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, interval_s)?;
+    set_int(fd, libc::IPPROTO_TCP, libc::TCP_KEEPCNT, count)?;
+    set_int(fd, libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1)
+}
+
+/// TCP_USER_TIMEOUT (Linux 2.6.37): drop the connection when written data stays
+/// unacknowledged this long (also bounds keepalive's detection time).
+pub fn set_user_timeout(fd: &impl AsRawFd, ms: u32) -> io::Result<()> {
+    set_int(fd, libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT, ms)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -47,6 +68,17 @@ mod tests {
     fn options_apply_to_a_real_socket() {
         let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
         set_bind_address_no_port(&s).unwrap();
+        set_keepalive(&s, 7, 3, 4).unwrap();
+        assert!(s.keepalive().unwrap());
+        assert_eq!(
+            s.keepalive_time().unwrap(),
+            std::time::Duration::from_secs(7)
+        );
+        set_user_timeout(&s, 2500).unwrap();
+        assert_eq!(
+            s.tcp_user_timeout().unwrap(),
+            Some(std::time::Duration::from_millis(2500))
+        );
         // Present on this project's kernels (6.x); an older kernel answers ENOPROTOOPT.
         match set_local_port_range(&s, 20000, 30000) {
             Ok(()) => {}

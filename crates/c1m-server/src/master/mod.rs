@@ -1,8 +1,11 @@
 //! The master process: starts N workers, restarts any that dies (logged and counted), stops
-//! them all on SIGTERM/SIGINT, and is the in-node hub: every publish passes through it, gets its
+//! them all on SIGTERM/SIGINT (each drains within the grace period), re-reads its
+//! configuration on SIGHUP (`reload`), and is the in-node hub: every publish passes through it, gets its
 //! id and history slot, and goes to each worker that has subscribers on the channel.
 //! It serves no client traffic itself.
 
+mod memory;
+mod reload;
 mod status;
 
 use crate::config::{Config, Workers};
@@ -73,6 +76,8 @@ struct Slot {
     /// its own joins and publishes cannot add to the backlog.
     reading_paused: bool,
     stats: WorkerStats,
+    /// Counters of this slot's dead predecessors, so `_total` figures never go down.
+    retired: WorkerStats,
     restarts: u64,
     restart_at: Option<Instant>,
 }
@@ -91,6 +96,8 @@ pub struct Master {
     restarts: u64,
     started: Instant,
     shutdown_deadline: Option<Instant>,
+    memory: memory::Sampler,
+    reload_source: Option<crate::config::ServeArgs>,
 }
 
 impl Master {
@@ -108,6 +115,8 @@ impl Master {
             restarts: 0,
             started: Instant::now(),
             shutdown_deadline: None,
+            memory: memory::Sampler::start()?,
+            reload_source: None,
         };
         for i in 0..plan.workers {
             master.slots.push(Slot {
@@ -115,6 +124,7 @@ impl Master {
                 link: None,
                 reading_paused: false,
                 stats: WorkerStats::default(),
+                retired: WorkerStats::default(),
                 restarts: 0,
                 restart_at: None,
             });
@@ -160,8 +170,12 @@ impl Master {
     }
 
     pub fn run(&mut self) -> anyhow::Result<()> {
-        let mut signals =
-            signal_hook_mio::v1_0::Signals::new([libc::SIGTERM, libc::SIGINT, libc::SIGCHLD])?;
+        let mut signals = signal_hook_mio::v1_0::Signals::new([
+            libc::SIGTERM,
+            libc::SIGINT,
+            libc::SIGCHLD,
+            libc::SIGHUP,
+        ])?;
         self.poll
             .registry()
             .register(&mut signals, SIGNALS, Interest::READABLE)?;
@@ -182,6 +196,8 @@ impl Master {
                         let got: Vec<i32> = signals.pending().collect();
                         if got.iter().any(|&s| s == libc::SIGTERM || s == libc::SIGINT) {
                             self.begin_shutdown();
+                        } else if got.contains(&libc::SIGHUP) {
+                            self.reload();
                         }
                         self.reap();
                     }
@@ -407,7 +423,9 @@ impl Master {
             let pid = child.id();
             self.slots[i].child = None;
             self.worker_gone(i);
-            self.slots[i].stats = WorkerStats::default();
+            let slot = &mut self.slots[i];
+            status::retire(&mut slot.retired, &slot.stats);
+            slot.stats = WorkerStats::default();
             if self.shutdown_deadline.is_none() {
                 self.restarts += 1;
                 self.slots[i].restarts += 1;

@@ -1,10 +1,14 @@
 //! `/status` (JSON) and `/metrics` (Prometheus text): one [`Report`] gathered from the workers'
 //! latest figures and the master's own, rendered two ways so the two never disagree.
+//! Counters stay monotonic across worker restarts: what a dead worker had counted is kept in
+//! its slot's `retired` figures and added in (Prometheus treats a falling `_total` as a reset).
+//! Gathering is cheap: memory comes from the sampler's cache, not from /proc.
 
 use super::Master;
 use crate::hub::Hub;
 use crate::ipc::Refused;
-use c1m_sys::mem::{process_memory, ProcessMemory};
+use crate::ipc::WorkerStats;
+use c1m_sys::mem::ProcessMemory;
 use serde_json::json;
 use std::fmt::Write;
 
@@ -41,8 +45,8 @@ impl Report {
             longpoll: 0,
             tcp: 0,
             other: 0,
-            memory: process_memory(std::process::id()).unwrap_or_default(),
-            processes: 1,
+            memory: ProcessMemory::default(),
+            processes: 0,
             published: m.published,
             delivered: 0,
             dropped: 0,
@@ -67,14 +71,14 @@ impl Report {
             r.dropped += s.dropped;
             r.client_ignored += s.client_ignored;
             r.refused.add(&s.refused);
-            if pid != 0 {
-                if let Ok(mem) = process_memory(pid) {
-                    r.memory.rss_bytes += mem.rss_bytes;
-                    r.memory.pss_bytes += mem.pss_bytes;
-                    r.processes += 1;
-                }
-            }
+            let old = &slot.retired;
+            r.delivered += old.delivered;
+            r.dropped += old.dropped;
+            r.client_ignored += old.client_ignored;
+            r.refused.add(&old.refused);
         }
+        let pids = r.workers.iter().map(|w| w.1).filter(|&p| p != 0).collect();
+        (r.memory, r.processes) = m.memory.latest(pids);
         r
     }
 
@@ -204,4 +208,13 @@ impl Report {
         );
         out
     }
+}
+
+/// Folds a dead worker's last counters into its slot's retired figures (connection gauges are
+/// not counters: they are not carried over).
+pub fn retire(retired: &mut WorkerStats, last: &WorkerStats) {
+    retired.delivered += last.delivered;
+    retired.dropped += last.dropped;
+    retired.client_ignored += last.client_ignored;
+    retired.refused.add(&last.refused);
 }

@@ -147,6 +147,8 @@ pub const SERVED: u8 = 4;
 pub const READ_PAUSED: u8 = 8;
 /// `100 Continue` was sent for the request being read (sent once per request).
 pub const CONTINUE_SENT: u8 = 16;
+/// The pending status query answers `/healthz`, not `/status`.
+pub const HEALTH_CHECK: u8 = 32;
 
 /// Outcome of a send.
 #[derive(Debug, PartialEq, Eq)]

@@ -8,8 +8,12 @@
 
 mod channels;
 mod conn;
+mod health;
+mod keepalive;
 mod message;
+mod reload;
 mod requests;
+mod shutdown;
 mod streams;
 mod timers;
 mod websocket;
@@ -135,11 +139,7 @@ impl Worker {
             MASTER_LINK,
             Interest::READABLE | Interest::WRITABLE,
         )?;
-        let ws_policy = match &cfg.ws_origins {
-            // Non-browser clients send no Origin; the allow-list guards browsers, which always do.
-            Some(list) => c1m_proto::ws::handshake::OriginPolicy::from_list(list, true),
-            None => c1m_proto::ws::handshake::OriginPolicy::Any,
-        };
+        let ws_policy = reload::origin_policy(&cfg);
         Ok(Worker {
             ws_policy,
             cfg,
@@ -162,7 +162,10 @@ impl Worker {
     }
 
     fn run(&mut self) -> anyhow::Result<()> {
-        let mut signals = signal_hook_mio::v1_0::Signals::new([libc::SIGTERM, libc::SIGINT])?;
+        // SIGHUP is the master's (reload); a terminal hangup reaching the whole process group
+        // must not kill the workers, so it is caught here and ignored.
+        let mut signals =
+            signal_hook_mio::v1_0::Signals::new([libc::SIGTERM, libc::SIGINT, libc::SIGHUP])?;
         self.poll
             .registry()
             .register(&mut signals, SIGNALS, Interest::READABLE)?;
@@ -197,7 +200,8 @@ impl Worker {
                         }
                     },
                     SIGNALS => {
-                        if signals.pending().next().is_some() {
+                        let got: Vec<i32> = signals.pending().collect();
+                        if got.iter().any(|&s| s == libc::SIGTERM || s == libc::SIGINT) {
                             self.begin_shutdown();
                         }
                     }
@@ -214,6 +218,9 @@ impl Worker {
                 return Ok(());
             }
             let now = Instant::now();
+            // A reload may have turned heartbeats or pings on, off, or shortened them.
+            next_heartbeat = reload::reschedule(next_heartbeat, self.cfg.sse_heartbeat, now);
+            next_ping = reload::reschedule(next_ping, self.cfg.ws_ping_interval, now);
             while next_tick <= now {
                 next_tick += tick;
                 for token in self.wheel.advance() {
@@ -318,6 +325,9 @@ impl Worker {
         };
         let entry = self.conns.vacant_entry();
         let token = token_of(entry.key(), generation);
+        if let Err(e) = keepalive::apply(&stream, &self.cfg) {
+            eprintln!("c1m worker: keepalive options: {e}");
+        }
         let mut conn = Conn::new(stream, generation, kind);
         if let Err(e) = self.poll.registry().register(
             &mut conn.stream,
@@ -354,7 +364,10 @@ impl Worker {
                 // Pipelined requests wait while answers are unwritten (requests::process_input).
                 Ok(true) if conn.kind == Kind::Http => self.resume_input(idx),
                 Ok(_) => {}
-                Err(_) => return self.close(idx),
+                Err(e) => {
+                    self.count_lost_peer(&e);
+                    return self.close(idx);
+                }
             }
         }
         if readable {
@@ -381,6 +394,7 @@ impl Worker {
         }
         let limit = requests::input_limit(&self.cfg);
         let mut eof = false;
+        let mut error = None;
         let mut chunk = [0u8; 16 * 1024];
         while let Some(kind) = self.conns.get(idx).map(|c| c.kind) {
             if buf.len() >= limit && keeps_input(kind) && kind != Kind::Ws {
@@ -418,8 +432,9 @@ impl Worker {
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => {
+                Err(e) => {
                     eof = true;
+                    error = Some(e);
                     break;
                 }
             }
@@ -442,8 +457,8 @@ impl Worker {
             buf = Vec::with_capacity(64 * 1024);
         }
         self.scratch = buf;
-        if eof && self.conns.contains(idx) {
-            self.close(idx);
+        if eof {
+            self.on_peer_end(idx, error.as_ref());
         }
     }
 
@@ -527,6 +542,9 @@ impl Worker {
                 self.reply_and_close(idx, reply);
             }
             Kind::PollWaiting => self.poll_timeout(idx),
+            Kind::Status => self.health_timeout(idx),
+            // The peer did not read its final answer within the linger time.
+            Kind::Closing => self.close(idx),
             _ => {}
         }
     }
@@ -597,6 +615,7 @@ impl Worker {
                 }
                 ToWorker::Status { req, body, metrics } => self.on_status(req, body, metrics),
                 ToWorker::Shutdown => self.begin_shutdown(),
+                ToWorker::Reconfigure { json } => self.reconfigure(&json),
             }
         }
         Ok(open)
@@ -644,7 +663,7 @@ impl Worker {
         }
         let idxs: Vec<usize> = self.conns.iter().map(|(i, _)| i).collect();
         for idx in idxs {
-            self.end_stream(idx);
+            self.goodbye(idx);
         }
     }
 }

@@ -75,17 +75,7 @@ impl Worker {
 
     /// Sends a final answer and closes once it is written.
     pub(super) fn reply_and_close(&mut self, idx: usize, bytes: Vec<u8>) {
-        let max = self.cfg.max_unsent;
-        let Some(conn) = self.conns.get_mut(idx) else {
-            return;
-        };
-        conn.kind = Kind::Closing;
-        conn.deadline = 0;
-        conn.inbuf = None;
-        let _ = conn.stream.shutdown(std::net::Shutdown::Read);
-        if conn.send_owned(bytes, max) != super::conn::Sent::Done || conn.out.is_none() {
-            self.close(idx);
-        }
+        self.finish_with(idx, bytes, self.cfg.max_unsent);
     }
 
     /// A complete response with a Content-Length body, kept alive as the request asked.
@@ -193,7 +183,7 @@ impl Worker {
                 Some(used)
             }
             "/healthz" => {
-                self.respond(idx, 200, "text/plain", "", b"ok\n");
+                self.health_request(idx);
                 Some(used)
             }
             "/status" | "/metrics" => {

@@ -1,6 +1,6 @@
 //! Subscriptions: joining channels (through the master when a replay or a first interest is
-//! needed), fan-out of published messages to live subscribers, long-poll answers, heartbeats,
-//! and ending streams cleanly at shutdown.
+//! needed), fan-out of published messages to live subscribers, long-poll answers and heartbeats
+//! (shutdown goodbyes live in `shutdown`).
 
 use super::conn::{Kind, Sent, WS_ENVELOPE};
 use super::message::{Message, POLL_HEADERS};
@@ -9,7 +9,7 @@ use super::Joined;
 use super::Worker;
 use crate::ipc::{Replay, ToMaster};
 use c1m_proto::longpoll::{self, PollGap, PollMessage};
-use c1m_proto::{http, line, sse};
+use c1m_proto::{line, sse};
 use std::rc::Rc;
 
 impl Worker {
@@ -387,7 +387,7 @@ impl Worker {
         let Some((idx, conn)) = self.conn_mut(token) else {
             return;
         };
-        if conn.kind != Kind::Status {
+        if conn.kind != Kind::Status || self.health_answer(idx, &body) {
             return;
         }
         let ctype = if metrics {
@@ -413,27 +413,6 @@ impl Worker {
         }
         for idx in failed {
             self.close(idx);
-        }
-    }
-
-    /// Shutdown: a goodbye each protocol understands, then close once it is written.
-    pub(super) fn end_stream(&mut self, idx: usize) {
-        let kind = self.conns[idx].kind;
-        match kind {
-            Kind::Sse => self.reply_and_close(idx, sse::SHUTDOWN.to_vec()),
-            Kind::TcpStream => self.reply_and_close(idx, line::BYE.to_vec()),
-            Kind::Ws | Kind::WsJoining => self.ws_close(
-                idx,
-                c1m_proto::ws::close::GOING_AWAY,
-                "server shutting down",
-            ),
-            Kind::PollWaiting | Kind::PollJoining => {
-                self.conns[idx].keep_alive = false;
-                self.reply_and_close(idx, http::error(503, "server shutting down"));
-            }
-            Kind::Closing => {}
-            Kind::Publishing | Kind::Status => {} // answered when the master replies, then closed
-            _ => self.close(idx),
         }
     }
 

@@ -1,0 +1,128 @@
+//! SIGHUP: re-read the configuration (file, then the same flags and environment as at start),
+//! apply what can change live, keep the rest, and tell the workers. An invalid file is refused
+//! with a logged error and the running configuration stays. Restarted workers are spawned with
+//! the new configuration, since they get the master's `cfg`.
+
+use super::Master;
+use crate::config::{Config, ServeArgs};
+use crate::ipc::ToWorker;
+
+/// Keys that need a restart: sockets, processes and per-worker shares are set up once.
+const RESTART_KEYS: &[&str] = &["listen", "tcp_listen", "workers", "max_conns", "backlog"];
+
+/// The running configuration with `new`'s live values, the live keys that changed, and the
+/// changed keys that were kept because they need a restart.
+pub fn merge(current: &Config, new: &Config) -> anyhow::Result<(Config, Vec<String>, Vec<String>)> {
+    let mut new = new.clone();
+    // `--listen HOST:0` asks for any port: the one we got is not a change.
+    if new.listen.port() == 0 && new.listen.ip() == current.listen.ip() {
+        new.listen = current.listen;
+    }
+    if let (Some(n), Some(c)) = (&mut new.tcp_listen, current.tcp_listen) {
+        if n.port() == 0 && n.ip() == c.ip() {
+            *n = c;
+        }
+    }
+    let serde_json::Value::Object(mut merged) = serde_json::to_value(current)? else {
+        anyhow::bail!("configuration is not a JSON object");
+    };
+    let serde_json::Value::Object(wanted) = serde_json::to_value(&new)? else {
+        anyhow::bail!("configuration is not a JSON object");
+    };
+    let (mut live, mut restart) = (Vec::new(), Vec::new());
+    for (key, value) in wanted {
+        if merged.get(&key) == Some(&value) {
+            continue;
+        }
+        if RESTART_KEYS.contains(&key.as_str()) {
+            restart.push(key);
+        } else {
+            merged.insert(key.clone(), value);
+            live.push(key);
+        }
+    }
+    let merged: Config = serde_json::from_value(serde_json::Value::Object(merged))?;
+    // The new live values must also hold together with the kept ones.
+    merged.validate()?;
+    Ok((merged, live, restart))
+}
+
+impl Master {
+    /// Where SIGHUP re-reads the configuration from.
+    pub fn set_reload_source(&mut self, args: ServeArgs) {
+        self.reload_source = Some(args);
+    }
+
+    pub(super) fn reload(&mut self) {
+        let Some(args) = &self.reload_source else {
+            eprintln!("c1m: SIGHUP: no configuration source; nothing reloaded");
+            return;
+        };
+        let new = match args.resolve() {
+            Ok(new) => new,
+            Err(e) => {
+                eprintln!("c1m: SIGHUP: configuration rejected, keeping the running one: {e:#}");
+                return;
+            }
+        };
+        let (merged, live, restart) = match merge(&self.cfg, &new) {
+            Ok(m) => m,
+            Err(e) => {
+                eprintln!("c1m: SIGHUP: configuration rejected, keeping the running one: {e:#}");
+                return;
+            }
+        };
+        if !restart.is_empty() {
+            eprintln!(
+                "c1m: SIGHUP: changed but needs a restart (kept): {}",
+                restart.join(", ")
+            );
+        }
+        if live.is_empty() {
+            eprintln!("c1m: SIGHUP: configuration re-read; nothing to change live");
+            return;
+        }
+        eprintln!("c1m: SIGHUP: applied {}", live.join(", "));
+        self.hub.set_limits(
+            merged.history_size,
+            merged.history_age,
+            merged.history_max_bytes,
+        );
+        let json = match serde_json::to_string(&merged) {
+            Ok(json) => json,
+            Err(e) => return eprintln!("c1m: SIGHUP: encoding the configuration: {e}"),
+        };
+        self.cfg = merged;
+        let frame = ToWorker::Reconfigure { json }.encode();
+        for i in 0..self.slots.len() {
+            self.send(i, frame.clone());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn live_keys_apply_and_restart_keys_are_kept() {
+        let current = Config {
+            listen: "127.0.0.1:4000".parse().unwrap(),
+            ..Config::default()
+        };
+        let new = Config {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            max_conns: 7,
+            max_payload: 10,
+            sse_heartbeat: Some(Duration::from_secs(2)),
+            ..Config::default()
+        };
+        let (merged, live, restart) = merge(&current, &new).unwrap();
+        assert_eq!(live, vec!["max_payload", "sse_heartbeat"]);
+        assert_eq!(restart, vec!["max_conns"]);
+        assert_eq!(merged.max_payload, 10);
+        assert_eq!(merged.max_conns, current.max_conns);
+        assert_eq!(merged.listen, current.listen);
+    }
+}

@@ -1,0 +1,90 @@
+//! `/healthz`: 200 only when the whole server works. The worker asks the master (the same
+//! status query `/status` uses) and answers 503 with the reason when the master does not answer
+//! within [`MASTER_TIMEOUT`] (stopped, stuck) or a worker slot has no running process (dead,
+//! restarting). A worker answering alone proved only that this one process is alive.
+
+use super::conn::{Kind, HEALTH_CHECK};
+use super::Worker;
+use crate::ipc::ToMaster;
+use std::time::Duration;
+
+/// How long a health check waits for the master.
+pub const MASTER_TIMEOUT: Duration = Duration::from_secs(1);
+
+impl Worker {
+    pub(super) fn health_request(&mut self, idx: usize) {
+        let conn = &mut self.conns[idx];
+        conn.kind = Kind::Status;
+        conn.flags |= HEALTH_CHECK;
+        let token = super::token_of(idx, conn.generation);
+        self.arm_timer(idx, MASTER_TIMEOUT);
+        self.send_to_master(ToMaster::StatusQuery {
+            req: token,
+            metrics: false,
+        });
+    }
+
+    /// The master's status answer for a waiting health check. Returns false when the waiting
+    /// request is a plain `/status` (the caller answers it).
+    pub(super) fn health_answer(&mut self, idx: usize, status_json: &str) -> bool {
+        let conn = &mut self.conns[idx];
+        if conn.flags & HEALTH_CHECK == 0 {
+            return false;
+        }
+        conn.flags &= !HEALTH_CHECK;
+        conn.deadline = 0;
+        match judge(status_json) {
+            Ok(()) => self.respond(idx, 200, "text/plain", "", b"ok\n"),
+            Err(reason) => self.respond(idx, 503, "text/plain", "", reason.as_bytes()),
+        }
+        self.resume_input(idx);
+        true
+    }
+
+    /// The master did not answer in time. (A late answer finds the connection no longer
+    /// waiting and is ignored.)
+    pub(super) fn health_timeout(&mut self, idx: usize) {
+        let conn = &mut self.conns[idx];
+        if conn.flags & HEALTH_CHECK == 0 {
+            return;
+        }
+        conn.flags &= !HEALTH_CHECK;
+        let reason = format!(
+            "unhealthy: master did not answer within {:?}\n",
+            MASTER_TIMEOUT
+        );
+        self.respond(idx, 503, "text/plain", "", reason.as_bytes());
+        self.resume_input(idx);
+    }
+}
+
+/// Healthy when every worker slot in the master's report has a running process.
+fn judge(status_json: &str) -> Result<(), String> {
+    let v: serde_json::Value = serde_json::from_str(status_json)
+        .map_err(|e| format!("unhealthy: unreadable master status: {e}\n"))?;
+    let workers = v["workers"]
+        .as_array()
+        .ok_or("unhealthy: master status lists no workers\n")?;
+    for w in workers {
+        if w["pid"].as_u64().unwrap_or(0) == 0 {
+            return Err(format!(
+                "unhealthy: worker {} is not running (restarting)\n",
+                w["index"]
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::judge;
+
+    #[test]
+    fn a_missing_worker_is_unhealthy() {
+        assert!(judge(r#"{"workers":[{"index":0,"pid":5},{"index":1,"pid":6}]}"#).is_ok());
+        let err = judge(r#"{"workers":[{"index":0,"pid":5},{"index":1,"pid":0}]}"#).unwrap_err();
+        assert!(err.contains("worker 1"), "{err}");
+        assert!(judge("not json").is_err());
+    }
+}

@@ -1,0 +1,43 @@
+//! Live configuration: the master re-reads its file on SIGHUP and sends the result; the worker
+//! swaps it in. Limits are read from `cfg` at each use, so the next request, publish or timer
+//! sees the new values; nothing already connected is dropped. (Keys that need a restart were
+//! kept at their old values by the master.)
+
+use super::Worker;
+use crate::config::Config;
+use c1m_proto::ws::handshake::OriginPolicy;
+use std::time::{Duration, Instant};
+
+impl Worker {
+    pub(super) fn reconfigure(&mut self, json: &str) {
+        match serde_json::from_str::<Config>(json) {
+            Ok(cfg) => {
+                self.ws_policy = origin_policy(&cfg);
+                self.cfg = cfg;
+            }
+            Err(e) => eprintln!(
+                "c1m worker {}: new configuration unreadable, keeping the old one: {e}",
+                std::process::id()
+            ),
+        }
+    }
+}
+
+pub(super) fn origin_policy(cfg: &Config) -> OriginPolicy {
+    match &cfg.ws_origins {
+        // Non-browser clients send no Origin; the allow-list guards browsers, which always do.
+        Some(list) => OriginPolicy::from_list(list, true),
+        None => OriginPolicy::Any,
+    }
+}
+
+/// The next time a periodic job (heartbeat, ping) runs after a configuration change: off when
+/// its interval is off, never later than one new interval from now.
+pub(super) fn reschedule(
+    at: Option<Instant>,
+    every: Option<Duration>,
+    now: Instant,
+) -> Option<Instant> {
+    let every = every?;
+    Some(at.map_or(now + every, |t| t.min(now + every)))
+}

@@ -1,0 +1,79 @@
+//! How connections end: a final answer followed by a close once it is written (bounded by a
+//! linger timer, so a client that stopped reading cannot hold the slot or the shutdown), each
+//! protocol's shutdown goodbye queued behind whatever the subscriber still has to read, and what
+//! an end-of-file or socket error from the peer means.
+
+use super::conn::{Kind, Sent};
+use super::Worker;
+use c1m_proto::{http, line, sse};
+use std::io;
+
+impl Worker {
+    /// Queues `bytes` as the connection's last words and closes once they are written, or when
+    /// the linger time (the grace period) ends. `limit` caps the unsent bytes.
+    pub(super) fn finish_with(&mut self, idx: usize, bytes: Vec<u8>, limit: usize) {
+        let linger = self.cfg.grace;
+        let Some(conn) = self.conns.get_mut(idx) else {
+            return;
+        };
+        conn.kind = Kind::Closing;
+        conn.deadline = 0;
+        conn.inbuf = None;
+        // No shutdown(SHUT_RD) here: it makes the next read return 0, which looked like the
+        // peer leaving and closed the socket with the answer still queued.
+        if conn.send_owned(bytes, limit) != Sent::Done || conn.out.is_none() {
+            return self.close(idx);
+        }
+        self.arm_timer(idx, linger);
+    }
+
+    /// Shutdown: the goodbye each protocol understands, after the data already queued. The
+    /// goodbye may pass `max_unsent` (it is small and the last thing the connection sends).
+    pub(super) fn goodbye(&mut self, idx: usize) {
+        let kind = self.conns[idx].kind;
+        let bytes = match kind {
+            Kind::Sse => sse::SHUTDOWN.to_vec(),
+            Kind::TcpStream => line::BYE.to_vec(),
+            Kind::Ws | Kind::WsJoining => c1m_proto::ws::encode::close(
+                Some(c1m_proto::ws::close::GOING_AWAY),
+                "server shutting down",
+            )
+            .as_bytes()
+            .to_vec(),
+            Kind::PollWaiting | Kind::PollJoining => {
+                self.conns[idx].keep_alive = false;
+                http::error(503, "server shutting down")
+            }
+            Kind::Closing => return,
+            Kind::Publishing | Kind::Status => return, // answered when the master replies
+            _ => return self.close(idx),
+        };
+        let limit = self.cfg.max_unsent.saturating_add(bytes.len());
+        self.finish_with(idx, bytes, limit);
+    }
+
+    /// The peer's side ended: `error` is the socket error, if the read failed. A peer that only
+    /// half-closed can still read, so a final answer still queued is written first (the linger
+    /// timer bounds the wait).
+    pub(super) fn on_peer_end(&mut self, idx: usize, error: Option<&io::Error>) {
+        let Some(conn) = self.conns.get(idx) else {
+            return;
+        };
+        if let Some(e) = error {
+            self.count_lost_peer(e);
+            return self.close(idx);
+        }
+        if conn.kind == Kind::Closing && conn.out.is_some() {
+            return;
+        }
+        self.close(idx);
+    }
+
+    /// A socket that failed with ETIMEDOUT was dropped by the kernel: keepalive probes or
+    /// written data went unanswered (TCP_USER_TIMEOUT), i.e. the peer vanished.
+    pub(super) fn count_lost_peer(&mut self, e: &io::Error) {
+        if e.raw_os_error() == Some(libc::ETIMEDOUT) {
+            self.counters.refused.dead_peer += 1;
+        }
+    }
+}

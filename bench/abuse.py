@@ -42,15 +42,17 @@ def report(case, sent, expected, seen, ok):
 class Serve:
     """c1m serve on 127.0.0.1:port with extra flags; stopped (and its deaths counted) by stop()."""
 
-    def __init__(self, name, port, *flags):
+    def __init__(self, name, port, *flags, listen="127.0.0.1"):
         self.name, self.port, self.intended_restarts = name, port, 0
+        self.host = listen
         self.log = open(os.path.join(LOG_DIR, f"abuse-{name}.log"), "wb")
-        self.proc = subprocess.Popen([C1M, "serve", "--listen", f"127.0.0.1:{port}", *flags],
+        self.proc = subprocess.Popen([C1M, "serve", "--listen", f"{listen}:{port}", *flags],
                                      stdout=self.log, stderr=subprocess.STDOUT)
         servers.append(self)
         for _ in range(100):
             try:
-                if http(port, b"GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n", first=True)[0] == 200:
+                if http(port, b"GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n", first=True,
+                        host=listen)[0] == 200:
                     return
             except OSError:
                 pass
@@ -61,14 +63,14 @@ class Serve:
         # Bounded retries: right after a worker is killed its socket may answer nothing.
         for _ in range(50):
             try:
-                return json.loads(get_body(self.port, "/status"))
+                return json.loads(get_body(self.port, "/status", host=self.host))
             except (OSError, ValueError):
                 time.sleep(0.1)
         raise RuntimeError(f"{self.name}: /status does not answer")
 
     def metrics(self):
         out = {}
-        for line in get_body(self.port, "/metrics").decode().splitlines():
+        for line in get_body(self.port, "/metrics", host=self.host).decode().splitlines():
             if line and not line.startswith("#"):
                 name, _, value = line.rpartition(" ")
                 out[name] = float(value)
@@ -96,14 +98,14 @@ class Serve:
 
 # ---- HTTP, SSE and WebSocket clients (just enough of each) -----------------------------------
 
-def http(port, raw, first=False, timeout=3.0, src=None):
+def http(port, raw, first=False, timeout=3.0, src=None, host="127.0.0.1"):
     """Sends raw bytes; returns the status codes of every response read until close/timeout
     (or only the first one with first=True), and the bytes read."""
     s = socket.socket()
     if src:
         s.bind((src, 0))
     s.settimeout(timeout)
-    s.connect(("127.0.0.1", port))
+    s.connect((host, port))
     data = b""
     try:
         s.sendall(raw)
@@ -126,9 +128,9 @@ def http(port, raw, first=False, timeout=3.0, src=None):
     return codes, data
 
 
-def get_body(port, path, headers=""):
+def get_body(port, path, headers="", host="127.0.0.1"):
     _, data = http(port, f"GET {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n{headers}\r\n"
-                   .encode(), timeout=30)
+                   .encode(), timeout=30, host=host)
     head, _, body = data.partition(b"\r\n\r\n")
     return body
 
@@ -565,7 +567,8 @@ def item4_status_cost(b):
 
 def item7_sigterm_drain():
     global silent_losses
-    e = Serve("drain", PORT + 5, "--workers", "1", "--grace", "10s")
+    # --max-unsent above what is queued: this case is about the drain, not the slow-consumer cap.
+    e = Serve("drain", PORT + 5, "--workers", "1", "--grace", "10s", "--max-unsent", "33554432")
     r = SseReader(e.port, "drain", paused=True)
     time.sleep(0.3)
     ids = [publish(e.port, "drain", b"d" * 32 * 1024)[1] for _ in range(200)]
@@ -581,6 +584,80 @@ def item7_sigterm_drain():
            f"{len(r.ids)} messages, events {r.events}, exit {code}, "
            f"{'waited' if alive_after_1s else 'exited before the data was read'}",
            len(r.ids) == 200 and "shutdown" in r.events and code == 0 and alive_after_1s)
+
+
+def item8_dead_peer():
+    """A subscriber in a network namespace this suite creates vanishes without a FIN."""
+    ns, host, peer = f"c1m-abuse-{os.getpid()}", "10.251.7.1", "10.251.7.2"
+    run = lambda *a: subprocess.run(["ip", *a], check=True, capture_output=True)
+    try:
+        run("netns", "add", ns)
+        run("link", "add", "c1mab0", "type", "veth", "peer", "name", "c1mab1", "netns", ns)
+        run("addr", "add", f"{host}/30", "dev", "c1mab0")
+        run("link", "set", "c1mab0", "up")
+        run("-n", ns, "addr", "add", f"{peer}/30", "dev", "c1mab1")
+        run("-n", ns, "link", "set", "c1mab1", "up")
+    except (OSError, subprocess.CalledProcessError) as e:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        report("item8 dead peer reaped", "-", "-", f"cannot create a netns here: {e}", False)
+        return
+    port = PORT + 6
+    f = Serve("deadpeer", port, "--workers", "1", "--tcp-keepalive", "1s",
+              "--tcp-keepalive-interval", "1s", "--tcp-keepalive-count", "2", listen=host)
+    curl = subprocess.Popen(["ip", "netns", "exec", ns, "curl", "-sN", "-H",
+                             "Accept: text/event-stream", f"http://{host}:{port}/sub/gone"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: f.status()["connections"]["sse"] == 1, 5)
+        run("-n", ns, "addr", "flush", "dev", "c1mab1")
+        gone = time.time()
+        reaped = wait_for(lambda: f.status()["connections"]["sse"] == 0, 30)
+        took = time.time() - gone
+        dead = f.status()["refused"]["dead_peer"]
+        report("item8 dead peer reaped", "SSE client in a netns, its address flushed",
+               "closed within ~3 s (keepalive 1s+2x1s), counted dead_peer",
+               f"{'closed' if reaped else 'still open'} after {took:.1f} s, dead_peer {dead}",
+               reaped and took < 10 and dead == 1)
+    finally:
+        curl.kill()
+        curl.wait()
+        f.stop()
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        subprocess.run(["ip", "link", "del", "c1mab0"], capture_output=True)
+
+
+def per_ip_limits():
+    """One source address past --max-conns-per-ip, another past the new-connection rate; a
+    third address is not affected."""
+    g = Serve("perip", PORT + 7, "--workers", "2", "--max-conns-per-ip", "5",
+              "--max-new-conns-per-ip-per-sec", "20", "--per-ip-limit-loopback")
+    try:
+        held = []
+        for _ in range(5):
+            c = socket.socket()
+            c.bind(("127.0.0.21", 0))
+            c.connect(("127.0.0.1", g.port))
+            c.sendall(b"GET /sub/ip HTTP/1.1\r\nHost: a\r\nAccept: text/event-stream\r\n\r\n")
+            held.append(c)
+        wait_for(lambda: g.status()["connections"]["sse"] == 5, 5)
+        sixth = http(g.port, b"GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n", first=True,
+                     src="127.0.0.21")[0]
+        other = http(g.port, b"GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n", first=True,
+                     src="127.0.0.22")[0]
+        burst = [http(g.port, b"GET /healthz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+                      first=True, src="127.0.0.23")[0] for _ in range(40)]
+        refused = g.status()["refused"]
+        for c in held:
+            c.close()
+        ok = (sixth == 429 and other == 200 and burst.count(429) >= 15
+              and refused.get("per_ip_conns", 0) >= 1 and refused.get("per_ip_rate", 0) >= 1)
+        report("per-IP limits", "6th conn from one IP (cap 5); 40 new conns/s from another "
+               "(cap 20/s)", "429 for the 6th and the excess, others 200, counted",
+               f"6th {sixth}, other IP {other}, burst {burst.count(200)}x200 "
+               f"{burst.count(429)}x429, per_ip_conns {refused.get('per_ip_conns')}, "
+               f"per_ip_rate {refused.get('per_ip_rate')}", ok)
+    finally:
+        g.stop()
 
 
 def main():
@@ -602,6 +679,8 @@ def main():
         ("item11-history", item11_history_bytes),
         ("item2", item2_stalled_worker),
         ("item7", item7_sigterm_drain),
+        ("item8", item8_dead_peer),
+        ("per-ip", per_ip_limits),
     ]
     only = os.environ.get("ONLY", "").split(",")  # e.g. ONLY=item2,item7
     try:

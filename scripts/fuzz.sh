@@ -5,7 +5,8 @@
 # Any single allocation over 64 MiB counts as a crash (no input-driven unbounded allocation).
 # Findings land in crates/c1m-proto/fuzz/artifacts/TARGET/; replay one with
 #   RUSTC_BOOTSTRAP=1 cargo fuzz run TARGET fuzz/artifacts/TARGET/crash-…  (in crates/c1m-proto)
-# The same properties also run in plain `cargo test` (tests/ws_stress.rs, 200k inputs each).
+# The same properties also run in plain `cargo test` (crates/c1m-proto/tests/ws_stress.rs and
+# http_stress.rs, 100k-200k generated inputs each). scripts/test.sh runs the HTTP/line targets 10 s each.
 set -euo pipefail
 secs=${1:-60}
 shift || true

@@ -1,7 +1,9 @@
 //! The chunked transfer coding (RFC 9112 §7.1), strictly and with bounds, over a buffer that
-//! holds the bytes after a request head. Pure: the caller re-runs [`decode`] as more bytes
-//! arrive; a partial body is scanned by chunk headers only (data is skipped by its size), so a
-//! re-run costs one step per chunk, not per byte, and nothing is copied until the body is whole.
+//! holds the bytes after a request head. Pure: the caller re-runs [`decode_resume`] as more
+//! bytes arrive, passing back the [`Progress`] of the last run, so each run scans only what
+//! arrived since (a trickle of one-byte chunks would otherwise cost a rescan of every earlier
+//! chunk per read: quadratic, seconds of CPU for one 64 KiB body). Data is skipped by its size
+//! and nothing is copied until the body is whole; then one pass copies it.
 //!
 //! Strict means: chunk sizes are `1*HEXDIG` (no sign, no `0x`, no whitespace before them, no
 //! overflow); every line ends in CRLF (a bare CR or LF is an error, not a line end); chunk data
@@ -43,13 +45,36 @@ pub enum ChunkedError {
     Malformed(&'static str),
 }
 
-/// Decodes a chunked body at the start of `buf`.
+/// Where the previous scan of a growing buffer stopped: the start of the first element (chunk
+/// or trailer line) that had not fully arrived. Start each body with `Progress::default()`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// Offset of the first unfinished element.
+    pos: usize,
+    /// Decoded bytes before it.
+    total: usize,
+    /// Set once the last chunk was read: `pos` is then a trailer line, and this is where the
+    /// trailer section started (its size is bounded).
+    trailers_from: Option<usize>,
+}
+
+/// Decodes a chunked body at the start of `buf` in one go.
 pub fn decode(buf: &[u8], max_body: usize) -> Result<Decoded, ChunkedError> {
-    let Some((used, total)) = scan(buf, max_body, None)? else {
+    decode_resume(buf, max_body, &mut Progress::default())
+}
+
+/// Decodes a chunked body at the start of `buf`, which holds at least the bytes the previous
+/// call (that left `progress`) saw. Same answers as [`decode`] on the same bytes.
+pub fn decode_resume(
+    buf: &[u8],
+    max_body: usize,
+    progress: &mut Progress,
+) -> Result<Decoded, ChunkedError> {
+    let Some((used, total)) = scan(buf, max_body, progress, None)? else {
         return Ok(Decoded::Partial);
     };
     let mut body = Vec::with_capacity(total);
-    scan(buf, max_body, Some(&mut body))?;
+    scan(buf, max_body, &mut Progress::default(), Some(&mut body))?;
     Ok(Decoded::Complete { body, used })
 }
 
@@ -65,14 +90,17 @@ pub fn encode<'a>(pieces: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
     out
 }
 
-/// Walks the coding; returns `(used, body length)` once complete, copying data into `out`.
+/// Walks the coding from `progress`; returns `(used, body length)` once complete, copying data
+/// into `out`. When more bytes are needed, `progress` marks the unfinished element.
 fn scan(
     buf: &[u8],
     max_body: usize,
+    progress: &mut Progress,
     mut out: Option<&mut Vec<u8>>,
 ) -> Result<Option<(usize, usize)>, ChunkedError> {
     let limit = wire_limit(max_body);
-    let partial = || {
+    let partial = |progress: &mut Progress, at: Progress| {
+        *progress = at;
         // Completion would need more than `buf`; past the limit it can never be accepted.
         if buf.len() >= limit {
             Err(ChunkedError::TooLarge)
@@ -80,36 +108,52 @@ fn scan(
             Ok(None)
         }
     };
-    let mut pos = 0;
-    let mut total = 0usize;
+    let Progress {
+        mut pos,
+        mut total,
+        trailers_from,
+    } = *progress;
+    let trailers_start = match trailers_from {
+        Some(start) => start,
+        None => loop {
+            let here = Progress {
+                pos,
+                total,
+                trailers_from: None,
+            };
+            let Some(end) = find_line(buf, pos, MAX_SIZE_LINE)? else {
+                return partial(progress, here);
+            };
+            let size = parse_size_line(&buf[pos..end])?;
+            let data_start = end + 2;
+            if size == 0 {
+                pos = data_start;
+                break pos;
+            }
+            if size > (max_body - total) as u64 {
+                return Err(ChunkedError::TooLarge);
+            }
+            let size = size as usize; // ≤ max_body, so it fits
+            let data_end = data_start.saturating_add(size);
+            if buf.len() < data_end.saturating_add(2) {
+                return partial(progress, here);
+            }
+            if &buf[data_end..data_end + 2] != b"\r\n" {
+                return Err(ChunkedError::Malformed("chunk data not followed by CRLF"));
+            }
+            if let Some(out) = out.as_deref_mut() {
+                out.extend_from_slice(&buf[data_start..data_end]);
+            }
+            total += size;
+            pos = data_end + 2;
+        },
+    };
     loop {
-        let Some(end) = find_line(buf, pos, MAX_SIZE_LINE)? else {
-            return partial();
+        let here = Progress {
+            pos,
+            total,
+            trailers_from: Some(trailers_start),
         };
-        let size = parse_size_line(&buf[pos..end])?;
-        pos = end + 2;
-        if size == 0 {
-            break;
-        }
-        if size > (max_body - total) as u64 {
-            return Err(ChunkedError::TooLarge);
-        }
-        let size = size as usize; // ≤ max_body, so it fits
-        total += size;
-        let data_end = pos.saturating_add(size);
-        if buf.len() < data_end.saturating_add(2) {
-            return partial();
-        }
-        if &buf[data_end..data_end + 2] != b"\r\n" {
-            return Err(ChunkedError::Malformed("chunk data not followed by CRLF"));
-        }
-        if let Some(out) = out.as_deref_mut() {
-            out.extend_from_slice(&buf[pos..data_end]);
-        }
-        pos = data_end + 2;
-    }
-    let trailers_start = pos;
-    loop {
         let room = MAX_TRAILERS.saturating_sub(pos - trailers_start + 2);
         let Some(end) = find_line(buf, pos, room).map_err(|e| match e {
             ChunkedError::Malformed("line too long") => {
@@ -118,7 +162,7 @@ fn scan(
             other => other,
         })?
         else {
-            return partial();
+            return partial(progress, here);
         };
         let line = &buf[pos..end];
         pos = end + 2;

@@ -109,6 +109,26 @@ pub fn chunked_body(data: &[u8]) {
     let max = [0usize, 1, 16, 300, 4096, 1 << 20][cfg as usize % 6];
     let whole = chunked::decode(coded, max);
     let mut rng = XorShift(u64::from(seed) << 8 | u64::from(cfg) | 0x9E37);
+    // Arriving in random reads, each resumed from the last read's progress (as the worker does),
+    // the body decodes to exactly what one decode of the same bytes gives, at the first read
+    // that completes or refuses it.
+    let mut progress = chunked::Progress::default();
+    let mut seen = 0;
+    let resumed = loop {
+        seen = (seen + (rng.next() % 40) as usize + 1).min(coded.len());
+        let got = chunked::decode_resume(&coded[..seen], max, &mut progress);
+        assert_eq!(
+            got,
+            chunked::decode(&coded[..seen], max),
+            "resumed at {seen}"
+        );
+        if got != Ok(Decoded::Partial) || seen == coded.len() {
+            break got;
+        }
+    };
+    if resumed == Ok(Decoded::Partial) {
+        assert_eq!(whole, Ok(Decoded::Partial));
+    }
     match &whole {
         Ok(Decoded::Complete { body, used }) => {
             assert!(*used <= coded.len() && body.len() <= max);

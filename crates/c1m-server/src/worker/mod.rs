@@ -87,6 +87,9 @@ pub struct Worker {
     /// Connections (by token) in the middle of a chunked replay: `Some(id)` = ask for the
     /// chunk after `id` once the socket has taken the last one; `None` = asked, waiting.
     replays: HashMap<u64, Option<u64>>,
+    /// Connections (by token) in the middle of a chunked request body: where the decoder
+    /// stopped, so the next read resumes there instead of rescanning every chunk.
+    chunked_bodies: HashMap<u64, c1m_proto::chunked::Progress>,
     /// Sending to the master failed (the link broke or the master stopped reading): the loop
     /// exits and the master starts a fresh worker; nothing is queued that would never arrive.
     link_failed: Option<io::Error>,
@@ -157,6 +160,7 @@ impl Worker {
             accept_paused_until: None,
             shutdown_deadline: None,
             replays: HashMap::new(),
+            chunked_bodies: HashMap::new(),
             link_failed: None,
         })
     }
@@ -470,6 +474,9 @@ impl Worker {
         };
         if !self.replays.is_empty() {
             self.replays.remove(&token_of(idx, conn.generation));
+        }
+        if !self.chunked_bodies.is_empty() {
+            self.chunked_bodies.remove(&token_of(idx, conn.generation));
         }
         for (chan, pos) in conn.subs.take() {
             self.leave_channel(chan, pos);

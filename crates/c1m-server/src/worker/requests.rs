@@ -277,6 +277,9 @@ impl Worker {
         let max = self.cfg.max_payload;
         let too_large = |what: String| format!("{what} is over the {max} byte payload limit");
         let body = &data[req.head_len..];
+        // A chunked body that is still arriving resumes where the last read's scan stopped.
+        let token = super::token_of(idx, self.conns[idx].generation);
+        let mut progress = self.chunked_bodies.remove(&token).unwrap_or_default();
         let (payload, used) = match framing {
             BodyFraming::None => (Vec::new(), 0),
             BodyFraming::Length(len) if len > max as u64 => {
@@ -291,9 +294,10 @@ impl Worker {
                 }
                 (body[..len].to_vec(), len)
             }
-            BodyFraming::Chunked => match chunked::decode(body, max) {
+            BodyFraming::Chunked => match chunked::decode_resume(body, max, &mut progress) {
                 Ok(Decoded::Complete { body, used }) => (body, used),
                 Ok(Decoded::Partial) => {
+                    self.chunked_bodies.insert(token, progress);
                     self.send_continue(idx, req);
                     return None;
                 }
@@ -309,6 +313,8 @@ impl Worker {
             },
         };
         let end = req.head_len + used;
+        // The body is whole: the next request on this connection gets its own 100 Continue.
+        self.conns[idx].flags &= !CONTINUE_SENT;
         if self.master_congested() {
             self.refuse_busy(idx, 1);
             return Some(end);
@@ -316,8 +322,6 @@ impl Worker {
         let conn = &mut self.conns[idx];
         conn.kind = Kind::Publishing;
         conn.deadline = 0;
-        conn.flags &= !CONTINUE_SENT;
-        let token = super::token_of(idx, conn.generation);
         self.send_to_master(ToMaster::Publish {
             req: token,
             channel: channel.to_string(),

@@ -77,8 +77,8 @@ pub struct BenchOptions {
     /// Target: http://HOST:PORT/sub/CHANNEL (sse, ws, poll; also the publish address for tcp),
     /// or tcp://HOST:PORT for --proto connect.
     pub url: String,
-    /// Connections to open and hold.
-    #[arg(long, short = 'c', default_value_t = 1000)]
+    /// Connections to open and hold (1000, 250K, 1M, 1.5M, 1_000_000).
+    #[arg(long, short = 'c', default_value = "1000", value_parser = c1m_proto::count::parse_count)]
     pub conns: u64,
     /// New connections per second over all workers (open model); 0 = as fast as in-flight allows.
     #[arg(long, short = 'r', default_value_t = 10_000.0)]

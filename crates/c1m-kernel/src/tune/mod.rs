@@ -30,7 +30,7 @@ use std::path::PathBuf;
 pub struct TuneArgs {
     #[command(subcommand)]
     pub command: Option<TuneCommand>,
-    /// Connections the box must hold (1000000, 1M, 250k).
+    /// Connections the box must hold (1000000, 1_000_000, 250K, 1M, 1.5M, 10M).
     #[arg(long, value_parser = units::parse_count)]
     pub conns: Option<u64>,
     /// What the box does: server accepts, client (load generator) connects, proxy does both.

@@ -1,6 +1,6 @@
 //! Wire formats, no I/O: HTTP/1.1 request heads, SSE, WebSocket frames and handshake,
 //! long-poll bodies, the raw TCP line protocol, and connection counts as written on the command
-//! line ([`count`]). Shared by `c1m-server` and `c1m-bench`.
+//! line ([`count`]) and the ephemeral-port budget per (source, destination) ([`ports`]). Shared by `c1m-server` and `c1m-bench`.
 //! Everything here is pure and fuzzable: bytes in, values or bytes out. docs/PROTOCOL.md is the
 //! contract these functions implement.
 
@@ -8,6 +8,7 @@ pub mod channel;
 pub mod count;
 pub mod http;
 pub mod line;
+pub mod ports;
 pub mod longpoll;
 pub mod sse;
 pub mod ws;

@@ -8,7 +8,7 @@ pub mod channel;
 pub mod count;
 pub mod http;
 pub mod line;
-pub mod ports;
 pub mod longpoll;
+pub mod ports;
 pub mod sse;
 pub mod ws;

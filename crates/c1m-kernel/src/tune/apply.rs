@@ -118,6 +118,14 @@ pub fn apply(root: &Root, plan: &Plan, opts: &Opts) -> Result<Report> {
     // sysctl.conf / sysctl.d lines that stay harmful or override c1m at boot. (Limits and unit
     // rows carry a source too, but c1m's own drop-ins fix those.)
     let is_sysctl = |r: &&Row| lookup(r.key).is_some_and(|p| p.kind == Kind::Sysctl);
+    // A nofile above fs.nr_open in someone else's file: c1m does not edit it, but says so.
+    for r in rows.iter().filter(|r| r.status == Status::Critical) {
+        rep.lines.push(format!(
+            "CRITICAL  {}: {}",
+            r.source.as_deref().unwrap_or("?"),
+            r.note
+        ));
+    }
     for r in rows
         .iter()
         .filter(|r| r.source.is_some() && r.status.needs_change())

@@ -6,24 +6,31 @@
 //! from disk (the caller builds [`Host`] from a `Root`), so every formula is unit-testable with
 //! hand-computed figures.
 
+pub use super::slab::ObjSizes;
+use super::units::human_bytes;
 use crate::params::{KernelDefault, Param, Role, Rule, PARAMS};
+use c1m_proto::ports;
 use serde::Serialize;
 
-/// Kernel slab memory one idle ESTABLISHED socket with an fd and an epoll watch holds
-/// (tcp_sock, sock_inode, dentry, filp, epitem...): measured on kernel 6.18, see
-/// kernel-facts.md "Per-connection cost". An idle socket holds no send/receive buffer.
-pub const KERNEL_BYTES_PER_SOCKET: u64 = 4700;
 /// Descriptors a process needs besides its connections (listeners, logs, pipes, libraries).
 pub const FD_RESERVE: u64 = 1024;
 /// The most fs.nr_open can be on 64-bit kernels (`sysctl_nr_open_max`: INT_MAX rounded down to
 /// a multiple of BITS_PER_LONG), so the most descriptors one process can ever hold.
 pub const NR_OPEN_MAX: u64 = 2_147_483_584;
-/// A TIME_WAIT socket (kernel-facts.md): what a raised tcp_max_tw_buckets can cost.
-pub const TIME_WAIT_BYTES: u64 = 168;
-/// Queued data an orphan may still hold (kernel-facts.md).
+/// Queued data an orphan may still hold (ip-sysctl.rst tcp_max_orphans: "up to ~64K").
 pub const ORPHAN_MAX_BYTES: u64 = 64 * 1024;
-/// Cost of one epoll watch (kernel-facts.md), for the kernel default estimate.
-pub const EPOLL_WATCH_BYTES: u64 = 160;
+/// The most of MemTotal tcp_mem's max may reach, in percent. tcp_mem counts only queued
+/// data: the sockets' own slab, the processes and the page cache must fit in the rest, and
+/// memory pressure (tcp_mem[1]) must start well before the OOM killer does. The kernel's own
+/// default max is 3/32 of RAM (about 9 %); c1m allows up to half for a box that exists to
+/// hold connections.
+pub const TCP_MEM_RAM_PCT: u64 = 50;
+/// Share of RAM kept for everything but connections (processes, page cache): a quarter.
+pub const RESERVE_DIVISOR: u64 = 4;
+/// The most of MemTotal one table of per-socket kernel objects (TIME_WAIT sockets, epoll
+/// watches, conntrack entries) may cost at its cap, in percent: a limit that lets a table
+/// grow past this would let that one table take the memory the sockets need.
+pub const TABLE_RAM_PCT: u64 = 12;
 /// RAM per TCP established hash slot (`tcp_init`: scale 17, one slot per 128 KiB) and the
 /// table's cap (512K slots), for estimating tcp_max_orphans / tcp_max_tw_buckets defaults.
 pub const EHASH_BYTES_PER_SLOT: u64 = 128 * 1024;
@@ -50,6 +57,8 @@ pub struct Host {
     pub page_size: u64,
     /// /proc/sys/net/netfilter/nf_conntrack_max exists.
     pub conntrack_loaded: bool,
+    /// Kernel memory per object: this kernel's /proc/slabinfo when readable, else measured.
+    pub obj: ObjSizes,
 }
 
 /// What the box must hold.
@@ -87,6 +96,13 @@ pub struct Math {
     pub buffered_pages: u64,
     /// Recommended tcp_mem in pages: min pressure max.
     pub tcp_mem: [u64; 3],
+    /// The most tcp_mem's max may be on this box: [`TCP_MEM_RAM_PCT`] of MemTotal, less what
+    /// the target's socket slab leaves, never below the kernel's own max.
+    pub tcp_mem_cap: u64,
+    /// Kernel memory the target needs at once: socket slab plus every buffered byte.
+    pub kernel_bytes_needed: u64,
+    /// Whether that fits in RAM less the reserve (a quarter for everything else).
+    pub fits: bool,
     /// The kernel's own tcp_mem on this RAM (estimate).
     pub tcp_mem_default: [u64; 3],
     /// RAM left for connections after keeping a quarter for everything else.
@@ -99,7 +115,10 @@ pub struct Math {
     pub nofile: u64,
     /// Descriptors each of `cpus` worker processes holds (c1m serve's default worker count).
     pub fds_per_worker: u64,
-    /// Client/proxy: source addresses needed per destination at the recommended port range.
+    /// Client/proxy: connections one (source, destination) pair carries at the recommended
+    /// port range: under the connect() cliff at half the range (`c1m_proto::ports`).
+    pub conns_per_source: Option<u64>,
+    /// Client/proxy: source addresses needed per destination at that rate.
     pub source_ips_per_destination: Option<u64>,
     pub time_wait_bytes_at_cap: u64,
     pub keepalive_probes_default: u64,
@@ -184,8 +203,22 @@ pub fn kernel_default(p: &Param, host: &Host) -> Option<String> {
             let [a, b, c] = tcp_mem_default(host);
             Some(format!("{a} {b} {c}"))
         }
-        KernelDefault::EpollWatches => one(host.mem_bytes / 25 / EPOLL_WATCH_BYTES),
-        KernelDefault::Conntrack => one((host.mem_bytes / 16384).clamp(1024, 262_144)),
+        KernelDefault::EpollWatches => one(host.mem_bytes / 25 / host.obj.epoll_watch.max(1)),
+        KernelDefault::Conntrack => one(conntrack_buckets_default(host.mem_bytes)),
+    }
+}
+
+/// nf_conntrack's default hash buckets (and max, factor one) for this RAM, as
+/// `nf_conntrack_init_start` computes it: one 8-byte bucket head per 16 KiB of RAM up to
+/// 1 GiB, 65536 from 1 to 4 GiB, 262144 above, at least 1024.
+pub fn conntrack_buckets_default(mem_bytes: u64) -> u64 {
+    const GIB: u64 = 1 << 30;
+    if mem_bytes > 4 * GIB {
+        262_144
+    } else if mem_bytes > GIB {
+        65_536
+    } else {
+        (mem_bytes / 16384 / 8).max(1024)
     }
 }
 
@@ -207,10 +240,48 @@ pub fn nofile(target: &Target) -> u64 {
 }
 
 /// tcp_mem in pages: pressure covers every socket's buffered bytes at once, in the kernel's
-/// shape, never below the kernel's own.
+/// shape, never below the kernel's own; but max never above [`tcp_mem_cap`]: when the target
+/// needs more, the shape is taken from the cap (max = cap, pressure = 2/3 of it) and the plan
+/// says the box cannot hold the target instead of writing a max the RAM does not have.
 pub fn tcp_mem(host: &Host, target: &Target) -> [u64; 3] {
     let kd = tcp_mem_default(host);
-    tcp_mem_shape(tcp_mem_need(host, target).max(kd[1]))
+    let want = tcp_mem_shape(tcp_mem_need(host, target).max(kd[1]));
+    let cap = tcp_mem_cap(host, target);
+    if want[2] <= cap {
+        want
+    } else {
+        tcp_mem_shape(cap / 3 * 2)
+    }
+}
+
+/// The most tcp_mem's max may be, in pages: [`TCP_MEM_RAM_PCT`] of MemTotal, and no more
+/// than RAM less the reserve less the target's socket slab; never below the kernel default.
+pub fn tcp_mem_cap(host: &Host, target: &Target) -> u64 {
+    let share = host.mem_bytes / 100 * TCP_MEM_RAM_PCT;
+    let left = usable_bytes(host).saturating_sub(socket_slab_bytes(host, target));
+    (share.min(left) / host.page_size).max(tcp_mem_default(host)[2])
+}
+
+/// Whether the target's buffered bytes need a tcp_mem max above [`tcp_mem_cap`].
+pub fn tcp_mem_capped(host: &Host, target: &Target) -> bool {
+    tcp_mem_shape(tcp_mem_need(host, target))[2] > tcp_mem_cap(host, target)
+}
+
+/// RAM for connections: MemTotal less a quarter for processes and page cache.
+pub fn usable_bytes(host: &Host) -> u64 {
+    host.mem_bytes - host.mem_bytes / RESERVE_DIVISOR
+}
+
+/// Slab the target's sockets hold while idle (socket, descriptor, epoll watch).
+pub fn socket_slab_bytes(host: &Host, target: &Target) -> u64 {
+    target.sockets().saturating_mul(host.obj.per_socket())
+}
+
+/// A count limit for a table of `bytes_each` objects: `want`, but no more than
+/// [`TABLE_RAM_PCT`] of MemTotal can hold, and never below the kernel default `kd`.
+pub fn table_cap(host: &Host, want: u64, bytes_each: u64, kd: u64) -> u64 {
+    let most = host.mem_bytes / 100 * TABLE_RAM_PCT / bytes_each.max(1);
+    want.min(most).max(kd)
 }
 
 /// Pages every socket's buffered bytes take at once: the least pressure value the target needs.
@@ -222,7 +293,8 @@ pub fn tcp_mem_need(host: &Host, target: &Target) -> u64 {
 }
 
 /// Connections that may arrive at once on one listener in a reconnect storm: 1/100 of the
-/// target as a power of two, at most 65535. What somaxconn and tcp_max_syn_backlog need.
+/// target as a power of two, at most 65535. What somaxconn and the listen backlog need
+/// (tcp_max_syn_backlog bounds nothing while syncookies are on).
 pub fn storm(target: &Target) -> u64 {
     pow2(target.conns.div_ceil(STORM_DIVISOR)).min(SOMAXCONN_MAX)
 }
@@ -278,21 +350,33 @@ fn recommend(p: &'static Param, host: &Host, target: &Target) -> Rec {
             headroom(sockets),
             format!("{sockets} descriptors + 25 %; kernel default ≈ {kd}"),
         ),
-        Rule::EpollWatches => rec(
-            headroom(sockets),
-            format!("{sockets} sockets + 25 %; kernel default ≈ {kd}"),
-        ),
+        Rule::EpollWatches => {
+            let each = host.obj.epoll_watch;
+            rec(
+                table_cap(host, headroom(sockets), each, 0),
+                format!(
+                    "{sockets} sockets + 25 %, at most {TABLE_RAM_PCT} % of RAM at {each} B each; kernel default ≈ {kd}"
+                ),
+            )
+        }
         Rule::TcpMem => {
             let [a, b, c] = tcp_mem(host, target);
-            let [na, nb, nc] = tcp_mem_shape(tcp_mem_need(host, target));
+            let cap = tcp_mem_cap(host, target);
+            // What the target needs, but never more than the box has: a check must not ask
+            // for a max the RAM cannot back.
+            let need = tcp_mem_shape(tcp_mem_need(host, target));
+            let [na, nb, nc] = if need[2] <= cap { need } else { [a, b, c] };
             let [da, db, dc] = tcp_mem_default(host);
             Rec {
                 key: p.key,
                 value: Some(format!("{a} {b} {c}")),
                 need: Some(format!("{na} {nb} {nc}")),
                 basis: format!(
-                    "pressure = max({sockets} × {} B / {} B pages, kernel {db}); default ≈ {da} {db} {dc}",
-                    target.buffered, host.page_size
+                    "pressure = max({sockets} × {} B / {} B pages, kernel {db}); max ≤ {cap} pages \
+                     ({} = {TCP_MEM_RAM_PCT} % of RAM less socket slab); default ≈ {da} {db} {dc}",
+                    target.buffered,
+                    host.page_size,
+                    human_bytes(cap.saturating_mul(host.page_size))
                 ),
                 param: p,
             }
@@ -304,13 +388,13 @@ fn recommend(p: &'static Param, host: &Host, target: &Target) -> Rec {
                 target.conns
             ),
         ),
-        Rule::SynBacklog => {
-            let s = storm(target);
-            rec(s, format!("the same storm as somaxconn, {s}; kernel default ≈ {kd}"))
-        }
         Rule::PortRange => exact(
             format!("{} {}", PORT_RANGE.0, PORT_RANGE.1),
-            format!("{} ports per source IP and destination", port_count()),
+            format!(
+                "{} ports; plan {} connections per source address and destination (under the connect() cliff at half)",
+                port_count(),
+                ports::per_pair(port_count(), false)
+            ),
         ),
         Rule::MaxOrphans => {
             let v = pow2(sockets.div_ceil(4));
@@ -323,22 +407,33 @@ fn recommend(p: &'static Param, host: &Host, target: &Target) -> Rec {
             )
         }
         Rule::MaxTwBuckets => {
-            let v = pow2(sockets);
+            let each = host.obj.time_wait;
             rec(
-                v,
-                format!("one per socket, power of two; kernel default ≈ {kd}; ~{TIME_WAIT_BYTES} B each"),
+                table_cap(host, pow2(sockets), each, 0),
+                format!(
+                    "one per socket, power of two, at most {TABLE_RAM_PCT} % of RAM at {each} B each; kernel default ≈ {kd}"
+                ),
             )
         }
-        Rule::ConntrackMax => {
+        Rule::ConntrackMax | Rule::ConntrackBuckets => {
             if !host.conntrack_loaded {
                 return none("conntrack not loaded: nothing to size".to_string());
             }
+            let each = host.obj.conntrack;
             rec(
-                headroom(sockets),
-                format!("{sockets} connections + 25 %; kernel default ≈ {kd}"),
+                conntrack_max(host, target),
+                format!(
+                    "{sockets} connections + 25 %, at most {TABLE_RAM_PCT} % of RAM at {each} B each; \
+                     buckets = max (the kernel's factor of one); kernel default ≈ {kd}"
+                ),
             )
         }
     }
+}
+
+/// nf_conntrack_max (and buckets, equal to it) for the target.
+pub fn conntrack_max(host: &Host, target: &Target) -> u64 {
+    table_cap(host, headroom(target.sockets()), host.obj.conntrack, 0)
 }
 
 fn port_count() -> u64 {
@@ -349,9 +444,12 @@ fn port_count() -> u64 {
 pub fn math(host: &Host, target: &Target) -> Math {
     let spc = target.sockets_per_conn();
     let sockets = target.sockets();
-    let per_conn = spc * KERNEL_BYTES_PER_SOCKET;
+    let per_socket = host.obj.per_socket();
+    let per_conn = spc * per_socket;
     let buffered_total = sockets.saturating_mul(target.buffered);
-    let usable = host.mem_bytes - host.mem_bytes / 4;
+    let usable = usable_bytes(host);
+    let slab = socket_slab_bytes(host, target);
+    let needed = slab.saturating_add(buffered_total);
     let tw_cap = PARAMS
         .iter()
         .find(|p| p.rule == Rule::MaxTwBuckets)
@@ -360,30 +458,60 @@ pub fn math(host: &Host, target: &Target) -> Math {
         .and_then(|v| v.parse::<u64>().ok())
         .unwrap_or(0);
     let nofile = nofile(target);
+    let per_source = ports::per_pair(port_count(), false);
+    let outgoing = !matches!(target.role, Role::Server);
     Math {
         sockets_per_conn: spc,
         sockets,
-        kernel_bytes_per_socket: KERNEL_BYTES_PER_SOCKET,
+        kernel_bytes_per_socket: per_socket,
         kernel_bytes_per_conn: per_conn,
-        kernel_bytes_total: sockets.saturating_mul(KERNEL_BYTES_PER_SOCKET),
+        kernel_bytes_total: slab,
         buffered_bytes_total: buffered_total,
         buffered_pages: buffered_total.div_ceil(host.page_size),
         tcp_mem: tcp_mem(host, target),
+        tcp_mem_cap: tcp_mem_cap(host, target),
+        kernel_bytes_needed: needed,
+        fits: needed <= usable && !tcp_mem_capped(host, target),
         tcp_mem_default: tcp_mem_default(host),
         usable_bytes: usable,
-        capacity_idle: usable / per_conn,
-        capacity_busy: usable / (spc * (KERNEL_BYTES_PER_SOCKET + target.buffered)),
+        capacity_idle: usable / per_conn.max(1),
+        capacity_busy: usable / (spc * (per_socket + target.buffered)).max(1),
         fds_total: sockets,
         nofile,
         fds_per_worker: sockets.div_ceil(host.cpus.max(1)),
-        source_ips_per_destination: match target.role {
-            Role::Server => None,
-            Role::Client | Role::Proxy => Some(target.conns.div_ceil(port_count())),
-        },
-        time_wait_bytes_at_cap: tw_cap.saturating_mul(TIME_WAIT_BYTES),
+        conns_per_source: outgoing.then_some(per_source),
+        source_ips_per_destination: outgoing
+            .then(|| ports::sources_needed(target.conns, port_count(), false)),
+        time_wait_bytes_at_cap: tw_cap.saturating_mul(host.obj.time_wait),
         keepalive_probes_default: sockets / DEFAULT_KEEPALIVE_SECS,
         keepalive_probes_notes: sockets / NOTES_KEEPALIVE_SECS,
     }
+}
+
+/// The finding when the target does not fit this box's RAM, worded the same in tune, doctor
+/// and the memory math: "1M connections need ~X GiB of kernel memory; this box has Y".
+pub fn does_not_fit(plan_host: &Host, target: &Target, m: &Math) -> Option<String> {
+    if m.fits {
+        return None;
+    }
+    Some(format!(
+        "{} connections need ~{} of kernel memory ({} socket slab at {} B per socket + {} \
+         buffered at {} B per socket); this box has {} ({} after a quarter for everything \
+         else), enough for about {} idle or {} busy connections. tcp_mem is capped at {} pages \
+         ({}) so memory pressure starts before the OOM killer does",
+        target.conns,
+        human_bytes(m.kernel_bytes_needed),
+        human_bytes(m.kernel_bytes_total),
+        m.kernel_bytes_per_socket,
+        human_bytes(m.buffered_bytes_total),
+        target.buffered,
+        human_bytes(plan_host.mem_bytes),
+        human_bytes(m.usable_bytes),
+        m.capacity_idle,
+        m.capacity_busy,
+        m.tcp_mem_cap,
+        human_bytes(m.tcp_mem_cap.saturating_mul(plan_host.page_size)),
+    ))
 }
 
 /// Builds the plan: a recommendation for every entry c1m writes, the math, and warnings when
@@ -395,33 +523,12 @@ pub fn plan(host: Host, target: Target) -> Plan {
         .map(|p| recommend(p, &host, &target))
         .collect();
     let m = math(&host, &target);
-    let mut warnings = Vec::new();
-    if target.conns > m.capacity_idle {
-        warnings.push(format!(
-            "{} connections do not fit: this RAM holds about {} idle connections ({} B of kernel \
-             memory each, keeping a quarter of RAM for everything else)",
-            target.conns, m.capacity_idle, m.kernel_bytes_per_conn
-        ));
-    } else if target.conns > m.capacity_busy {
-        warnings.push(format!(
-            "{} connections fit idle but not with {} B buffered on each at once (about {} do); \
-             lower --buffered or add RAM",
-            target.conns, target.buffered, m.capacity_busy
-        ));
-    }
+    let mut warnings: Vec<String> = does_not_fit(&host, &target, &m).into_iter().collect();
     if target.sockets().saturating_add(FD_RESERVE) > NR_OPEN_MAX {
         warnings.push(format!(
             "no process can hold {} descriptors (fs.nr_open tops out at {NR_OPEN_MAX}): spread the \
              connections over several processes",
             target.sockets()
-        ));
-    }
-    let tcp_max_bytes = m.tcp_mem[2].saturating_mul(host.page_size);
-    if tcp_max_bytes.saturating_add(m.kernel_bytes_total) > host.mem_bytes {
-        warnings.push(format!(
-            "tcp_mem max ({} pages) plus socket memory exceeds RAM: under a full broadcast TCP \
-             could take all memory",
-            m.tcp_mem[2]
         ));
     }
     Plan {
@@ -445,6 +552,7 @@ mod tests {
             cpus: 2,
             page_size: 4096,
             conntrack_loaded: true,
+            obj: ObjSizes::MEASURED,
         }
     }
 
@@ -477,26 +585,35 @@ mod tests {
         assert_eq!(p.value("fs.nr_open"), Some("1048576"));
         // 25769803776 / 10240 = 2516582 > 1.25e6.
         assert_eq!(p.value("fs.file-max"), Some("2516582"));
-        // 25769803776 / 25 / 160 = 6442450.
-        assert_eq!(p.value("fs.epoll.max_user_watches"), Some("6442450"));
+        // Kernel default 25769803776 / 25 / 208 B per watch = 4955731 > 1.25e6.
+        assert_eq!(p.value("fs.epoll.max_user_watches"), Some("4955731"));
         // 1e6 / 100 = 10000 → 16384.
         assert_eq!(p.value("net.core.somaxconn"), Some("16384"));
-        assert_eq!(p.value("net.ipv4.tcp_max_syn_backlog"), Some("16384"));
+        // tcp_max_syn_backlog bounds nothing with syncookies on: not written.
+        assert_eq!(p.value("net.ipv4.tcp_max_syn_backlog"), None);
         // ehash: 24 GiB / 128 KiB = 196608 → 262144 slots; default orphans 131072.
         // 1e6/4 = 250000 → 262144.
         assert_eq!(p.value("net.ipv4.tcp_max_orphans"), Some("262144"));
         assert_eq!(p.value("net.ipv4.tcp_max_tw_buckets"), Some("1048576"));
         assert_eq!(p.value("net.netfilter.nf_conntrack_max"), Some("1250000"));
+        // Buckets with it, or chains grow to max/buckets × 2 entries.
+        assert_eq!(
+            p.value("net.netfilter.nf_conntrack_buckets"),
+            Some("1250000")
+        );
         assert_eq!(p.value("net.ipv4.tcp_slow_start_after_idle"), Some("0"));
         assert_eq!(p.value("net.ipv4.tcp_syncookies"), Some("1"));
         // Server: no port range, no tw_reuse.
         assert_eq!(p.value("net.ipv4.ip_local_port_range"), None);
         assert_eq!(p.value("net.ipv4.tcp_tw_reuse"), None);
-        // Usable = 24 GiB × 3/4 = 19327352832; / 4700 = 4112202; / 8796 = 2197288.
+        // Usable = 24 GiB × 3/4 = 19327352832; / (3806 + 208) = 4814985; / 8110 = 2383150.
         assert_eq!(p.math.usable_bytes, 19_327_352_832);
-        assert_eq!(p.math.capacity_idle, 4_112_202);
-        assert_eq!(p.math.capacity_busy, 2_197_288);
-        assert_eq!(p.math.kernel_bytes_total, 4_700_000_000);
+        assert_eq!(p.math.capacity_idle, 4_814_985);
+        assert_eq!(p.math.capacity_busy, 2_383_150);
+        assert_eq!(p.math.kernel_bytes_total, 4_014_000_000);
+        // Half of 24 GiB in pages: 12884901850 / 4096.
+        assert_eq!(p.math.tcp_mem_cap, 3_145_727);
+        assert!(p.math.fits);
         assert_eq!(p.math.fds_per_worker, 500_000);
         assert_eq!(p.math.source_ips_per_destination, None);
         assert_eq!(p.math.keepalive_probes_notes, 33_333);
@@ -512,8 +629,10 @@ mod tests {
         assert_eq!(p.value("net.core.somaxconn"), None);
         assert_eq!(p.value("net.ipv4.tcp_max_syn_backlog"), None);
         assert_eq!(p.value("net.ipv4.tcp_syncookies"), None);
-        // 1e6 / 55536 ports = 18.006 → 19 source IPs per destination.
-        assert_eq!(p.math.source_ips_per_destination, Some(19));
+        // 45 % of 55536 ports = 24991 per (source, destination): 1e6 needs 41 source
+        // addresses, not the 19 the full range would suggest (the connect() cliff is at half).
+        assert_eq!(p.math.conns_per_source, Some(24_991));
+        assert_eq!(p.math.source_ips_per_destination, Some(41));
         assert_eq!(p.value("net.ipv4.tcp_mem"), Some("750000 1000000 1500000"));
     }
 
@@ -524,12 +643,14 @@ mod tests {
         // 2000000 + 1024 → 2^21; nr_open must follow it above the default.
         assert_eq!(p.value("limits.nofile"), Some("2097152"));
         assert_eq!(p.value("fs.nr_open"), Some("2097152"));
-        // 2e6 pages of pressure: 1500000 2000000 3000000.
-        assert_eq!(p.value("net.ipv4.tcp_mem"), Some("1500000 2000000 3000000"));
+        // 2e6 pages of pressure would make max 3e6 pages, but 2e6 sockets' slab (8.0 GB)
+        // leaves 11299352832 B of the usable 3/4: max ≤ 2758631 pages, shape rebuilt under it.
+        assert_eq!(p.value("net.ipv4.tcp_mem"), Some("1379313 1839086 2758626"));
+        assert!(!p.math.fits);
         // 2e6 + 25 % = 2.5e6 is below the 2516582 default.
         assert_eq!(p.value("fs.file-max"), Some("2516582"));
-        // Capacity per proxied connection: 19327352832 / 9400 = 2056101.
-        assert_eq!(p.math.capacity_idle, 2_056_101);
+        // Capacity per proxied connection: 19327352832 / 8028 = 2407492.
+        assert_eq!(p.math.capacity_idle, 2_407_492);
         assert!(p.value("net.ipv4.ip_local_port_range").is_some());
         assert!(p.value("net.core.somaxconn").is_some());
     }
@@ -545,7 +666,6 @@ mod tests {
         // 10000 / 100 = 100 → 128 arriving at once; the defaults cover it (syn backlog on
         // 2 GiB: max(128, 16384 slots / 128) = 128).
         assert_eq!(p.need("net.core.somaxconn"), Some("128"));
-        assert_eq!(p.value("net.ipv4.tcp_max_syn_backlog"), Some("128"));
         // ehash 2 GiB / 128 KiB = 16384 slots: default orphans 8192 > 10000/4 → 4096.
         assert_eq!(p.value("net.ipv4.tcp_max_orphans"), Some("8192"));
         // What the target itself needs stays below the defaults, so a live default passes.
@@ -557,23 +677,82 @@ mod tests {
         assert_eq!(p.value("limits.nofile"), Some("16384"));
         assert!(p.warnings.is_empty());
 
-        // 1M connections on 2 GiB: 1.5 GiB usable / 4700 B = 342683 idle connections.
+        // 2 GiB: nf_conntrack's default is 65536 buckets (1 to 4 GiB), not RAM/16384.
+        assert_eq!(p.value("net.netfilter.nf_conntrack_buckets"), Some("65536"));
+    }
+
+    #[test]
+    fn two_gib_box_asking_for_one_million() {
+        // The audit's case: 1M × 4 KiB buffered = 1e6 pages; the kernel shape would put max at
+        // 1.5e6 pages = 5.7 GiB on a 2 GiB box. The cap keeps tcp_mem at the kernel's own
+        // (the sockets' slab alone, 4 GB, is more than the 1.5 GiB usable) and says why.
+        let h = host(2 * GIB);
         let p = plan(h, target(1_000_000, Role::Server));
-        assert_eq!(p.math.capacity_idle, 342_683);
-        assert_eq!(p.warnings.len(), 2, "{:?}", p.warnings);
+        assert_eq!(p.value("net.ipv4.tcp_mem"), Some("24576 32768 49152"));
+        assert_eq!(p.need("net.ipv4.tcp_mem"), Some("24576 32768 49152"));
+        assert!(!p.math.fits);
+        // 1610612736 / 4014 B.
+        assert_eq!(p.math.capacity_idle, 401_248);
+        let w = &p.warnings[0];
+        assert!(
+            w.starts_with("1000000 connections need ~7.55 GiB of kernel memory"),
+            "{w}"
+        );
+        assert!(w.contains("this box has 2.00 GiB"), "{w}");
+        let max_bytes = 49_152 * 4096;
+        assert!(max_bytes <= h.mem_bytes / 2);
+    }
+
+    #[test]
+    fn tcp_mem_never_above_half_of_ram() {
+        // 16 GiB, 1M with 16 KiB each: the shape wants max 6e6 pages (22.9 GiB). Half of
+        // RAM is 2097151 pages; the shape is rebuilt under it.
+        let mut t = target(1_000_000, Role::Server);
+        t.buffered = 16 * 1024;
+        let p = plan(host(16 * GIB), t);
+        assert_eq!(p.math.tcp_mem_cap, 2_097_151);
+        assert_eq!(p.value("net.ipv4.tcp_mem"), Some("1048575 1398100 2097150"));
+        assert!(!p.math.fits);
+        assert!(p.warnings[0].contains("need ~"), "{:?}", p.warnings);
+    }
+
+    #[test]
+    fn conntrack_default_follows_nf_conntrack_init_start() {
+        assert_eq!(conntrack_buckets_default(64 << 20), 1024);
+        assert_eq!(conntrack_buckets_default(512 << 20), 4096);
+        assert_eq!(conntrack_buckets_default(GIB), 8192);
+        assert_eq!(conntrack_buckets_default(2 * GIB), 65_536);
+        assert_eq!(conntrack_buckets_default(4 * GIB), 65_536);
+        assert_eq!(conntrack_buckets_default(8 * GIB), 262_144);
+    }
+
+    #[test]
+    fn tables_capped_by_ram() {
+        // 10M TIME_WAIT buckets at 256 B = 2.6 GB: on 4 GiB at most 12 % of RAM.
+        let p = plan(host(4 * GIB), target(10_000_000, Role::Server));
+        let tw: u64 = p
+            .value("net.ipv4.tcp_max_tw_buckets")
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!(tw, 4 * GIB / 100 * 12 / 256);
+        assert!(tw * 256 <= 4 * GIB / 8);
     }
 
     #[test]
     fn buffered_bytes_drive_tcp_mem() {
         let mut t = target(1_000_000, Role::Server);
         t.buffered = 16 * 1024;
-        // 1e6 × 16384 B / 4096 B = 4e6 pages; min 3e6, max 6e6 (22.9 GiB: warns on 24 GiB
-        // together with 4.4 GiB of sockets).
+        // 1e6 × 16384 B / 4096 B = 4e6 pages; min 3e6, max 6e6 pages = 22.9 GiB: more than
+        // half of 24 GiB, so the max is cut to 3145727 pages and the plan warns.
         let p = plan(host(24 * GIB), t);
-        assert_eq!(p.value("net.ipv4.tcp_mem"), Some("3000000 4000000 6000000"));
-        // 19327352832 / (4700 + 16384) = 916683 connections with 16 KiB queued each.
-        assert_eq!(p.math.capacity_busy, 916_683);
-        assert_eq!(p.warnings.len(), 2, "{:?}", p.warnings);
+        assert_eq!(p.value("net.ipv4.tcp_mem"), Some("1572861 2097150 3145722"));
+        // 19327352832 / (4014 + 16384) = 947512 connections with 16 KiB queued each.
+        assert_eq!(p.math.capacity_busy, 947_512);
+        assert_eq!(p.warnings.len(), 1, "{:?}", p.warnings);
+        // A kilobyte each fits.
+        t.buffered = 1024;
+        assert!(plan(host(24 * GIB), t).warnings.is_empty());
     }
 
     #[test]

@@ -9,7 +9,7 @@
 pub use super::status::{compare, is_harmful, target, Status};
 
 use super::calc::Plan;
-use super::conf::{check_limits, check_systemd, scan_sysctl_configs};
+use super::conf::{check_limits, check_systemd, check_systemd_default, scan_sysctl_configs};
 use crate::params::{lookup, Kind, Param, Verdict, PARAMS};
 use crate::root::Root;
 use anyhow::Result;
@@ -39,8 +39,10 @@ pub struct Row {
 pub fn check(root: &Root, plan: &Plan, service: Option<&str>) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
     for p in PARAMS {
-        if let Some(row) = check_entry(root, plan, p, service)? {
-            rows.push(row);
+        match (p.kind, p.key) {
+            (Kind::Limits, _) => rows.extend(check_limits(root, plan, p)?),
+            (_, "systemd.DefaultLimitNOFILE") => rows.extend(check_systemd_default(root, p)?),
+            _ => rows.extend(check_entry(root, plan, p, service)?),
         }
     }
     if let Some(p) = lookup_exact("limits.nofile") {
@@ -73,7 +75,7 @@ fn check_entry(
 ) -> Result<Option<Row>> {
     match (p.kind, service) {
         (Kind::Sysctl, _) => check_sysctl(root, plan, p),
-        (Kind::Limits, _) => check_limits(root, plan, p).map(Some),
+        (Kind::Limits, _) => Ok(None),
         (Kind::Systemd, Some(unit)) => check_systemd(root, plan, p, unit).map(Some),
         (Kind::Systemd, None) => Ok(plan.value(p.key).map(|v| {
             let mut r = Row::new(
@@ -118,7 +120,10 @@ fn check_sysctl(root: &Root, plan: &Plan, p: &'static Param) -> Result<Option<Ro
         let note = match status {
             Status::Harmful => p.danger.en.to_string(),
             Status::High if p.unit == crate::params::Unit::Pages => {
-                "max above RAM: TCP buffers could starve processes".to_string()
+                format!(
+                    "max above {}% of RAM: memory pressure would start only after the OOM killer",
+                    super::calc::TCP_MEM_RAM_PCT
+                )
             }
             _ => p.why.en.to_string(),
         };

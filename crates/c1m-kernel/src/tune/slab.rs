@@ -59,7 +59,12 @@ pub fn sizes(slabinfo: Option<&str>) -> ObjSizes {
         return ObjSizes::MEASURED;
     };
     let get = |c: &str| objsize(text, c);
-    let named = [get("TCP"), get("sock_inode_cache"), get("dentry"), get("filp")];
+    let named = [
+        get("TCP"),
+        get("sock_inode_cache"),
+        get("dentry"),
+        get("filp"),
+    ];
     if named.iter().any(Option::is_none) {
         return ObjSizes::MEASURED;
     }

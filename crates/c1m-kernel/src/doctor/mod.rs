@@ -9,6 +9,7 @@
 pub mod checks;
 pub mod ctx;
 pub mod kmsg;
+pub mod nic;
 pub mod recommend;
 pub mod sample;
 

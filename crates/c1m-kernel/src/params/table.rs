@@ -53,21 +53,21 @@ pub static PARAMS: &[Param] = &[
         meaning: t(
             "Ceiling for any process's RLIMIT_NOFILE. Setting nofile above it fails: a limits.conf \
              nofile of 2000000 with nr_open 1048576 makes PAM refuse logins.",
-            "单个进程 RLIMIT_NOFILE 的上限。nofile 设得比它大会失败:nr_open 为 1048576 时在 limits.conf \
-             里写 nofile 2000000,PAM 会拒绝登录。",
+            "单个进程 RLIMIT_NOFILE 的上限。nofile 设得比它大会失败：nr_open 为 1048576 时在 limits.conf \
+             里写 nofile 2000000，PAM 会拒绝登录。",
         ),
         kernel_default: t(
             "1048576 (1024*1024), the value hard-coded before 2.6.25. systemd ≥ 240 as PID 1 raises it at boot to 1073741816: it first writes INT_MAX rounded down to 8, which the kernel refuses (its maximum is 2147483584), then halves it. Read the live value.",
             "1048576（1024*1024），即 2.6.25 之前写死的值。systemd ≥ 240 作为 PID 1 启动时会把它调到 1073741816：它先写入向下取整到 8 的 INT_MAX，被内核拒绝（内核上限是 2147483584），于是减半。要读取实际值。",
         ),
-        sizing: t("At least the per-process nofile c1m recommends; never below the kernel default.", "不小于 c1m 推荐的每进程 nofile;不低于内核默认。"),
+        sizing: t("At least the per-process nofile c1m recommends; never below the kernel default.", "不小于 c1m 推荐的每进程 nofile；不低于内核默认。"),
         danger: t(
             "Raise it BEFORE any nofile in limits.conf, limits.d, LimitNOFILE= or DefaultLimitNOFILE=: pam_limits' setrlimit() fails above it and the login is refused (seed 002 was locked out at 2M); a unit fails with status 205/LIMITS. c1m --check and doctor flag such a line as critical.",
             "必须先于 limits.conf、limits.d、LimitNOFILE= 或 DefaultLimitNOFILE= 里的 nofile 调大：超过它时 pam_limits 的 setrlimit() 失败，登录被拒绝（笔记 002 设 200 万时无法登录）；服务以 205/LIMITS 状态启动失败。c1m --check 和 doctor 会把这样的行标为严重问题。",
         ),
         why: t(
             "ceiling for per-process nofile; raised before the limits",
-            "进程 nofile 的上限;要先于 limits 调大",
+            "进程 nofile 的上限；要先于 limits 调大",
         ),
         seeds: "004: 12453500; 002 hit the 1048576 ceiling",
         source: "fs/file.c (sysctl_nr_open = 1024*1024; sysctl_nr_open_max = INT_MAX rounded down to BITS_PER_LONG = 2147483584); Documentation/admin-guide/sysctl/fs.rst nr_open; systemd src/core/main.c bump_file_max_and_nr_open() writes INT_MAX rounded to 8 (EINVAL: above the kernel max), halves it and lands on 1073741816; pam_limits(8): setrlimit() above nr_open fails and the session is refused",
@@ -83,15 +83,15 @@ pub static PARAMS: &[Param] = &[
         meaning: t(
             "System-wide limit on open file handles (sockets included); /proc/sys/fs/file-nr shows \
              allocated, 0, max. Over it the kernel logs \"VFS: file-max limit N reached\".",
-            "全系统打开文件句柄(含 socket)的上限;/proc/sys/fs/file-nr 显示已分配、0、上限。超过时内核日志\
+            "全系统打开文件句柄（含 socket）的上限；/proc/sys/fs/file-nr 显示已分配、0、上限。超过时内核日志\
              出现 \"VFS: file-max limit N reached\"。",
         ),
         kernel_default: t("About 10 % of RAM counted in KiB (one handle per KiB of every 10 KiB), at least 8192; \
-             systemd ≥ 240 may raise it to LONG_MAX at boot.", "约为内存的 10%(以 KiB 计,每 10 KiB 一个句柄),至少 8192;systemd ≥ 240 可能在启动时把它调到 LONG_MAX。"),
+             systemd ≥ 240 may raise it to LONG_MAX at boot.", "约为内存的 10%（以 KiB 计，每 10 KiB 一个句柄），至少 8192；systemd ≥ 240 可能在启动时把它调到 LONG_MAX。"),
         sizing: t("Total descriptors for the target (1 per connection, 2 for a proxy) plus 25 % headroom, \
-             never below the kernel default.", "目标所需的描述符总数(每连接 1 个,代理 2 个)再加 25% 余量,不低于内核默认。"),
+             never below the kernel default.", "目标所需的描述符总数（每连接 1 个，代理 2 个）再加 25% 余量，不低于内核默认。"),
         danger: t("Too low: accept()/connect() fail with ENFILE for every process.", "过低时所有进程的 accept()/connect() 都报 ENFILE。"),
-        why: t("all descriptors on the box, with headroom", "全机文件句柄总数,留余量"),
+        why: t("all descriptors on the box, with headroom", "全机文件句柄总数，留余量"),
         seeds: "000/001: 1048576; 004: 12553500",
         source: "fs/file_table.c files_maxfiles_init() (10 % of memory in KiB, at least NR_FILE 8192) and the \"VFS: file-max limit %lu reached\" message; Documentation/admin-guide/sysctl/fs.rst file-max",
         ..BASE
@@ -109,7 +109,7 @@ pub static PARAMS: &[Param] = &[
             "同一用户所有进程可注册的 epoll 监视总数；每个占一个 epitem 加一个 eppoll_entry 的内核内存（大小取自 /proc/slabinfo；本机 6.18 内核实测 184 B）。",
         ),
         kernel_default: t("4 % of low memory divided by the per-watch cost.", "低端内存的 4% 除以每个监视的开销。"),
-        sizing: t("Total sockets plus 25 %, never below the kernel default.", "socket 总数加 25%,不低于内核默认。"),
+        sizing: t("Total sockets plus 25 %, never below the kernel default.", "socket 总数加 25%，不低于内核默认。"),
         danger: t("Too low: epoll_ctl(ADD) fails with ENOSPC.", "过低时 epoll_ctl(ADD) 报 ENOSPC。"),
         why: t("one epoll watch per socket for the user", "每个 socket 一个 epoll 监视"),
         seeds: "(missed by the notes)",
@@ -129,12 +129,12 @@ pub static PARAMS: &[Param] = &[
              for queued data. Above pressure TCP shrinks buffers; above max new buffer allocations \
              fail (\"TCP: out of memory -- consider tuning tcp_mem\"). sockstat's mem is in the \
              same pages.",
-            "三个值,单位是页(不是字节):所有 TCP socket 排队数据可用内存的 min、pressure、max。超过 pressure \
-             时 TCP 收缩缓冲;超过 max 时分配失败(\"TCP: out of memory -- consider tuning tcp_mem\")。\
+            "三个值，单位是页（不是字节）：所有 TCP socket 排队数据可用内存的 min、pressure、max。超过 pressure \
+             时 TCP 收缩缓冲；超过 max 时分配失败（\"TCP: out of memory -- consider tuning tcp_mem\"）。\
              /proc/net/sockstat 的 mem 也以页计。",
         ),
         kernel_default: t("limit = nr_free_buffer_pages/16 (about RAM/16); min = 3/4 of limit, pressure = limit, \
-             max = 2 × min.", "limit = nr_free_buffer_pages/16(约为内存页数/16);min = limit 的 3/4,pressure = limit,max = 2 × min。"),
+             max = 2 × min.", "limit = nr_free_buffer_pages/16（约为内存页数/16）；min = limit 的 3/4，pressure = limit，max = 2 × min。"),
         sizing: t(
             "pressure = max(kernel default, connections × sockets per connection × expected buffered bytes / page size), min = 3/4 of pressure, max = 2 × min (the kernel's own shape), and max never above 50 % of MemTotal: tcp_mem counts only queued data, so the sockets' own slab, the processes and the page cache must fit in the other half (the kernel's default max is 3/32, about 9 %). When the target needs more, c1m says the box cannot hold it instead of writing it. An idle socket holds no buffer.",
             "pressure = max（内核默认，连接数 × 每连接 socket 数 × 预计排队字节 / 页大小），min = pressure 的 3/4，max = 2 × min（与内核相同的比例），且 max 不超过 MemTotal 的 50%：tcp_mem 只统计排队数据，socket 自身的 slab、进程和页缓存要放进另一半（内核默认的 max 是内存的 3/32，约 9%）。目标需要更多时，c1m 直接说明这台机器装不下，而不是写入。空闲 socket 不占缓冲。",
@@ -145,7 +145,7 @@ pub static PARAMS: &[Param] = &[
         ),
         why: t(
             "pages for buffered data at the target, never below the kernel's",
-            "按目标连接的缓冲数据计算的页数,不低于内核默认",
+            "按目标连接的缓冲数据计算的页数，不低于内核默认",
         ),
         seeds: "000/001/002: 786432 2097152 3145728; 004: 94500000 915000000 927000000",
         source: "net/ipv4/tcp.c tcp_init_mem(): limit = nr_free_buffer_pages()/16, min = limit/4*3, max = 2*min; Documentation/networking/ip-sysctl.rst tcp_mem; the 50 % of MemTotal cap is c1m's (calc::TCP_MEM_RAM_SHARE): the sockets' own slab is not counted in tcp_mem and must fit in the other half",
@@ -158,16 +158,16 @@ pub static PARAMS: &[Param] = &[
         meaning: t(
             "Per-socket receive buffer bytes: min, default, max for autotuning. Setting SO_RCVBUF \
              disables autotuning for that socket.",
-            "每个 socket 接收缓冲的 min、default、max(字节),供自动调节使用;设置 SO_RCVBUF 会关闭该 socket 的自动调节。",
+            "每个 socket 接收缓冲的 min、default、max（字节），供自动调节使用；设置 SO_RCVBUF 会关闭该 socket 的自动调节。",
         ),
-        kernel_default: t("4096 131072 and a max scaled to RAM (6291456 on older kernels, 33554432 on 6.x).", ""),
-        sizing: t("Left at the default; c1m sizes tcp_mem instead.", "保持默认;c1m 改为计算 tcp_mem。"),
+        kernel_default: t("4096 131072 and a max scaled to RAM (6291456 on older kernels, 33554432 on 6.x).", "4096 131072，最大值随内存变化（旧内核 6291456，6.x 为 33554432）。"),
+        sizing: t("Left at the default; c1m sizes tcp_mem instead.", "保持默认；c1m 改为计算 tcp_mem。"),
         danger: t(
             "A small default (4096) cuts memory only while data is buffered; idle sockets hold no \
              buffer either way, and it slows any bulk transfer.",
-            "把 default 改成 4096 只在有数据排队时省内存;空闲 socket 本来就不占缓冲,却会拖慢大流量传输。",
+            "把 default 改成 4096 只在有数据排队时省内存；空闲 socket 本来就不占缓冲，却会拖慢大流量传输。",
         ),
-        why: t("leave the default; idle sockets hold no buffer", "保持默认;空闲 socket 不占缓冲"),
+        why: t("leave the default; idle sockets hold no buffer", "保持默认；空闲 socket 不占缓冲"),
         seeds: "000/001/002: 4096 4096 16777216; 004: 32768 699040 50331648",
         source: "Documentation/networking/ip-sysctl.rst tcp_rmem; net/ipv4/tcp.c tcp_init() scales the max with tcp_mem",
         ..BASE
@@ -179,16 +179,16 @@ pub static PARAMS: &[Param] = &[
         meaning: t(
             "Per-socket send buffer bytes: min, default, max. Setting SO_SNDBUF disables autotuning \
              for that socket.",
-            "每个 socket 发送缓冲的 min、default、max(字节);设置 SO_SNDBUF 会关闭自动调节。",
+            "每个 socket 发送缓冲的 min、default、max（字节）；设置 SO_SNDBUF 会关闭自动调节。",
         ),
-        kernel_default: t("4096 16384 4194304 on current kernels.", ""),
-        sizing: t("Left at the default; c1m sizes tcp_mem instead.", "保持默认;c1m 改为计算 tcp_mem。"),
+        kernel_default: t("4096 16384 4194304 on current kernels.", "当前内核为 4096 16384 4194304。"),
+        sizing: t("Left at the default; c1m sizes tcp_mem instead.", "保持默认；c1m 改为计算 tcp_mem。"),
         danger: t(
             "A small default cuts memory only while data is queued, and a broadcast to many slow \
              readers is what tcp_mem must cover anyway.",
-            "调小只在有数据排队时省内存;向大量慢读者广播时真正要管的是 tcp_mem。",
+            "调小只在有数据排队时省内存；向大量慢读者广播时真正要管的是 tcp_mem。",
         ),
-        why: t("leave the default; idle sockets hold no buffer", "保持默认;空闲 socket 不占缓冲"),
+        why: t("leave the default; idle sockets hold no buffer", "保持默认；空闲 socket 不占缓冲"),
         seeds: "000/001/002: 4096 4096 16777216; 004: 32768 131072 33554432",
         source: "Documentation/networking/ip-sysctl.rst tcp_wmem; net/ipv4/tcp.c tcp_init()",
         ..BASE
@@ -198,9 +198,9 @@ pub static PARAMS: &[Param] = &[
         unit: Unit::Bytes,
         meaning: t(
             "Default receive buffer for non-TCP sockets (TCP uses tcp_rmem).",
-            "非 TCP socket 的默认接收缓冲(TCP 用 tcp_rmem)。",
+            "非 TCP socket 的默认接收缓冲（TCP 用 tcp_rmem）。",
         ),
-        kernel_default: t("212992.", ""),
+        kernel_default: t("212992.", "212992。"),
         danger: t("No effect on TCP connection counts.", "对 TCP 连接数没有影响。"),
         why: t("not used by TCP", "TCP 不用它"),
         seeds: "002: 262144; 004: 699040",
@@ -212,9 +212,9 @@ pub static PARAMS: &[Param] = &[
         unit: Unit::Bytes,
         meaning: t(
             "Default send buffer for non-TCP sockets (TCP uses tcp_wmem).",
-            "非 TCP socket 的默认发送缓冲(TCP 用 tcp_wmem)。",
+            "非 TCP socket 的默认发送缓冲（TCP 用 tcp_wmem）。",
         ),
-        kernel_default: t("212992.", ""),
+        kernel_default: t("212992.", "212992。"),
         danger: t("No effect on TCP connection counts.", "对 TCP 连接数没有影响。"),
         why: t("not used by TCP", "TCP 不用它"),
         seeds: "002: 262144; 004: 131072",
@@ -226,7 +226,7 @@ pub static PARAMS: &[Param] = &[
         unit: Unit::Bytes,
         meaning: t(
             "Cap on SO_RCVBUF a process may ask for; does not bound TCP autotuning.",
-            "进程用 SO_RCVBUF 能申请的上限;不限制 TCP 自动调节。",
+            "进程用 SO_RCVBUF 能申请的上限；不限制 TCP 自动调节。",
         ),
         kernel_default: t(
             "4194304 (4 MiB) on current kernels (commit a6d4f25888b8); 212992 on older ones.",
@@ -243,7 +243,7 @@ pub static PARAMS: &[Param] = &[
         unit: Unit::Bytes,
         meaning: t(
             "Cap on SO_SNDBUF a process may ask for; does not bound TCP autotuning.",
-            "进程用 SO_SNDBUF 能申请的上限;不限制 TCP 自动调节。",
+            "进程用 SO_SNDBUF 能申请的上限；不限制 TCP 自动调节。",
         ),
         kernel_default: t(
             "4194304 (4 MiB) on current kernels (commit a6d4f25888b8); 212992 on older ones.",
@@ -267,15 +267,15 @@ pub static PARAMS: &[Param] = &[
         meaning: t(
             "Cap on a listener's accept queue: the backlog passed to listen() is silently cut to it. \
              A full queue drops SYNs/ACKs and bumps ListenOverflows.",
-            "监听 socket 全连接队列的上限:listen() 传入的 backlog 会被静默截断到它。队列满时丢弃握手并累加 ListenOverflows。",
+            "监听 socket 全连接队列的上限：listen() 传入的 backlog 会被静默截断到它。队列满时丢弃握手并累加 ListenOverflows。",
         ),
-        kernel_default: t("4096 since Linux 5.4 (128 before); 32-bit since 4.1.", "Linux 5.4 起为 4096(之前 128);4.1 起为 32 位。"),
+        kernel_default: t("4096 since Linux 5.4 (128 before); 32-bit since 4.1.", "Linux 5.4 起为 4096（之前 128）；4.1 起为 32 位。"),
         sizing: t("Room for 1 % of the target arriving at once on one listener (a reconnect storm after \
-             a restart), as a power of two between 4096 and 65535.", "按重连风暴估算:目标连接数的 1% 同时到达同一个监听 socket,取 2 的幂,范围 4096..65535。"),
+             a restart), as a power of two between 4096 and 65535.", "按重连风暴估算：目标连接数的 1% 同时到达同一个监听 socket，取 2 的幂，范围 4096..65535。"),
         danger: t(
             "Too low: a reconnect storm overflows the accept queue and clients retry with \
              exponential backoff (1 s, 3 s, 7 s...).",
-            "过低时重连风暴会溢出全连接队列,客户端按指数退避重试(1 s、3 s、7 s……)。",
+            "过低时重连风暴会溢出全连接队列，客户端按指数退避重试（1 s、3 s、7 s……）。",
         ),
         why: t("accept queue for reconnect storms", "应对重连风暴的全连接队列"),
         seeds: "000: 262144; 002: 2048; 004: 65535",
@@ -294,7 +294,7 @@ pub static PARAMS: &[Param] = &[
             "Read only when tcp_syncookies=0: then, once fewer than a quarter of its slots are free, SYNs from peers not yet proven alive are dropped. With syncookies on (the default) it bounds nothing: the SYN queue is full at the listener's backlog (min of listen()'s argument and somaxconn), and SYN cookies answer from there (TCPReqQFullDoCookies). Accept-queue overflow (ListenOverflows) is somaxconn and the listen backlog.",
             "只在 tcp_syncookies=0 时才被读取：此时空位少于四分之一后，丢弃尚未证明存活的对端发来的 SYN。开启 syncookies（默认）时它什么也不限制：SYN 队列在监听 socket 的 backlog（listen() 参数与 somaxconn 的较小者）处就满了，之后由 SYN cookie 应答（TCPReqQFullDoCookies）。全连接队列溢出（ListenOverflows）取决于 somaxconn 和 listen backlog。",
         ),
-        kernel_default: t("max(128, TCP established hash entries / 128).", "max(128, TCP established 哈希表项数 / 128)。"),
+        kernel_default: t("max(128, TCP established hash entries / 128).", "max（128，TCP established 哈希表项数 / 128）。"),
         sizing: t(
             "Not written while syncookies are on. Size somaxconn and the server's listen() backlog for storms instead; only with tcp_syncookies=0 set it to at least the listen backlog.",
             "开启 syncookies 时不写入。应按风暴估算 somaxconn 和服务端的 listen() backlog；只有 tcp_syncookies=0 时才把它设为不小于 listen backlog。",
@@ -322,9 +322,9 @@ pub static PARAMS: &[Param] = &[
         default: KernelDefault::Fixed("1"),
         meaning: t(
             "1: answer with SYN cookies when the SYN queue is full. A fallback, not capacity.",
-            "1:SYN 队列满时用 SYN cookie 应答。是兜底,不是容量。",
+            "1:SYN 队列满时用 SYN cookie 应答。是兜底，不是容量。",
         ),
-        kernel_default: t("1.", ""),
+        kernel_default: t("1.", "1。"),
         sizing: t("Keep 1.", "保持 1。"),
         danger: t("0 turns a full SYN queue into dropped connections.", "设为 0 时 SYN 队列满就直接丢连接。"),
         why: t("keep SYN cookies as the fallback", "保留 SYN cookie 兜底"),
@@ -339,10 +339,10 @@ pub static PARAMS: &[Param] = &[
             "How many times a SYN-ACK is retransmitted for a half-open connection.",
             "半连接的 SYN-ACK 重传次数。",
         ),
-        kernel_default: t("5 (last retransmission after 31 s, gives up after 63 s).", ""),
+        kernel_default: t("5 (last retransmission after 31 s, gives up after 63 s).", "5（最后一次重传在 31 秒后，63 秒后放弃）。"),
         danger: t(
             "Lowering it drops slow or lossy clients sooner; it does not add capacity.",
-            "调低只会让慢速或丢包的客户端更早失败,不增加容量。",
+            "调低只会让慢速或丢包的客户端更早失败，不增加容量。",
         ),
         why: t("no effect on how many connections fit", "不影响能容纳的连接数"),
         seeds: "000: 3; 004: 2",
@@ -353,10 +353,10 @@ pub static PARAMS: &[Param] = &[
         key: "net.ipv4.tcp_syn_retries",
         unit: Unit::Other,
         meaning: t("How many times connect() retransmits a SYN.", "connect() 重传 SYN 的次数。"),
-        kernel_default: t("6 (about 127 s).", ""),
+        kernel_default: t("6 (about 127 s).", "6（约 127 秒）。"),
         danger: t(
             "Lowering it makes clients give up sooner in a storm; no capacity effect.",
-            "调低只会让客户端在风暴中更早放弃;不影响容量。",
+            "调低只会让客户端在风暴中更早放弃；不影响容量。",
         ),
         why: t("no effect on how many connections fit", "不影响能容纳的连接数"),
         seeds: "000: 3; 004: 2",
@@ -400,7 +400,7 @@ pub static PARAMS: &[Param] = &[
         roles: LISTENERS,
         meaning: t(
             "Ports inside ip_local_port_range that connect() and bind(port 0) must never pick. A server whose listening port lies in the ephemeral range can find it taken by an outgoing connection when it restarts.",
-            "ip_local_port_range 内 connect() 和 bind(端口 0) 不得选用的端口。监听端口落在临时端口范围内的服务，重启时可能发现端口已被向外连接占用。",
+            "ip_local_port_range 内 connect() 和 bind（端口 0）不得选用的端口。监听端口落在临时端口范围内的服务，重启时可能发现端口已被向外连接占用。",
         ),
         kernel_default: t(
             "Empty.",
@@ -433,10 +433,10 @@ pub static PARAMS: &[Param] = &[
         meaning: t(
             "Lets connect() reuse a port held by a TIME_WAIT socket when timestamps prove it safe. \
              0 off, 1 global, 2 loopback only. Helps only outgoing connections.",
-            "时间戳能证明安全时,允许 connect() 复用处于 TIME_WAIT 的端口。0 关闭,1 全局,2 仅回环。只对向外连接有用。",
+            "时间戳能证明安全时，允许 connect() 复用处于 TIME_WAIT 的端口。0 关闭，1 全局，2 仅回环。只对向外连接有用。",
         ),
-        kernel_default: t("2 (loopback only).", "2(仅回环)。"),
-        sizing: t("1 on load generators and proxies; servers leave it alone.", "压测端和代理设为 1;服务端不动。"),
+        kernel_default: t("2 (loopback only).", "2（仅回环）。"),
+        sizing: t("1 on load generators and proxies; servers leave it alone.", "压测端和代理设为 1；服务端不动。"),
         danger: t("No effect on a server's accepted connections.", "对服务端接受的连接没有作用。"),
         why: t("reuse TIME_WAIT ports for outgoing connections", "向外连接复用 TIME_WAIT 端口"),
         seeds: "000/002/004: 1",
@@ -454,16 +454,16 @@ pub static PARAMS: &[Param] = &[
             "Removed in Linux 4.12 (commit 4396e46187ca). It dropped SYNs whose timestamps went \
              backwards: broken behind NAT, then for everyone once timestamps were randomised per \
              connection.",
-            "已在 Linux 4.12 删除(commit 4396e46187ca)。它会丢弃时间戳倒退的 SYN:在 NAT 后面出错,\
+            "已在 Linux 4.12 删除（commit 4396e46187ca）。它会丢弃时间戳倒退的 SYN：在 NAT 后面出错，\
              时间戳按连接随机化后对所有人都出错。",
         ),
-        kernel_default: t("0 until 4.12; the file no longer exists.", "4.12 之前为 0;现在该文件已不存在。"),
+        kernel_default: t("0 until 4.12; the file no longer exists.", "4.12 之前为 0；现在该文件已不存在。"),
         danger: t(
             "On old kernels it silently drops clients behind NAT; on current kernels a config line \
              setting it makes `sysctl -p` fail with an error.",
-            "老内核上会静默丢弃 NAT 后面的客户端;新内核上配置文件里的这一行会让 `sysctl -p` 报错。",
+            "老内核上会静默丢弃 NAT 后面的客户端；新内核上配置文件里的这一行会让 `sysctl -p` 报错。",
         ),
-        why: t("removed in 4.12; never write it", "4.12 已删除;不要再写"),
+        why: t("removed in 4.12; never write it", "4.12 已删除；不要再写"),
         seeds: "000/002/004: 1",
         source: "commit 4396e46187ca (tcp: remove tcp_tw_recycle, Linux 4.12)",
         ..BASE
@@ -480,16 +480,16 @@ pub static PARAMS: &[Param] = &[
             "Most TIME_WAIT sockets held at once; over it, TIME_WAIT is skipped and the connection closes at once (TCPTimeWaitOverflow), losing TIME_WAIT's protection against stray segments. A TIME_WAIT socket is a tw_sock_TCP slab object (256 B on kernel 6.18; c1m reads the size from /proc/slabinfo).",
             "同时保留的 TIME_WAIT socket 上限；超过后直接跳过 TIME_WAIT（计入 TCPTimeWaitOverflow），失去对迷途报文的保护。每个 TIME_WAIT 是一个 tw_sock_TCP slab 对象（6.18 内核上 256 B；c1m 从 /proc/slabinfo 读取大小）。",
         ),
-        kernel_default: t("Half the TCP established hash size (RAM-scaled).", "TCP established 哈希表大小的一半(随内存变化)。"),
+        kernel_default: t("Half the TCP established hash size (RAM-scaled).", "TCP established 哈希表大小的一半（随内存变化）。"),
         sizing: t(
             "At least one per socket of the target (rounded up to a power of two), never below the kernel default: 1M TIME_WAIT sockets cost about 256 MB.",
             "至少每个 socket 一个（向上取 2 的幂），不低于内核默认：100 万个 TIME_WAIT 约 256 MB。",
         ),
         danger: t(
             "5000 (the notes) is harmful: it throws away TIME_WAIT to save a few hundred KB.",
-            "5000(笔记的写法)有害:为了省几百 KB 扔掉了 TIME_WAIT 保护。",
+            "5000（笔记的写法）有害：为了省几百 KB 扔掉了 TIME_WAIT 保护。",
         ),
-        why: t("TIME_WAIT sockets are cheap; never lower", "TIME_WAIT 很便宜;不要调低"),
+        why: t("TIME_WAIT sockets are cheap; never lower", "TIME_WAIT 很便宜；不要调低"),
         seeds: "000: 5000 (harmful); 004: 6000000",
         source: "Documentation/networking/ip-sysctl.rst tcp_max_tw_buckets; net/ipv4/tcp_ipv4.c tcp_sk_init() (ehash entries / 2); TcpExt TCPTimeWaitOverflow; TIME_WAIT size from /proc/slabinfo tw_sock_TCP (256 B on kernel 6.18 here)",
         ..BASE
@@ -506,7 +506,7 @@ pub static PARAMS: &[Param] = &[
             "Most sockets closed by their process but still finishing (FIN_WAIT, LAST_ACK...). The kernel compares orphans × 1, 2 or 4 with it: the count is doubled when the peer kept its window shut for a long time or no reset is due, and doubled again after a soft ICMP error, so \"TCP: too many orphaned sockets\" can appear at a quarter of the limit; those orphans are reset. Each orphan may hold up to about 64 KB of queued data.",
             "进程已关闭但连接仍在收尾（FIN_WAIT、LAST_ACK……）的 socket 上限。内核拿孤儿数 × 1、2 或 4 和它比较：对端长时间关闭窗口或不需要复位时翻倍，收到软 ICMP 错误再翻倍，所以孤儿数到上限的四分之一时就可能出现 \"TCP: too many orphaned sockets\"，这些孤儿被复位。每个孤儿最多可占约 64 KB 排队数据。",
         ),
-        kernel_default: t("Half the TCP established hash size (RAM-scaled).", "TCP established 哈希表大小的一半(随内存变化)。"),
+        kernel_default: t("Half the TCP established hash size (RAM-scaled).", "TCP established 哈希表大小的一半（随内存变化）。"),
         sizing: t(
             "Four times a quarter of the target's sockets closing at once (a peer restart), so the ×4 penalty still fits, rounded up to a power of two, never below the kernel default.",
             "按四分之一的 socket 同时关闭（对端重启）再乘 4，使 ×4 惩罚也放得下，向上取 2 的幂，不低于内核默认。",
@@ -515,7 +515,7 @@ pub static PARAMS: &[Param] = &[
             "Lowering it resets connections mid-close. \"too many orphaned sockets\" is this limit; \"out of memory -- consider tuning tcp_mem\" is tcp_mem: different causes, different fixes.",
             "调低会在关闭过程中重置连接。\"too many orphaned sockets\" 对应这个上限；\"out of memory -- consider tuning tcp_mem\" 对应 tcp_mem：原因不同，修法也不同。",
         ),
-        why: t("room for mass closes; never lower", "为批量关闭留余量;不要调低"),
+        why: t("room for mass closes; never lower", "为批量关闭留余量；不要调低"),
         seeds: "002: 131072; 004: 3276800",
         source: "net/ipv4/tcp.c tcp_check_oom() and tcp_too_many_orphans() (orphans << shift > tcp_max_orphans); net/ipv4/tcp_timer.c tcp_out_of_resources() (shift +1 when the peer kept its window shut for 2*TCP_RTO_MAX or no reset is due, +1 after a soft ICMP error); default ehash/2 in tcp_init()",
         ..BASE
@@ -526,14 +526,14 @@ pub static PARAMS: &[Param] = &[
         meaning: t(
             "How long an orphaned socket waits in FIN_WAIT_2. It does not change TIME_WAIT, which \
              is fixed at 60 s.",
-            "孤儿 socket 在 FIN_WAIT_2 的等待时间。它不改变 TIME_WAIT(固定 60 秒)。",
+            "孤儿 socket 在 FIN_WAIT_2 的等待时间。它不改变 TIME_WAIT（固定 60 秒）。",
         ),
-        kernel_default: t("60.", ""),
+        kernel_default: t("60.", "60。"),
         danger: t(
             "A low value changes little: only orphaned FIN_WAIT_2 sockets are affected.",
-            "调低作用很小:只影响孤儿 FIN_WAIT_2。",
+            "调低作用很小：只影响孤儿 FIN_WAIT_2。",
         ),
-        why: t("affects only orphaned FIN_WAIT_2; not TIME_WAIT", "只影响孤儿 FIN_WAIT_2;与 TIME_WAIT 无关"),
+        why: t("affects only orphaned FIN_WAIT_2; not TIME_WAIT", "只影响孤儿 FIN_WAIT_2；与 TIME_WAIT 无关"),
         seeds: "000: 30; 002: 15; 004: 7",
         source: "Documentation/networking/ip-sysctl.rst tcp_fin_timeout; include/net/tcp.h TCP_TIMEWAIT_LEN (60 s)",
         ..BASE
@@ -549,13 +549,13 @@ pub static PARAMS: &[Param] = &[
         meaning: t(
             "1: after an idle period longer than the RTO, the congestion window restarts from the \
              initial window (RFC 2861, now historic per RFC 7661).",
-            "1:空闲超过 RTO 后,拥塞窗口从初始窗口重新开始(RFC 2861,RFC 7661 已将其列为历史)。",
+            "1：空闲超过 RTO 后，拥塞窗口从初始窗口重新开始（RFC 2861，RFC 7661 已将其列为历史）。",
         ),
-        kernel_default: t("1.", ""),
+        kernel_default: t("1.", "1。"),
         sizing: t("0 for long-lived connections that burst after idle (pushes).", "空闲后突发推送的长连接设为 0。"),
         danger: t(
             "With 1, every push after a quiet spell pays slow start again (seed 003's latency).",
-            "为 1 时,每次安静后的推送都要重新慢启动(笔记 003 的延迟问题)。",
+            "为 1 时，每次安静后的推送都要重新慢启动（笔记 003 的延迟问题）。",
         ),
         why: t("pushes after idle keep their congestion window", "空闲后的推送保留拥塞窗口"),
         seeds: "003/004: 0",
@@ -569,17 +569,17 @@ pub static PARAMS: &[Param] = &[
         default: KernelDefault::Fixed("7200"),
         meaning: t(
             "Idle seconds before the first keepalive probe, only for sockets with SO_KEEPALIVE.",
-            "开始发送保活探测前的空闲秒数,只对设置了 SO_KEEPALIVE 的 socket 生效。",
+            "开始发送保活探测前的空闲秒数，只对设置了 SO_KEEPALIVE 的 socket 生效。",
         ),
-        kernel_default: t("7200 (2 hours).", "7200(2 小时)。"),
+        kernel_default: t("7200 (2 hours).", "7200（2 小时）。"),
         sizing: t("Probes per second = sockets with SO_KEEPALIVE / keepalive_time: 1M sockets at 30 s is \
              about 33K probes/s. c1m serve uses application heartbeats, so leave it unless your \
-             server relies on SO_KEEPALIVE, then size it from the probe rate you can afford.", "每秒探测数 = 设置了 SO_KEEPALIVE 的 socket 数 / keepalive_time:100 万个 socket 设 30 秒约每秒 3.3 万个探测。c1m serve 用应用层心跳,所以保持默认;若你的服务依赖 SO_KEEPALIVE,按能承受的探测速率来定。"),
+             server relies on SO_KEEPALIVE, then size it from the probe rate you can afford.", "每秒探测数 = 设置了 SO_KEEPALIVE 的 socket 数 / keepalive_time:100 万个 socket 设 30 秒约每秒 3.3 万个探测。c1m serve 用应用层心跳，所以保持默认；若你的服务依赖 SO_KEEPALIVE，按能承受的探测速率来定。"),
         danger: t(
             "30 s on a million sockets is a constant packet storm.",
             "一百万个 socket 设 30 秒就是持续的报文风暴。",
         ),
-        why: t("size from probes per second; not written", "按每秒探测数估算;不写入"),
+        why: t("size from probes per second; not written", "按每秒探测数估算；不写入"),
         seeds: "000: 30; 004: 300",
         source: "Documentation/networking/ip-sysctl.rst tcp_keepalive_time; include/net/tcp.h TCP_KEEPALIVE_TIME",
         ..BASE
@@ -738,13 +738,13 @@ pub static PARAMS: &[Param] = &[
         meaning: t(
             "Per-CPU input queue of packets waiting for the stack. Drops show in /proc/net/softnet_stat \
              column 2 (column 3 counts time_squeeze).",
-            "每个 CPU 等待协议栈处理的收包队列。丢包体现在 /proc/net/softnet_stat 第 2 列(第 3 列是 time_squeeze)。",
+            "每个 CPU 等待协议栈处理的收包队列。丢包体现在 /proc/net/softnet_stat 第 2 列（第 3 列是 time_squeeze）。",
         ),
-        kernel_default: t("1000.", ""),
-        sizing: t("Raise only when softnet_stat column 2 grows, doubling each time (c1m doctor watches it).", "只有 softnet_stat 第 2 列增长时才调大,每次翻倍(c1m doctor 会监视它)。"),
+        kernel_default: t("1000.", "1000。"),
+        sizing: t("Raise only when softnet_stat column 2 grows, doubling each time (c1m doctor watches it).", "只有 softnet_stat 第 2 列增长时才调大，每次翻倍（c1m doctor 会监视它）。"),
         danger: t(
             "2000000 (the notes) only hides a CPU that cannot keep up and adds latency.",
-            "2000000(笔记的写法)只会掩盖 CPU 处理不过来的问题并增加延迟。",
+            "2000000（笔记的写法）只会掩盖 CPU 处理不过来的问题并增加延迟。",
         ),
         why: t("raise only when softnet drops grow", "只在 softnet 丢包增长时调大"),
         seeds: "002: 20000; 004: 2000000",
@@ -761,13 +761,13 @@ pub static PARAMS: &[Param] = &[
         meaning: t(
             "1 disables path MTU discovery: packets go out without DF and may fragment or vanish in \
              black holes.",
-            "设为 1 会关闭路径 MTU 发现:报文不带 DF 发出,可能被分片或在黑洞中丢失。",
+            "设为 1 会关闭路径 MTU 发现：报文不带 DF 发出，可能被分片或在黑洞中丢失。",
         ),
-        kernel_default: t("0.", ""),
-        sizing: t("Keep 0; use net.ipv4.tcp_mtu_probing=1 against PMTU black holes.", "保持 0;用 net.ipv4.tcp_mtu_probing=1 应对 PMTU 黑洞。"),
+        kernel_default: t("0.", "0。"),
+        sizing: t("Keep 0; use net.ipv4.tcp_mtu_probing=1 against PMTU black holes.", "保持 0；用 net.ipv4.tcp_mtu_probing=1 应对 PMTU 黑洞。"),
         danger: t(
             "1 (the notes) causes fragmentation and stalled connections; it adds no capacity.",
-            "1(笔记的写法)会导致分片和连接卡死;不增加任何容量。",
+            "1（笔记的写法）会导致分片和连接卡死；不增加任何容量。",
         ),
         why: t("keep path MTU discovery on", "保持路径 MTU 发现"),
         seeds: "000: 1 (harmful)",
@@ -783,10 +783,10 @@ pub static PARAMS: &[Param] = &[
         fix: Some("1"),
         meaning: t(
             "RFC 1323 window scaling; 1 is the default and lets windows exceed 64 KB.",
-            "RFC 1323 窗口扩大选项;默认 1,允许窗口超过 64 KB。",
+            "RFC 1323 窗口扩大选项；默认 1，允许窗口超过 64 KB。",
         ),
-        kernel_default: t("1.", ""),
-        sizing: t("Keep 1 (the notes set 1, which is the default).", ""),
+        kernel_default: t("1.", "1。"),
+        sizing: t("Keep 1 (the notes set 1, which is the default).", "保持 1（笔记设为 1，也就是默认值）。"),
         danger: t("0 caps every connection's window at 64 KB.", "设为 0 会把每个连接的窗口限制在 64 KB。"),
         why: t("keep window scaling on", "保持窗口扩大"),
         seeds: "004: 1 (the default)",
@@ -798,11 +798,11 @@ pub static PARAMS: &[Param] = &[
         unit: Unit::Switch,
         meaning: t(
             "Allows bind() to addresses not (yet) on the box, for failover VIPs.",
-            "允许 bind() 到本机(尚)没有的地址,用于故障切换 VIP。",
+            "允许 bind() 到本机（尚）没有的地址，用于故障切换 VIP。",
         ),
-        kernel_default: t("0.", ""),
+        kernel_default: t("0.", "0。"),
         danger: t("No effect on connection capacity.", "不影响连接容量。"),
-        why: t("for VIPs, not capacity", "用于 VIP,与容量无关"),
+        why: t("for VIPs, not capacity", "用于 VIP，与容量无关"),
         seeds: "004: 1",
         source: "Documentation/networking/ip-sysctl.rst ip_nonlocal_bind",
         ..BASE
@@ -850,7 +850,7 @@ pub static PARAMS: &[Param] = &[
             "Most connections netfilter tracks (one entry per connection, about 320 B each). A full \
              table logs \"nf_conntrack: table full, dropping packet\" and drops new connections. \
              Established entries time out after 5 days.",
-            "netfilter 跟踪的连接上限(每个连接一项,约 320 B)。表满时日志 \"nf_conntrack: table full, dropping packet\" \
+            "netfilter 跟踪的连接上限（每个连接一项，约 320 B）。表满时日志 \"nf_conntrack: table full, dropping packet\" \
              并丢弃新连接。已建立连接的表项 5 天后才超时。",
         ),
         kernel_default: t(
@@ -882,7 +882,7 @@ pub static PARAMS: &[Param] = &[
             "How eagerly the kernel swaps anonymous memory versus dropping page cache.",
             "内核换出匿名内存与回收页缓存之间的倾向。",
         ),
-        kernel_default: t("60.", ""),
+        kernel_default: t("60.", "60。"),
         sizing: t(
             "Not c1m's business: c1m never writes or repairs it. A note only: on some 3.x kernels 0 meant \"never swap\" and OOM-killed hosts under pressure.",
             "不归 c1m 管：c1m 从不写入也不修复它。仅作提示：在部分 3.x 内核上 0 意味着“绝不换出”，内存紧张时会触发 OOM 杀进程。",
@@ -902,9 +902,9 @@ pub static PARAMS: &[Param] = &[
     Param {
         key: "kernel.msgmnb",
         meaning: t("Bytes in one SysV message queue.", "单个 SysV 消息队列的字节数。"),
-        kernel_default: t("16384.", ""),
+        kernel_default: t("16384.", "16384。"),
         danger: t("SysV message queues have no effect on TCP.", "SysV 消息队列与 TCP 无关。"),
-        why: t("SysV IPC; no effect on TCP", "SysV IPC;与 TCP 无关"),
+        why: t("SysV IPC; no effect on TCP", "SysV IPC；与 TCP 无关"),
         seeds: "000: 655360",
         source: "Documentation/admin-guide/sysctl/kernel.rst msgmnb",
         ..BASE
@@ -912,9 +912,9 @@ pub static PARAMS: &[Param] = &[
     Param {
         key: "kernel.msgmax",
         meaning: t("Largest SysV message.", "SysV 单条消息的最大字节数。"),
-        kernel_default: t("8192.", ""),
+        kernel_default: t("8192.", "8192。"),
         danger: t("SysV message queues have no effect on TCP.", "SysV 消息队列与 TCP 无关。"),
-        why: t("SysV IPC; no effect on TCP", "SysV IPC;与 TCP 无关"),
+        why: t("SysV IPC; no effect on TCP", "SysV IPC；与 TCP 无关"),
         seeds: "000: 655360; 004: 65536",
         source: "Documentation/admin-guide/sysctl/kernel.rst msgmax",
         ..BASE
@@ -922,9 +922,9 @@ pub static PARAMS: &[Param] = &[
     Param {
         key: "kernel.shmmax",
         meaning: t("Largest SysV shared memory segment.", "SysV 共享内存段的最大字节数。"),
-        kernel_default: t("Effectively unlimited on current kernels.", ""),
+        kernel_default: t("Effectively unlimited on current kernels.", "当前内核上实际不限。"),
         danger: t("No effect on TCP.", "与 TCP 无关。"),
-        why: t("SysV IPC; no effect on TCP", "SysV IPC;与 TCP 无关"),
+        why: t("SysV IPC; no effect on TCP", "SysV IPC；与 TCP 无关"),
         seeds: "004: 68719476736",
         source: "Documentation/admin-guide/sysctl/kernel.rst shmmax",
         ..BASE
@@ -932,9 +932,9 @@ pub static PARAMS: &[Param] = &[
     Param {
         key: "kernel.shmall",
         meaning: t("Total SysV shared memory pages.", "SysV 共享内存总页数。"),
-        kernel_default: t("Effectively unlimited on current kernels.", ""),
+        kernel_default: t("Effectively unlimited on current kernels.", "当前内核上实际不限。"),
         danger: t("No effect on TCP.", "与 TCP 无关。"),
-        why: t("SysV IPC; no effect on TCP", "SysV IPC;与 TCP 无关"),
+        why: t("SysV IPC; no effect on TCP", "SysV IPC；与 TCP 无关"),
         seeds: "004: 4294967296",
         source: "Documentation/admin-guide/sysctl/kernel.rst shmall",
         ..BASE
@@ -942,7 +942,7 @@ pub static PARAMS: &[Param] = &[
     Param {
         key: "kernel.sysrq",
         meaning: t("Which magic SysRq key functions are allowed.", "允许哪些 SysRq 魔术键功能。"),
-        kernel_default: t("Distribution-set (often 16 or 176).", ""),
+        kernel_default: t("Distribution-set (often 16 or 176).", "由发行版设定（常见 16 或 176）。"),
         danger: t("Not networking.", "与网络无关。"),
         why: t("not networking", "与网络无关"),
         seeds: "000: 1; 004: 0",
@@ -961,14 +961,14 @@ pub static PARAMS: &[Param] = &[
             "pam_limits' nofile (soft and hard RLIMIT_NOFILE) applied when a PAM session opens (login, sshd, su with pam_limits in the session stack); services started by systemd never read limits.conf or limits.d. A line for a user wins over @group lines, which win over `*`, and `*` does not match root, so root needs its own lines. A value above fs.nr_open makes setrlimit() fail and pam_limits refuses the login.",
             "pam_limits 的 nofile（软、硬 RLIMIT_NOFILE），在 PAM 会话打开时生效（login、sshd、会话栈里有 pam_limits 的 su）；systemd 启动的服务不读 limits.conf 和 limits.d。针对用户的行优先于 @组 的行，后者又优先于 `*`，而 `*` 不匹配 root，所以 root 需要单独的行。超过 fs.nr_open 的值会让 setrlimit() 失败，pam_limits 拒绝登录。",
         ),
-        kernel_default: t("Soft 1024; hard 524288 under systemd ≥ 240 (4096 before).", "软限制 1024;systemd ≥ 240 下硬限制 524288(之前 4096)。"),
+        kernel_default: t("Soft 1024; hard 524288 under systemd ≥ 240 (4096 before).", "软限制 1024；systemd ≥ 240 下硬限制 524288（之前 4096）。"),
         sizing: t("The next power of two at or above the descriptors one process may hold (all of the \
              target plus a 1024 reserve), so a single-process server fits too. Must not exceed \
-             fs.nr_open.", "不小于单个进程可能持有的描述符数(全部目标连接加 1024 预留)的下一个 2 的幂,单进程服务也能容纳。不得超过 fs.nr_open。"),
+             fs.nr_open.", "不小于单个进程可能持有的描述符数（全部目标连接加 1024 预留）的下一个 2 的幂，单进程服务也能容纳。不得超过 fs.nr_open。"),
         danger: t(
             "Above fs.nr_open, logins fail (seed 002). Appending to limits.conf (the notes) mixes \
              c1m's lines with the distribution's; a drop-in can be removed cleanly.",
-            "超过 fs.nr_open 时无法登录(笔记 002)。往 limits.conf 追加(笔记的写法)会和发行版的配置混在一起;drop-in 可以干净地删除。",
+            "超过 fs.nr_open 时无法登录（笔记 002）。往 limits.conf 追加（笔记的写法）会和发行版的配置混在一起；drop-in 可以干净地删除。",
         ),
         why: t("descriptors for one process at the target", "一个进程承载目标连接所需的描述符"),
         seeds: "000/001: * - nofile 1048576; 002: 2000000; 004: 10000000",
@@ -982,18 +982,18 @@ pub static PARAMS: &[Param] = &[
         verdict: Verdict::Recommend,
         rule: Rule::Nofile,
         compare: Compare::AtLeast,
-        added: Some("systemd 240 raised the default hard limit to 524288"),
+        added: Some("systemd 240"),
         meaning: t(
             "RLIMIT_NOFILE for a systemd service, set in a drop-in \
              /etc/systemd/system/UNIT.service.d/*.conf under [Service].",
-            "systemd 服务的 RLIMIT_NOFILE,在 /etc/systemd/system/UNIT.service.d/*.conf 的 [Service] 段设置。",
+            "systemd 服务的 RLIMIT_NOFILE，在 /etc/systemd/system/UNIT.service.d/*.conf 的 [Service] 段设置。",
         ),
-        kernel_default: t("Soft 1024, hard 524288 (systemd ≥ 240).", "软 1024,硬 524288(systemd ≥ 240)。"),
+        kernel_default: t("Soft 1024, hard 524288 (systemd ≥ 240).", "软 1024，硬 524288(systemd ≥ 240)。"),
         sizing: t("The same value as limits.nofile.", "与 limits.nofile 相同。"),
         danger: t(
             "Forgetting it is the usual reason a tuned box still stops at 1024 or 524288 \
              descriptors: services do not read limits.d.",
-            "忘了它是调优后服务仍卡在 1024 或 524288 个描述符的常见原因:服务不读 limits.d。",
+            "忘了它是调优后服务仍卡在 1024 或 524288 个描述符的常见原因：服务不读 limits.d。",
         ),
         why: t("services do not read limits.d", "服务不读 limits.d"),
         seeds: "(missed by the notes)",
@@ -1039,10 +1039,10 @@ pub static PARAMS: &[Param] = &[
         meaning: t(
             "Initial congestion window of a route (`ip route change ... initcwnd N`); also the \
              restart window after idle when tcp_slow_start_after_idle=1.",
-            "路由的初始拥塞窗口(`ip route change ... initcwnd N`);tcp_slow_start_after_idle=1 时也是空闲后的重启窗口。",
+            "路由的初始拥塞窗口（`ip route change ... initcwnd N`）；tcp_slow_start_after_idle=1 时也是空闲后的重启窗口。",
         ),
-        kernel_default: t("10 segments (RFC 6928).", ""),
-        sizing: t("Informational; tcp_slow_start_after_idle=0 matters more for pushes.", ""),
+        kernel_default: t("10 segments (RFC 6928).", "10 个报文段（RFC 6928）。"),
+        sizing: t("Informational; tcp_slow_start_after_idle=0 matters more for pushes.", "仅供参考；对推送来说 tcp_slow_start_after_idle=0 更重要。"),
         danger: t("Large values burst into shallow buffers.", "过大时会向浅缓冲突发。"),
         why: t("informational", "仅供参考"),
         seeds: "003 (discussed)",
@@ -1086,11 +1086,11 @@ pub static PARAMS: &[Param] = &[
         meaning: t(
             "NIC receive/transmit ring sizes (`ethtool -g IFACE` to read, `ethtool -G` to set); \
              with RPS/RFS spreading receive work over CPUs.",
-            "网卡收发环大小(`ethtool -g IFACE` 查看,`ethtool -G` 设置);配合 RPS/RFS 把收包分散到多个 CPU。",
+            "网卡收发环大小（`ethtool -g IFACE` 查看，`ethtool -G` 设置）；配合 RPS/RFS 把收包分散到多个 CPU。",
         ),
-        kernel_default: t("Driver-specific; often below the hardware maximum.", ""),
-        sizing: t("Raise to the hardware maximum when the NIC reports rx drops.", ""),
-        danger: t("Not visible in sysctls; drops hide in `ethtool -S`.", "不在 sysctl 里;丢包藏在 `ethtool -S`。"),
+        kernel_default: t("Driver-specific; often below the hardware maximum.", "取决于驱动；常低于硬件上限。"),
+        sizing: t("Raise to the hardware maximum when the NIC reports rx drops.", "网卡报告接收丢包时调到硬件上限。"),
+        danger: t("Not visible in sysctls; drops hide in `ethtool -S`.", "不在 sysctl 里；丢包藏在 `ethtool -S`。"),
         why: t("informational", "仅供参考"),
         seeds: "(missed by the notes)",
         source: "ethtool(8) -g, -G, -S; Documentation/ABI/testing/sysfs-class-net-statistics (rx_dropped, rx_missed_errors, rx_fifo_errors, rx_over_errors)",

@@ -12,7 +12,7 @@
 //! Revert restores the saved bytes exactly, in reverse order, removes (or restores) the
 //! drop-ins and deletes the state file.
 
-use super::calc::Plan;
+use super::calc::{Plan, Said};
 use super::check::{check, Row, Status, LIMITS_DROPIN, SYSCTL_DROPIN};
 use super::render::{limits_dropin, sysctl_dropin, systemd_dropin, systemd_path, SysctlLine};
 use crate::params::{lookup, Kind, Lang};
@@ -105,7 +105,10 @@ pub fn apply(root: &Root, plan: &Plan, opts: &Opts) -> Result<Report> {
             .iter()
             .find(|x| x.key == r.key)
             .map(|x| x.basis.clone())
-            .unwrap_or_else(|| format!("repairs {}", p.verdict.name()));
+            .unwrap_or_else(|| {
+                let v = p.verdict.name();
+                Said::new(format!("repairs {v}"), format!("修复 {v}"))
+            });
         lines.push(SysctlLine {
             param: p,
             value: r.target.clone().unwrap_or_default(),

@@ -125,6 +125,26 @@ pub struct Math {
     pub keepalive_probes_notes: u64,
 }
 
+/// A computed sentence in English and Chinese (`--lang zh`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Said {
+    pub en: String,
+    pub zh: String,
+}
+
+impl Said {
+    pub fn new(en: String, zh: String) -> Said {
+        Said { en, zh }
+    }
+
+    pub fn get(&self, lang: crate::params::Lang) -> &str {
+        match lang {
+            crate::params::Lang::Zh if !self.zh.is_empty() => &self.zh,
+            _ => &self.en,
+        }
+    }
+}
+
 /// One entry's recommendation.
 #[derive(Debug, Clone, Serialize)]
 pub struct Rec {
@@ -136,7 +156,7 @@ pub struct Rec {
     /// not reported as low.
     pub need: Option<String>,
     /// The numbers behind it, e.g. `≥ nofile 1048576; kernel default 1048576`.
-    pub basis: String,
+    pub basis: Said,
     #[serde(skip)]
     pub param: &'static Param,
 }
@@ -149,7 +169,7 @@ pub struct Plan {
     pub math: Math,
     /// Every entry c1m sizes (verdict recommend / never-lower), in table order.
     pub recs: Vec<Rec>,
-    pub warnings: Vec<String>,
+    pub warnings: Vec<Said>,
 }
 
 impl Plan {
@@ -308,21 +328,21 @@ fn recommend(p: &'static Param, host: &Host, target: &Target) -> Rec {
     let kd = default_num(p, host);
     let sockets = target.sockets();
     // `need` is what the target requires; the value is it raised to the kernel default.
-    let rec = |need: u64, basis: String| Rec {
+    let rec = |need: u64, basis: Said| Rec {
         key: p.key,
         value: Some(need.max(kd).to_string()),
         need: Some(need.to_string()),
         basis,
         param: p,
     };
-    let none = |basis: String| Rec {
+    let none = |basis: Said| Rec {
         key: p.key,
         value: None,
         need: None,
         basis,
         param: p,
     };
-    let exact = |v: String, basis: String| Rec {
+    let exact = |v: String, basis: Said| Rec {
         key: p.key,
         value: Some(v.clone()),
         need: Some(v),
@@ -330,32 +350,53 @@ fn recommend(p: &'static Param, host: &Host, target: &Target) -> Rec {
         param: p,
     };
     if !p.applies_to(target.role) {
-        return none(format!("not for role {}", target.role.name()));
+        let r = target.role.name();
+        return none(Said::new(
+            format!("not for role {r}"),
+            format!("不适用于角色 {r}"),
+        ));
     }
+    let pct = TABLE_RAM_PCT;
     match p.rule {
-        Rule::None => none(String::new()),
-        Rule::Fixed(v) => exact(
-            v.to_string(),
-            format!("kernel default {}", kernel_default(p, host).unwrap_or_default()),
-        ),
-        Rule::Nofile => {
-            let n = nofile(target);
-            rec(n, format!("{sockets} descriptors + {FD_RESERVE} reserve, next power of two"))
+        Rule::None => none(Said::default()),
+        Rule::Fixed(v) => {
+            let d = kernel_default(p, host).unwrap_or_default();
+            exact(
+                v.to_string(),
+                Said::new(format!("kernel default {d}"), format!("内核默认 {d}")),
+            )
         }
+        Rule::Nofile => rec(
+            nofile(target),
+            Said::new(
+                format!("{sockets} descriptors + {FD_RESERVE} reserve, next power of two"),
+                format!("{sockets} 个描述符 + {FD_RESERVE} 个预留，向上取 2 的幂"),
+            ),
+        ),
         Rule::NrOpen => {
             let n = nofile(target);
-            rec(n, format!("≥ nofile {n}; kernel default {kd}"))
+            rec(
+                n,
+                Said::new(
+                    format!("≥ nofile {n}; kernel default {kd}"),
+                    format!("≥ nofile {n}；内核默认 {kd}"),
+                ),
+            )
         }
         Rule::FileMax => rec(
             headroom(sockets),
-            format!("{sockets} descriptors + 25 %; kernel default ≈ {kd}"),
+            Said::new(
+                format!("{sockets} descriptors + 25 %; kernel default ≈ {kd}"),
+                format!("{sockets} 个描述符 + 25%；内核默认 ≈ {kd}"),
+            ),
         ),
         Rule::EpollWatches => {
             let each = host.obj.epoll_watch;
             rec(
                 table_cap(host, headroom(sockets), each, 0),
-                format!(
-                    "{sockets} sockets + 25 %, at most {TABLE_RAM_PCT} % of RAM at {each} B each; kernel default ≈ {kd}"
+                Said::new(
+                    format!("{sockets} sockets + 25 %, at most {pct} % of RAM at {each} B each; kernel default ≈ {kd}"),
+                    format!("{sockets} 个 socket + 25%，每个 {each} B，最多占内存的 {pct}%；内核默认 ≈ {kd}"),
                 ),
             )
         }
@@ -367,42 +408,55 @@ fn recommend(p: &'static Param, host: &Host, target: &Target) -> Rec {
             let need = tcp_mem_shape(tcp_mem_need(host, target));
             let [na, nb, nc] = if need[2] <= cap { need } else { [a, b, c] };
             let [da, db, dc] = tcp_mem_default(host);
+            let (buf, page) = (target.buffered, host.page_size);
+            let capb = human_bytes(cap.saturating_mul(page));
+            let share = TCP_MEM_RAM_PCT;
             Rec {
                 key: p.key,
                 value: Some(format!("{a} {b} {c}")),
                 need: Some(format!("{na} {nb} {nc}")),
-                basis: format!(
-                    "pressure = max({sockets} × {} B / {} B pages, kernel {db}); max ≤ {cap} pages \
-                     ({} = {TCP_MEM_RAM_PCT} % of RAM less socket slab); default ≈ {da} {db} {dc}",
-                    target.buffered,
-                    host.page_size,
-                    human_bytes(cap.saturating_mul(host.page_size))
+                basis: Said::new(
+                    format!(
+                        "pressure = max({sockets} × {buf} B / {page} B pages, kernel {db}); max ≤ {cap} pages \
+                         ({capb} = {share} % of RAM less socket slab); default ≈ {da} {db} {dc}"
+                    ),
+                    format!(
+                        "pressure = max（{sockets} × {buf} B / {page} B 每页，内核 {db}）；max ≤ {cap} 页\
+                         （{capb} = 内存的 {share}% 减去 socket slab）；默认 ≈ {da} {db} {dc}"
+                    ),
                 ),
                 param: p,
             }
         }
-        Rule::Somaxconn => rec(
-            storm(target),
-            format!(
-                "{} conns / {STORM_DIVISOR} at once, power of two in {SOMAXCONN_MIN}..{SOMAXCONN_MAX}",
-                target.conns
-            ),
-        ),
-        Rule::PortRange => exact(
-            format!("{} {}", PORT_RANGE.0, PORT_RANGE.1),
-            format!(
-                "{} ports; plan {} connections per source address and destination (under the connect() cliff at half)",
-                port_count(),
-                ports::per_pair(port_count(), false)
-            ),
-        ),
-        Rule::MaxOrphans => {
-            let v = pow2(sockets.div_ceil(4));
+        Rule::Somaxconn => {
+            let c = target.conns;
             rec(
-                v,
-                format!(
-                    "{sockets} sockets / 4, power of two; kernel default ≈ {kd}; worst case {} B each",
-                    ORPHAN_MAX_BYTES
+                storm(target),
+                Said::new(
+                    format!("{c} conns / {STORM_DIVISOR} at once, power of two in {SOMAXCONN_MIN}..{SOMAXCONN_MAX}"),
+                    format!("{c} 个连接的 1/{STORM_DIVISOR} 同时到达，取 {SOMAXCONN_MIN}..{SOMAXCONN_MAX} 内的 2 的幂"),
+                ),
+            )
+        }
+        Rule::PortRange => {
+            let (n, per) = (port_count(), ports::per_pair(port_count(), false));
+            exact(
+                format!("{} {}", PORT_RANGE.0, PORT_RANGE.1),
+                Said::new(
+                    format!("{n} ports; plan {per} connections per source address and destination (under the connect() cliff at half)"),
+                    format!("{n} 个端口；每个（源地址，目的地址）按 {per} 个连接规划（低于一半处的 connect() 性能悬崖）"),
+                ),
+            )
+        }
+        Rule::MaxOrphans => {
+            // A quarter closing at once, counted ×4 under the kernel's penalty: one per
+            // socket, as much as the RAM share allows.
+            let each = host.obj.per_socket();
+            rec(
+                table_cap(host, pow2(sockets), each, 0),
+                Said::new(
+                    format!("{sockets} sockets / 4 closing at once × 4 (the kernel's orphan penalty), power of two, at most {pct} % of RAM at {each} B each; kernel default ≈ {kd}"),
+                    format!("{sockets} 个 socket 的 1/4 同时关闭 × 4（内核的孤儿惩罚），取 2 的幂，每个 {each} B，最多占内存的 {pct}%；内核默认 ≈ {kd}"),
                 ),
             )
         }
@@ -410,21 +464,25 @@ fn recommend(p: &'static Param, host: &Host, target: &Target) -> Rec {
             let each = host.obj.time_wait;
             rec(
                 table_cap(host, pow2(sockets), each, 0),
-                format!(
-                    "one per socket, power of two, at most {TABLE_RAM_PCT} % of RAM at {each} B each; kernel default ≈ {kd}"
+                Said::new(
+                    format!("one per socket, power of two, at most {pct} % of RAM at {each} B each; kernel default ≈ {kd}"),
+                    format!("每个 socket 一个，取 2 的幂，每个 {each} B，最多占内存的 {pct}%；内核默认 ≈ {kd}"),
                 ),
             )
         }
         Rule::ConntrackMax | Rule::ConntrackBuckets => {
             if !host.conntrack_loaded {
-                return none("conntrack not loaded: nothing to size".to_string());
+                return none(Said::new(
+                    "conntrack not loaded: nothing to size".into(),
+                    "未加载 conntrack：无需设置".into(),
+                ));
             }
             let each = host.obj.conntrack;
             rec(
                 conntrack_max(host, target),
-                format!(
-                    "{sockets} connections + 25 %, at most {TABLE_RAM_PCT} % of RAM at {each} B each; \
-                     buckets = max (the kernel's factor of one); kernel default ≈ {kd}"
+                Said::new(
+                    format!("{sockets} connections + 25 %, at most {pct} % of RAM at {each} B each; buckets = max (the kernel's factor of one); kernel default ≈ {kd}"),
+                    format!("{sockets} 个连接 + 25%，每项 {each} B，最多占内存的 {pct}%；桶数 = 上限（与内核的 1 倍比例相同）；内核默认 ≈ {kd}"),
                 ),
             )
         }
@@ -490,27 +548,35 @@ pub fn math(host: &Host, target: &Target) -> Math {
 
 /// The finding when the target does not fit this box's RAM, worded the same in tune, doctor
 /// and the memory math: "1M connections need ~X GiB of kernel memory; this box has Y".
-pub fn does_not_fit(plan_host: &Host, target: &Target, m: &Math) -> Option<String> {
+pub fn does_not_fit(plan_host: &Host, target: &Target, m: &Math) -> Option<Said> {
     if m.fits {
         return None;
     }
-    Some(format!(
-        "{} connections need ~{} of kernel memory ({} socket slab at {} B per socket + {} \
-         buffered at {} B per socket); this box has {} ({} after a quarter for everything \
-         else), enough for about {} idle or {} busy connections. tcp_mem is capped at {} pages \
-         ({}) so memory pressure starts before the OOM killer does",
-        target.conns,
-        human_bytes(m.kernel_bytes_needed),
-        human_bytes(m.kernel_bytes_total),
-        m.kernel_bytes_per_socket,
-        human_bytes(m.buffered_bytes_total),
-        target.buffered,
-        human_bytes(plan_host.mem_bytes),
-        human_bytes(m.usable_bytes),
-        m.capacity_idle,
-        m.capacity_busy,
-        m.tcp_mem_cap,
-        human_bytes(m.tcp_mem_cap.saturating_mul(plan_host.page_size)),
+    let conns = target.conns;
+    let need = human_bytes(m.kernel_bytes_needed);
+    let slab = human_bytes(m.kernel_bytes_total);
+    let per = m.kernel_bytes_per_socket;
+    let buffered = human_bytes(m.buffered_bytes_total);
+    let each = target.buffered;
+    let ram = human_bytes(plan_host.mem_bytes);
+    let usable = human_bytes(m.usable_bytes);
+    let (idle, busy) = (m.capacity_idle, m.capacity_busy);
+    let cap = m.tcp_mem_cap;
+    let capb = human_bytes(cap.saturating_mul(plan_host.page_size));
+    Some(Said::new(
+        format!(
+            "{conns} connections need ~{need} of kernel memory ({slab} socket slab at {per} B per \
+             socket + {buffered} buffered at {each} B per socket); this box has {ram} ({usable} \
+             after a quarter for everything else), enough for about {idle} idle or {busy} busy \
+             connections. tcp_mem is capped at {cap} pages ({capb}) so memory pressure starts \
+             before the OOM killer does"
+        ),
+        format!(
+            "{conns} 个连接需要约 {need} 内核内存（socket slab {slab}，每个 socket {per} B；\
+             排队数据 {buffered}，每个 socket {each} B）；这台机器只有 {ram}（留出四分之一给其他用途后\
+             剩 {usable}），大约能容纳 {idle} 个空闲连接或 {busy} 个忙碌连接。tcp_mem 被限制在 {cap} 页\
+             （{capb}），使内存压力模式先于 OOM killer 生效"
+        ),
     ))
 }
 
@@ -523,12 +589,17 @@ pub fn plan(host: Host, target: Target) -> Plan {
         .map(|p| recommend(p, &host, &target))
         .collect();
     let m = math(&host, &target);
-    let mut warnings: Vec<String> = does_not_fit(&host, &target, &m).into_iter().collect();
+    let mut warnings: Vec<Said> = does_not_fit(&host, &target, &m).into_iter().collect();
     if target.sockets().saturating_add(FD_RESERVE) > NR_OPEN_MAX {
-        warnings.push(format!(
-            "no process can hold {} descriptors (fs.nr_open tops out at {NR_OPEN_MAX}): spread the \
-             connections over several processes",
-            target.sockets()
+        let n = target.sockets();
+        warnings.push(Said::new(
+            format!(
+                "no process can hold {n} descriptors (fs.nr_open tops out at {NR_OPEN_MAX}): \
+                 spread the connections over several processes"
+            ),
+            format!(
+                "没有进程能持有 {n} 个描述符（fs.nr_open 最多 {NR_OPEN_MAX}）：把连接分散到多个进程"
+            ),
         ));
     }
     Plan {
@@ -591,9 +662,9 @@ mod tests {
         assert_eq!(p.value("net.core.somaxconn"), Some("16384"));
         // tcp_max_syn_backlog bounds nothing with syncookies on: not written.
         assert_eq!(p.value("net.ipv4.tcp_max_syn_backlog"), None);
-        // ehash: 24 GiB / 128 KiB = 196608 → 262144 slots; default orphans 131072.
-        // 1e6/4 = 250000 → 262144.
-        assert_eq!(p.value("net.ipv4.tcp_max_orphans"), Some("262144"));
+        // Orphans: a quarter closing at once × the kernel's ×4 penalty = one per socket,
+        // 2^20, but at most 12 % of RAM at 4014 B each: 3092376444 / 4014 = 770397.
+        assert_eq!(p.value("net.ipv4.tcp_max_orphans"), Some("770397"));
         assert_eq!(p.value("net.ipv4.tcp_max_tw_buckets"), Some("1048576"));
         assert_eq!(p.value("net.netfilter.nf_conntrack_max"), Some("1250000"));
         // Buckets with it, or chains grow to max/buckets × 2 entries.
@@ -666,10 +737,9 @@ mod tests {
         // 10000 / 100 = 100 → 128 arriving at once; the defaults cover it (syn backlog on
         // 2 GiB: max(128, 16384 slots / 128) = 128).
         assert_eq!(p.need("net.core.somaxconn"), Some("128"));
-        // ehash 2 GiB / 128 KiB = 16384 slots: default orphans 8192 > 10000/4 → 4096.
-        assert_eq!(p.value("net.ipv4.tcp_max_orphans"), Some("8192"));
-        // What the target itself needs stays below the defaults, so a live default passes.
-        assert_eq!(p.need("net.ipv4.tcp_max_orphans"), Some("4096"));
+        // ehash 2 GiB / 128 KiB = 16384 slots: default orphans 8192; the target needs
+        // 10000 → 16384 (a quarter closing at once, ×4 penalty).
+        assert_eq!(p.value("net.ipv4.tcp_max_orphans"), Some("16384"));
         assert_eq!(p.need("net.ipv4.tcp_mem"), Some("7500 10000 15000"));
         assert_eq!(p.need("fs.file-max"), Some("12500"));
         assert_eq!(p.value("fs.nr_open"), Some("1048576"));
@@ -693,7 +763,7 @@ mod tests {
         assert!(!p.math.fits);
         // 1610612736 / 4014 B.
         assert_eq!(p.math.capacity_idle, 401_248);
-        let w = &p.warnings[0];
+        let w = &p.warnings[0].en;
         assert!(
             w.starts_with("1000000 connections need ~7.55 GiB of kernel memory"),
             "{w}"
@@ -713,7 +783,7 @@ mod tests {
         assert_eq!(p.math.tcp_mem_cap, 2_097_151);
         assert_eq!(p.value("net.ipv4.tcp_mem"), Some("1048575 1398100 2097150"));
         assert!(!p.math.fits);
-        assert!(p.warnings[0].contains("need ~"), "{:?}", p.warnings);
+        assert!(p.warnings[0].en.contains("need ~"), "{:?}", p.warnings);
     }
 
     #[test]
@@ -760,7 +830,10 @@ mod tests {
         let p = plan(host(1 << 50), target(3_000_000_000, Role::Server));
         assert_eq!(p.value("limits.nofile"), Some("2147483584"));
         assert_eq!(p.value("fs.nr_open"), Some("2147483584"));
-        assert!(p.warnings.iter().any(|w| w.contains("no process can hold")));
+        assert!(p
+            .warnings
+            .iter()
+            .any(|w| w.en.contains("no process can hold")));
     }
 
     #[test]

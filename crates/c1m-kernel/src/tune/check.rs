@@ -103,7 +103,12 @@ fn check_sysctl(root: &Root, plan: &Plan, p: &'static Param) -> Result<Option<Ro
         let (Some(rec_v), Some(need)) = (rec.value.clone(), rec.need.clone()) else {
             // Not for this role: nothing to say. Conntrack not loaded: say so.
             if p.applies_to(plan.target.role) && live.is_none() {
-                return Ok(Some(Row::new(p, Status::Missing, None, rec.basis.clone())));
+                return Ok(Some(Row::new(
+                    p,
+                    Status::Missing,
+                    None,
+                    rec.basis.en.clone(),
+                )));
             }
             return Ok(None);
         };

@@ -34,7 +34,7 @@ pub fn target_fits(ctx: &Ctx) -> Finding {
     };
     let m = &plan.math;
     match does_not_fit(&plan.host, &plan.target, m) {
-        Some(msg) => Finding::new(N, Status::Fail, msg).fix(format!(
+        Some(msg) => Finding::new(N, Status::Fail, msg.en).fix(format!(
             "c1m tune --conns {} --check  # sizes every limit for what this box can hold; add RAM or spread the connections over {} boxes",
             plan.target.conns,
             m.kernel_bytes_needed.div_ceil(m.usable_bytes.max(1))

@@ -121,8 +121,17 @@ fn two_gib_box_asking_for_one_million_gets_a_finding_not_a_huge_tcp_mem() {
         "{out}"
     );
     assert!(!out.contains("1500000"), "{out}");
-    // --apply writes no more than that.
-    let (_, _) = f.run(&["--conns", "1M", "--apply"]).unwrap();
+    // --check: a finding of its own, exit 1, while tcp_mem at the kernel default is ok.
+    let (r, code) = rows(&f, &["--conns", "1M"]);
+    assert_eq!(code, 1);
+    assert_eq!(status(&r, "memory.target"), Some("does-not-fit"));
+    assert_eq!(status(&r, "net.ipv4.tcp_mem"), Some("ok"));
+    // --apply writes no more than that, and says why.
+    let (out, _) = f.run(&["--conns", "1M", "--apply"]).unwrap();
+    assert!(
+        out.contains("WARNING  1000000 connections need ~7.55 GiB"),
+        "{out}"
+    );
     let live = f.get("net.ipv4.tcp_mem").unwrap();
     let max: u64 = live.split_whitespace().last().unwrap().parse().unwrap();
     assert!(max * 4096 <= 1 << 30, "{live}");

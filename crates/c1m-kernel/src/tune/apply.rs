@@ -129,6 +129,10 @@ pub fn apply(root: &Root, plan: &Plan, opts: &Opts) -> Result<Report> {
             r.note
         ));
     }
+    // The target does not fit: --apply writes the capped values and says so.
+    for r in rows.iter().filter(|r| r.status == Status::DoesNotFit) {
+        rep.lines.push(format!("WARNING  {}", r.note));
+    }
     for r in rows
         .iter()
         .filter(|r| r.source.is_some() && r.status.needs_change())

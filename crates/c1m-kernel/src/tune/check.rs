@@ -49,6 +49,26 @@ pub fn check(root: &Root, plan: &Plan, service: Option<&str>) -> Result<Vec<Row>
         rows.extend(check_self_nofile(root, plan, p)?);
     }
     rows.extend(scan_sysctl_configs(root, plan)?);
+    // The memory math's finding: no setting makes the target fit, so it is a row of its own
+    // (nothing for --apply to write) and a finding for the exit code.
+    let m = &plan.math;
+    if let Some(msg) = super::calc::does_not_fit(&plan.host, &plan.target, m) {
+        rows.push(Row {
+            key: "memory.target",
+            status: Status::DoesNotFit,
+            live: Some(format!(
+                "{} usable",
+                super::units::human_bytes(m.usable_bytes)
+            )),
+            recommended: Some(format!(
+                "{} needed",
+                super::units::human_bytes(m.kernel_bytes_needed)
+            )),
+            target: None,
+            note: msg.en,
+            source: None,
+        });
+    }
     Ok(rows)
 }
 

@@ -21,6 +21,9 @@ pub enum Status {
     /// A configured value that breaks the box now or at the next login or boot (a nofile
     /// above fs.nr_open: logins refused, units failing with 205/LIMITS).
     Critical,
+    /// The target needs more kernel memory than this box has (the memory math's finding).
+    #[serde(rename = "does-not-fit")]
+    DoesNotFit,
     Obsolete,
     /// The kernel lacks the key (or the module is not loaded): skipped, not a failure.
     Missing,
@@ -36,6 +39,7 @@ impl Status {
             Status::High => "high",
             Status::Harmful => "harmful",
             Status::Critical => "critical",
+            Status::DoesNotFit => "does-not-fit",
             Status::Obsolete => "obsolete",
             Status::Missing => "missing",
             Status::Info => "info",
@@ -46,7 +50,12 @@ impl Status {
     pub fn needs_change(self) -> bool {
         matches!(
             self,
-            Status::Low | Status::High | Status::Harmful | Status::Critical | Status::Obsolete
+            Status::Low
+                | Status::High
+                | Status::Harmful
+                | Status::Critical
+                | Status::DoesNotFit
+                | Status::Obsolete
         )
     }
 }

@@ -2,10 +2,16 @@
 //! (connections, role, expected buffered bytes) into a value for every table entry whose
 //! [`Rule`] says c1m sizes it, plus the memory math shown to the user.
 //!
-//! Owns: the sizing formulas and the estimates of the kernel's own defaults. It reads nothing
+//! Owns: the sizing formulas and the estimates of the kernel's own defaults; the memory
+//! budget (tcp_mem and its cap, what fits in RAM) is in `tune::memory`. It reads nothing
 //! from disk (the caller builds [`Host`] from a `Root`), so every formula is unit-testable with
 //! hand-computed figures.
 
+pub use super::memory::{
+    does_not_fit, socket_slab_bytes, table_cap, tcp_mem, tcp_mem_cap, tcp_mem_capped,
+    tcp_mem_default, tcp_mem_need, tcp_mem_shape, usable_bytes, RESERVE_DIVISOR, TABLE_RAM_PCT,
+    TCP_MEM_RAM_PCT,
+};
 pub use super::slab::ObjSizes;
 use super::units::human_bytes;
 use crate::params::{KernelDefault, Param, Role, Rule, PARAMS};
@@ -19,18 +25,6 @@ pub const FD_RESERVE: u64 = 1024;
 pub const NR_OPEN_MAX: u64 = 2_147_483_584;
 /// Queued data an orphan may still hold (ip-sysctl.rst tcp_max_orphans: "up to ~64K").
 pub const ORPHAN_MAX_BYTES: u64 = 64 * 1024;
-/// The most of MemTotal tcp_mem's max may reach, in percent. tcp_mem counts only queued
-/// data: the sockets' own slab, the processes and the page cache must fit in the rest, and
-/// memory pressure (tcp_mem[1]) must start well before the OOM killer does. The kernel's own
-/// default max is 3/32 of RAM (about 9 %); c1m allows up to half for a box that exists to
-/// hold connections.
-pub const TCP_MEM_RAM_PCT: u64 = 50;
-/// Share of RAM kept for everything but connections (processes, page cache): a quarter.
-pub const RESERVE_DIVISOR: u64 = 4;
-/// The most of MemTotal one table of per-socket kernel objects (TIME_WAIT sockets, epoll
-/// watches, conntrack entries) may cost at its cap, in percent: a limit that lets a table
-/// grow past this would let that one table take the memory the sockets need.
-pub const TABLE_RAM_PCT: u64 = 12;
 /// RAM per TCP established hash slot (`tcp_init`: scale 17, one slot per 128 KiB) and the
 /// table's cap (512K slots), for estimating tcp_max_orphans / tcp_max_tw_buckets defaults.
 pub const EHASH_BYTES_PER_SLOT: u64 = 128 * 1024;
@@ -198,13 +192,6 @@ fn headroom(n: u64) -> u64 {
     n.saturating_add(n / 4)
 }
 
-/// The kernel's tcp_mem shape from a pressure value: min = pressure/4*3, max = 2*min
-/// (`tcp_init_mem`, integer arithmetic as the kernel does it).
-pub fn tcp_mem_shape(pressure: u64) -> [u64; 3] {
-    let min = pressure / 4 * 3;
-    [min, pressure, min * 2]
-}
-
 /// TCP established hash slots the kernel allocates for this RAM.
 pub fn ehash_slots(host: &Host) -> u64 {
     pow2(host.mem_bytes.div_ceil(EHASH_BYTES_PER_SLOT)).min(EHASH_MAX_SLOTS)
@@ -242,11 +229,6 @@ pub fn conntrack_buckets_default(mem_bytes: u64) -> u64 {
     }
 }
 
-/// The kernel's tcp_mem: limit = free buffer pages / 16 (about RAM pages / 16), at least 128.
-pub fn tcp_mem_default(host: &Host) -> [u64; 3] {
-    tcp_mem_shape((host.mem_bytes / host.page_size / 16).max(128))
-}
-
 fn default_num(p: &Param, host: &Host) -> u64 {
     kernel_default(p, host)
         .and_then(|s| s.parse().ok())
@@ -257,59 +239,6 @@ fn default_num(p: &Param, host: &Host) -> u64 {
 /// target plus a reserve, so even a single-process server fits; at most what nr_open allows.
 pub fn nofile(target: &Target) -> u64 {
     pow2(target.sockets().saturating_add(FD_RESERVE)).min(NR_OPEN_MAX)
-}
-
-/// tcp_mem in pages: pressure covers every socket's buffered bytes at once, in the kernel's
-/// shape, never below the kernel's own; but max never above [`tcp_mem_cap`]: when the target
-/// needs more, the shape is taken from the cap (max = cap, pressure = 2/3 of it) and the plan
-/// says the box cannot hold the target instead of writing a max the RAM does not have.
-pub fn tcp_mem(host: &Host, target: &Target) -> [u64; 3] {
-    let kd = tcp_mem_default(host);
-    let want = tcp_mem_shape(tcp_mem_need(host, target).max(kd[1]));
-    let cap = tcp_mem_cap(host, target);
-    if want[2] <= cap {
-        want
-    } else {
-        tcp_mem_shape(cap / 3 * 2)
-    }
-}
-
-/// The most tcp_mem's max may be, in pages: [`TCP_MEM_RAM_PCT`] of MemTotal, and no more
-/// than RAM less the reserve less the target's socket slab; never below the kernel default.
-pub fn tcp_mem_cap(host: &Host, target: &Target) -> u64 {
-    let share = host.mem_bytes / 100 * TCP_MEM_RAM_PCT;
-    let left = usable_bytes(host).saturating_sub(socket_slab_bytes(host, target));
-    (share.min(left) / host.page_size).max(tcp_mem_default(host)[2])
-}
-
-/// Whether the target's buffered bytes need a tcp_mem max above [`tcp_mem_cap`].
-pub fn tcp_mem_capped(host: &Host, target: &Target) -> bool {
-    tcp_mem_shape(tcp_mem_need(host, target))[2] > tcp_mem_cap(host, target)
-}
-
-/// RAM for connections: MemTotal less a quarter for processes and page cache.
-pub fn usable_bytes(host: &Host) -> u64 {
-    host.mem_bytes - host.mem_bytes / RESERVE_DIVISOR
-}
-
-/// Slab the target's sockets hold while idle (socket, descriptor, epoll watch).
-pub fn socket_slab_bytes(host: &Host, target: &Target) -> u64 {
-    target.sockets().saturating_mul(host.obj.per_socket())
-}
-
-/// A count limit for a table of `bytes_each` objects: `want`, but no more than
-/// [`TABLE_RAM_PCT`] of MemTotal can hold, and never below the kernel default `kd`.
-pub fn table_cap(host: &Host, want: u64, bytes_each: u64, kd: u64) -> u64 {
-    let most = host.mem_bytes / 100 * TABLE_RAM_PCT / bytes_each.max(1);
-    want.min(most).max(kd)
-}
-
-/// Pages every socket's buffered bytes take at once: the least pressure value the target needs.
-pub fn tcp_mem_need(host: &Host, target: &Target) -> u64 {
-    target
-        .sockets()
-        .saturating_mul(target.buffered)
-        .div_ceil(host.page_size)
 }
 
 /// Connections that may arrive at once on one listener in a reconnect storm: 1/100 of the
@@ -546,40 +475,6 @@ pub fn math(host: &Host, target: &Target) -> Math {
     }
 }
 
-/// The finding when the target does not fit this box's RAM, worded the same in tune, doctor
-/// and the memory math: "1M connections need ~X GiB of kernel memory; this box has Y".
-pub fn does_not_fit(plan_host: &Host, target: &Target, m: &Math) -> Option<Said> {
-    if m.fits {
-        return None;
-    }
-    let conns = target.conns;
-    let need = human_bytes(m.kernel_bytes_needed);
-    let slab = human_bytes(m.kernel_bytes_total);
-    let per = m.kernel_bytes_per_socket;
-    let buffered = human_bytes(m.buffered_bytes_total);
-    let each = target.buffered;
-    let ram = human_bytes(plan_host.mem_bytes);
-    let usable = human_bytes(m.usable_bytes);
-    let (idle, busy) = (m.capacity_idle, m.capacity_busy);
-    let cap = m.tcp_mem_cap;
-    let capb = human_bytes(cap.saturating_mul(plan_host.page_size));
-    Some(Said::new(
-        format!(
-            "{conns} connections need ~{need} of kernel memory ({slab} socket slab at {per} B per \
-             socket + {buffered} buffered at {each} B per socket); this box has {ram} ({usable} \
-             after a quarter for everything else), enough for about {idle} idle or {busy} busy \
-             connections. tcp_mem is capped at {cap} pages ({capb}) so memory pressure starts \
-             before the OOM killer does"
-        ),
-        format!(
-            "{conns} 个连接需要约 {need} 内核内存（socket slab {slab}，每个 socket {per} B；\
-             排队数据 {buffered}，每个 socket {each} B）；这台机器只有 {ram}（留出四分之一给其他用途后\
-             剩 {usable}），大约能容纳 {idle} 个空闲连接或 {busy} 个忙碌连接。tcp_mem 被限制在 {cap} 页\
-             （{capb}），使内存压力模式先于 OOM killer 生效"
-        ),
-    ))
-}
-
 /// Builds the plan: a recommendation for every entry c1m writes, the math, and warnings when
 /// the target does not fit.
 pub fn plan(host: Host, target: Target) -> Plan {
@@ -612,253 +507,5 @@ pub fn plan(host: Host, target: Target) -> Plan {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const GIB: u64 = 1 << 30;
-
-    fn host(mem: u64) -> Host {
-        Host {
-            mem_bytes: mem,
-            cpus: 2,
-            page_size: 4096,
-            conntrack_loaded: true,
-            obj: ObjSizes::MEASURED,
-        }
-    }
-
-    fn target(conns: u64, role: Role) -> Target {
-        Target {
-            conns,
-            role,
-            buffered: 4096,
-        }
-    }
-
-    #[test]
-    fn kernel_shape_matches_live_kernel() {
-        // A live 6.18 box printed 287898 383866 575796 for limit 383866.
-        assert_eq!(tcp_mem_shape(383_866), [287_898, 383_866, 575_796]);
-    }
-
-    #[test]
-    fn one_million_on_24_gib_server() {
-        let h = host(24 * GIB);
-        let t = target(1_000_000, Role::Server);
-        let p = plan(h, t);
-        // 24 GiB = 6291456 pages; kernel limit 6291456/16 = 393216.
-        assert_eq!(p.math.tcp_mem_default, [294_912, 393_216, 589_824]);
-        // 1e6 sockets × 4096 B / 4096 B = 1e6 pages of pressure; min 750000; max 1500000.
-        assert_eq!(p.value("net.ipv4.tcp_mem"), Some("750000 1000000 1500000"));
-        // 1e6 + 1024 = 1001024 → 2^20.
-        assert_eq!(p.value("limits.nofile"), Some("1048576"));
-        assert_eq!(p.value("systemd.LimitNOFILE"), Some("1048576"));
-        assert_eq!(p.value("fs.nr_open"), Some("1048576"));
-        // 25769803776 / 10240 = 2516582 > 1.25e6.
-        assert_eq!(p.value("fs.file-max"), Some("2516582"));
-        // Kernel default 25769803776 / 25 / 208 B per watch = 4955731 > 1.25e6.
-        assert_eq!(p.value("fs.epoll.max_user_watches"), Some("4955731"));
-        // 1e6 / 100 = 10000 → 16384.
-        assert_eq!(p.value("net.core.somaxconn"), Some("16384"));
-        // tcp_max_syn_backlog bounds nothing with syncookies on: not written.
-        assert_eq!(p.value("net.ipv4.tcp_max_syn_backlog"), None);
-        // Orphans: a quarter closing at once × the kernel's ×4 penalty = one per socket,
-        // 2^20, but at most 12 % of RAM at 4014 B each: 3092376444 / 4014 = 770397.
-        assert_eq!(p.value("net.ipv4.tcp_max_orphans"), Some("770397"));
-        assert_eq!(p.value("net.ipv4.tcp_max_tw_buckets"), Some("1048576"));
-        assert_eq!(p.value("net.netfilter.nf_conntrack_max"), Some("1250000"));
-        // Buckets with it, or chains grow to max/buckets × 2 entries.
-        assert_eq!(
-            p.value("net.netfilter.nf_conntrack_buckets"),
-            Some("1250000")
-        );
-        assert_eq!(p.value("net.ipv4.tcp_slow_start_after_idle"), Some("0"));
-        assert_eq!(p.value("net.ipv4.tcp_syncookies"), Some("1"));
-        // Server: no port range, no tw_reuse.
-        assert_eq!(p.value("net.ipv4.ip_local_port_range"), None);
-        assert_eq!(p.value("net.ipv4.tcp_tw_reuse"), None);
-        // Usable = 24 GiB × 3/4 = 19327352832; / (3806 + 208) = 4814985; / 8110 = 2383150.
-        assert_eq!(p.math.usable_bytes, 19_327_352_832);
-        assert_eq!(p.math.capacity_idle, 4_814_985);
-        assert_eq!(p.math.capacity_busy, 2_383_150);
-        assert_eq!(p.math.kernel_bytes_total, 4_014_000_000);
-        // Half of 24 GiB in pages: 12884901850 / 4096.
-        assert_eq!(p.math.tcp_mem_cap, 3_145_727);
-        assert!(p.math.fits);
-        assert_eq!(p.math.fds_per_worker, 500_000);
-        assert_eq!(p.math.source_ips_per_destination, None);
-        assert_eq!(p.math.keepalive_probes_notes, 33_333);
-        assert!(p.warnings.is_empty(), "{:?}", p.warnings);
-    }
-
-    #[test]
-    fn one_million_on_24_gib_client() {
-        let p = plan(host(24 * GIB), target(1_000_000, Role::Client));
-        assert_eq!(p.value("net.ipv4.ip_local_port_range"), Some("10000 65535"));
-        assert_eq!(p.value("net.ipv4.tcp_tw_reuse"), Some("1"));
-        // No listener: somaxconn, syn backlog and syncookies do not apply.
-        assert_eq!(p.value("net.core.somaxconn"), None);
-        assert_eq!(p.value("net.ipv4.tcp_max_syn_backlog"), None);
-        assert_eq!(p.value("net.ipv4.tcp_syncookies"), None);
-        // 45 % of 55536 ports = 24991 per (source, destination): 1e6 needs 41 source
-        // addresses, not the 19 the full range would suggest (the connect() cliff is at half).
-        assert_eq!(p.math.conns_per_source, Some(24_991));
-        assert_eq!(p.math.source_ips_per_destination, Some(41));
-        assert_eq!(p.value("net.ipv4.tcp_mem"), Some("750000 1000000 1500000"));
-    }
-
-    #[test]
-    fn proxy_doubles_sockets() {
-        let p = plan(host(24 * GIB), target(1_000_000, Role::Proxy));
-        assert_eq!(p.math.sockets, 2_000_000);
-        // 2000000 + 1024 → 2^21; nr_open must follow it above the default.
-        assert_eq!(p.value("limits.nofile"), Some("2097152"));
-        assert_eq!(p.value("fs.nr_open"), Some("2097152"));
-        // 2e6 pages of pressure would make max 3e6 pages, but 2e6 sockets' slab (8.0 GB)
-        // leaves 11299352832 B of the usable 3/4: max ≤ 2758631 pages, shape rebuilt under it.
-        assert_eq!(p.value("net.ipv4.tcp_mem"), Some("1379313 1839086 2758626"));
-        assert!(!p.math.fits);
-        // 2e6 + 25 % = 2.5e6 is below the 2516582 default.
-        assert_eq!(p.value("fs.file-max"), Some("2516582"));
-        // Capacity per proxied connection: 19327352832 / 8028 = 2407492.
-        assert_eq!(p.math.capacity_idle, 2_407_492);
-        assert!(p.value("net.ipv4.ip_local_port_range").is_some());
-        assert!(p.value("net.core.somaxconn").is_some());
-    }
-
-    #[test]
-    fn small_box_never_below_kernel_defaults_and_warns() {
-        // 2 GiB, 10000 connections: every sized value stays at the kernel default.
-        let h = host(2 * GIB);
-        let p = plan(h, target(10_000, Role::Server));
-        // 524288 pages / 16 = 32768.
-        assert_eq!(p.value("net.ipv4.tcp_mem"), Some("24576 32768 49152"));
-        assert_eq!(p.value("net.core.somaxconn"), Some("4096"));
-        // 10000 / 100 = 100 → 128 arriving at once; the defaults cover it (syn backlog on
-        // 2 GiB: max(128, 16384 slots / 128) = 128).
-        assert_eq!(p.need("net.core.somaxconn"), Some("128"));
-        // ehash 2 GiB / 128 KiB = 16384 slots: default orphans 8192; the target needs
-        // 10000 → 16384 (a quarter closing at once, ×4 penalty).
-        assert_eq!(p.value("net.ipv4.tcp_max_orphans"), Some("16384"));
-        assert_eq!(p.need("net.ipv4.tcp_mem"), Some("7500 10000 15000"));
-        assert_eq!(p.need("fs.file-max"), Some("12500"));
-        assert_eq!(p.value("fs.nr_open"), Some("1048576"));
-        // 10000 + 1024 → 16384.
-        assert_eq!(p.value("limits.nofile"), Some("16384"));
-        assert!(p.warnings.is_empty());
-
-        // 2 GiB: nf_conntrack's default is 65536 buckets (1 to 4 GiB), not RAM/16384.
-        assert_eq!(p.value("net.netfilter.nf_conntrack_buckets"), Some("65536"));
-    }
-
-    #[test]
-    fn two_gib_box_asking_for_one_million() {
-        // The audit's case: 1M × 4 KiB buffered = 1e6 pages; the kernel shape would put max at
-        // 1.5e6 pages = 5.7 GiB on a 2 GiB box. The cap keeps tcp_mem at the kernel's own
-        // (the sockets' slab alone, 4 GB, is more than the 1.5 GiB usable) and says why.
-        let h = host(2 * GIB);
-        let p = plan(h, target(1_000_000, Role::Server));
-        assert_eq!(p.value("net.ipv4.tcp_mem"), Some("24576 32768 49152"));
-        assert_eq!(p.need("net.ipv4.tcp_mem"), Some("24576 32768 49152"));
-        assert!(!p.math.fits);
-        // 1610612736 / 4014 B.
-        assert_eq!(p.math.capacity_idle, 401_248);
-        let w = &p.warnings[0].en;
-        assert!(
-            w.starts_with("1000000 connections need ~7.55 GiB of kernel memory"),
-            "{w}"
-        );
-        assert!(w.contains("this box has 2.00 GiB"), "{w}");
-        let max_bytes = 49_152 * 4096;
-        assert!(max_bytes <= h.mem_bytes / 2);
-    }
-
-    #[test]
-    fn tcp_mem_never_above_half_of_ram() {
-        // 16 GiB, 1M with 16 KiB each: the shape wants max 6e6 pages (22.9 GiB). Half of
-        // RAM is 2097151 pages; the shape is rebuilt under it.
-        let mut t = target(1_000_000, Role::Server);
-        t.buffered = 16 * 1024;
-        let p = plan(host(16 * GIB), t);
-        assert_eq!(p.math.tcp_mem_cap, 2_097_151);
-        assert_eq!(p.value("net.ipv4.tcp_mem"), Some("1048575 1398100 2097150"));
-        assert!(!p.math.fits);
-        assert!(p.warnings[0].en.contains("need ~"), "{:?}", p.warnings);
-    }
-
-    #[test]
-    fn conntrack_default_follows_nf_conntrack_init_start() {
-        assert_eq!(conntrack_buckets_default(64 << 20), 1024);
-        assert_eq!(conntrack_buckets_default(512 << 20), 4096);
-        assert_eq!(conntrack_buckets_default(GIB), 8192);
-        assert_eq!(conntrack_buckets_default(2 * GIB), 65_536);
-        assert_eq!(conntrack_buckets_default(4 * GIB), 65_536);
-        assert_eq!(conntrack_buckets_default(8 * GIB), 262_144);
-    }
-
-    #[test]
-    fn tables_capped_by_ram() {
-        // 10M TIME_WAIT buckets at 256 B = 2.6 GB: on 4 GiB at most 12 % of RAM.
-        let p = plan(host(4 * GIB), target(10_000_000, Role::Server));
-        let tw: u64 = p
-            .value("net.ipv4.tcp_max_tw_buckets")
-            .unwrap()
-            .parse()
-            .unwrap();
-        assert_eq!(tw, 4 * GIB / 100 * 12 / 256);
-        assert!(tw * 256 <= 4 * GIB / 8);
-    }
-
-    #[test]
-    fn buffered_bytes_drive_tcp_mem() {
-        let mut t = target(1_000_000, Role::Server);
-        t.buffered = 16 * 1024;
-        // 1e6 × 16384 B / 4096 B = 4e6 pages; min 3e6, max 6e6 pages = 22.9 GiB: more than
-        // half of 24 GiB, so the max is cut to 3145727 pages and the plan warns.
-        let p = plan(host(24 * GIB), t);
-        assert_eq!(p.value("net.ipv4.tcp_mem"), Some("1572861 2097150 3145722"));
-        // 19327352832 / (4014 + 16384) = 947512 connections with 16 KiB queued each.
-        assert_eq!(p.math.capacity_busy, 947_512);
-        assert_eq!(p.warnings.len(), 1, "{:?}", p.warnings);
-        // A kilobyte each fits.
-        t.buffered = 1024;
-        assert!(plan(host(24 * GIB), t).warnings.is_empty());
-    }
-
-    #[test]
-    fn nofile_stops_at_nr_open_max() {
-        let p = plan(host(1 << 50), target(3_000_000_000, Role::Server));
-        assert_eq!(p.value("limits.nofile"), Some("2147483584"));
-        assert_eq!(p.value("fs.nr_open"), Some("2147483584"));
-        assert!(p
-            .warnings
-            .iter()
-            .any(|w| w.en.contains("no process can hold")));
-    }
-
-    #[test]
-    fn somaxconn_clamps() {
-        assert_eq!(somaxconn(&target(100, Role::Server)), 4096);
-        assert_eq!(somaxconn(&target(10_000_000, Role::Server)), 65535);
-    }
-
-    #[test]
-    fn page_size_scales_tcp_mem() {
-        let mut h = host(24 * GIB);
-        h.page_size = 65536;
-        // 393216 pages of 64 KiB / 16 = 24576; need 1e6 × 4096 / 65536 = 62500 pages.
-        assert_eq!(tcp_mem_default(&h), [18432, 24576, 36864]);
-        assert_eq!(
-            tcp_mem(&h, &target(1_000_000, Role::Server)),
-            [46875, 62500, 93750]
-        );
-    }
-
-    #[test]
-    fn conntrack_only_when_loaded() {
-        let mut h = host(24 * GIB);
-        h.conntrack_loaded = false;
-        let p = plan(h, target(1_000_000, Role::Server));
-        assert_eq!(p.value("net.netfilter.nf_conntrack_max"), None);
-    }
-}
+#[path = "calc_tests.rs"]
+mod tests;

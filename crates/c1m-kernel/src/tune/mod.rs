@@ -13,6 +13,7 @@ pub mod calc;
 pub mod check;
 mod conf;
 pub mod explain;
+pub mod memory;
 pub mod render;
 pub mod slab;
 pub mod status;

@@ -229,13 +229,13 @@ pub static PARAMS: &[Param] = &[
             "进程用 SO_RCVBUF 能申请的上限；不限制 TCP 自动调节。",
         ),
         kernel_default: t(
-            "4194304 (4 MiB) on current kernels (commit a6d4f25888b8); 212992 on older ones.",
-            "当前内核为 4194304（4 MiB，commit a6d4f25888b8）；旧内核为 212992。",
+            "4194304 (4 MiB) on current kernels (read on 6.18 here); 212992 on older ones.",
+            "当前内核为 4194304（4 MiB，本机 6.18 内核实测）；旧内核为 212992。",
         ),
         danger: t("No effect on holding idle connections.", "对保持空闲连接没有影响。"),
         why: t("caps SO_RCVBUF only", "只限制 SO_RCVBUF"),
         seeds: "002: 16777216; 004: 50331648",
-        source: "commit a6d4f25888b8 (net: raise the rmem_max/wmem_max defaults to 4 MiB); live value on kernel 6.18 here: 4194304",
+        source: "measured: `cat /proc/sys/net/core/rmem_max /proc/sys/net/core/wmem_max` on kernel 6.18.44 here, 2026-11-23: 4194304 4194304; 212992 on older kernels (SK_RMEM_MAX/SK_WMEM_MAX, include/net/sock.h)",
         ..BASE
     },
     Param {
@@ -246,13 +246,13 @@ pub static PARAMS: &[Param] = &[
             "进程用 SO_SNDBUF 能申请的上限；不限制 TCP 自动调节。",
         ),
         kernel_default: t(
-            "4194304 (4 MiB) on current kernels (commit a6d4f25888b8); 212992 on older ones.",
-            "当前内核为 4194304（4 MiB，commit a6d4f25888b8）；旧内核为 212992。",
+            "4194304 (4 MiB) on current kernels (read on 6.18 here); 212992 on older ones.",
+            "当前内核为 4194304（4 MiB，本机 6.18 内核实测）；旧内核为 212992。",
         ),
         danger: t("No effect on holding idle connections.", "对保持空闲连接没有影响。"),
         why: t("caps SO_SNDBUF only", "只限制 SO_SNDBUF"),
         seeds: "002: 16777216; 004: 33554432",
-        source: "commit a6d4f25888b8 (net: raise the rmem_max/wmem_max defaults to 4 MiB); live value on kernel 6.18 here: 4194304",
+        source: "measured: `cat /proc/sys/net/core/rmem_max /proc/sys/net/core/wmem_max` on kernel 6.18.44 here, 2026-11-23: 4194304 4194304; 212992 on older kernels (SK_RMEM_MAX/SK_WMEM_MAX, include/net/sock.h)",
         ..BASE
     },
     // ---- accepting: queues for connection storms ----

@@ -10,6 +10,10 @@ use crate::params::{Kind, Lang, Param, Verdict, PARAMS};
 use serde_json::json;
 use std::fmt::Write;
 
+/// The unit the plan shows a LimitNOFILE= drop-in for when no --service is given: the
+/// gateway's own, so the printed path is one that can be used as it stands.
+pub const DEFAULT_UNIT: &str = "c1m";
+
 /// Where the systemd drop-in for `service` goes.
 pub fn systemd_path(service: &str) -> String {
     let unit = if service.contains('.') {
@@ -279,10 +283,10 @@ pub fn render_text(plan: &Plan, lang: Lang, service: Option<&str>) -> String {
     {
         line(format!("  {l}"), format!("  {l}"));
     }
-    let path = systemd_path(service.unwrap_or("YOUR-SERVICE"));
+    let path = systemd_path(service.unwrap_or(DEFAULT_UNIT));
     line(
-        format!("\n{path} (services do not read limits.d)\n  [Service]\n  LimitNOFILE={nofile}"),
-        format!("\n{path}（服务不读 limits.d）\n  [Service]\n  LimitNOFILE={nofile}"),
+        format!("\n{path} (services do not read limits.d; --service NAME for another unit)\n  [Service]\n  LimitNOFILE={nofile}"),
+        format!("\n{path}（服务不读 limits.d；其他单元用 --service NAME）\n  [Service]\n  LimitNOFILE={nofile}"),
     );
     line(
         "\nRefused (c1m tune explain KEY):".into(),
@@ -342,7 +346,7 @@ pub fn render_json(plan: &Plan, lang: Lang, service: Option<&str>) -> serde_json
         "files": {
             super::check::SYSCTL_DROPIN: render_sysctl(plan, lang),
             super::check::LIMITS_DROPIN: limits_dropin(plan, nofile, lang),
-            systemd_path(service.unwrap_or("YOUR-SERVICE")): systemd_dropin(plan, nofile),
+            systemd_path(service.unwrap_or(DEFAULT_UNIT)): systemd_dropin(plan, nofile),
         },
         "refused": refused,
     })

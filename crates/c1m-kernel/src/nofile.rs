@@ -64,6 +64,15 @@ impl Line {
         self.largest().is_some_and(|v| v > nr_open)
     }
 
+    /// The same in Chinese.
+    pub fn effect_zh(&self) -> &'static str {
+        match self.origin {
+            Origin::Pam => "pam_limits 的 setrlimit() 失败，登录被拒绝",
+            Origin::Unit => "该单元无法启动（状态 205/LIMITS）",
+            Origin::Default => "所有没有单独设置 LimitNOFILE= 的单元都无法启动（状态 205/LIMITS）",
+        }
+    }
+
     /// What the line means for the user, in one phrase.
     pub fn effect(&self) -> &'static str {
         match self.origin {
@@ -253,16 +262,15 @@ pub fn pam_effective(lines: &[Line], user: &str, groups: &[&str]) -> (Option<u64
 }
 
 /// The fix for a line above nr_open: raise nr_open first (live and for the next boot), or
-/// lower the line. Both concrete.
-pub fn fix_above(line: &Line, nr_open: u64) -> Vec<String> {
+/// lower the line to nr_open. Both concrete commands.
+pub fn fix_above(line: &Line, nr_open: u64) -> [String; 2] {
     let want = line.largest().unwrap_or(nr_open);
-    vec![
+    [
         format!(
             "sysctl -w fs.nr_open={want} && echo 'fs.nr_open = {want}' > /etc/sysctl.d/10-nr-open.conf"
         ),
         format!(
-            "or lower {} to at most {nr_open}: sed -i '{}s/{want}/{nr_open}/' {}",
-            line.at(),
+            "sed -i '{}s/{want}/{nr_open}/' {}",
             line.line,
             line.file.display()
         ),

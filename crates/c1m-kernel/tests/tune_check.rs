@@ -353,6 +353,6 @@ fn user_specific_limits_lines_are_read() {
     assert_eq!(row("of root")["status"], "ok");
     // The user's own line wins over `*` for that user: its logins get 4096.
     assert_eq!(row("logins of c1m")["status"], "low");
-    assert_eq!(row("logins of c1m")["live"], "soft 4096 hard default");
+    assert_eq!(row("logins of c1m")["live"], "soft 4096 hard -");
     assert_eq!(row("group @web")["status"], "low");
 }

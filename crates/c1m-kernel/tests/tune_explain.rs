@@ -146,6 +146,16 @@ fn half_width_punctuation(text: &str) -> Vec<String> {
 #[test]
 fn chinese_output_has_no_english_sentence_and_full_width_punctuation() {
     let f = Fake::new();
+    // Config lines the check reports, so their notes are in the output too.
+    f.write(
+        "/etc/security/limits.d/60-seed.conf",
+        "*  soft nofile 2000000\nweb hard nofile 4096\n",
+    );
+    f.write(
+        "/etc/sysctl.d/99-notes.conf",
+        "net.ipv4.tcp_tw_recycle = 1\nnet.ipv4.tcp_max_tw_buckets = 5000\n",
+    );
+    f.sysctl("vm.swappiness", "0\n");
     let mut all = String::new();
     for p in PARAMS {
         let (out, _) = f.run(&["explain", p.key, "--lang", "zh"]).unwrap();
@@ -160,10 +170,12 @@ fn chinese_output_has_no_english_sentence_and_full_width_punctuation() {
             "--conns", "10M", "--mem", "2G", "--role", "client", "--lang", "zh",
         ],
         &["--conns", "250K", "--lang", "zh", "--format", "sysctl"],
+        &["--conns", "1M", "--lang", "zh", "--check"],
+        &["--conns", "1M", "--mem", "2G", "--lang", "zh", "--check"],
     ] {
         let (out, _) = f.run(args).unwrap();
         assert!(
-            out.contains("内存估算") || out.contains("由 c1m tune"),
+            out.contains("内存估算") || out.contains("由 c1m tune") || out.contains("项发现"),
             "{out}"
         );
         all.push_str(&out);

@@ -126,6 +126,24 @@ pub struct Said {
     pub zh: String,
 }
 
+impl From<crate::params::Text> for Said {
+    fn from(t: crate::params::Text) -> Said {
+        Said::new(t.en.into(), t.zh.into())
+    }
+}
+
+impl From<(&str, &str)> for Said {
+    fn from((en, zh): (&str, &str)) -> Said {
+        Said::new(en.into(), zh.into())
+    }
+}
+
+impl From<(String, String)> for Said {
+    fn from((en, zh): (String, String)) -> Said {
+        Said::new(en, zh)
+    }
+}
+
 impl Said {
     pub fn new(en: String, zh: String) -> Said {
         Said { en, zh }

@@ -8,7 +8,7 @@
 
 pub use super::status::{compare, is_harmful, target, Status};
 
-use super::calc::Plan;
+use super::calc::{Plan, Said};
 use super::conf::{check_limits, check_systemd, check_systemd_default, scan_sysctl_configs};
 use crate::params::{lookup, Kind, Param, Verdict, PARAMS};
 use crate::root::Root;
@@ -30,6 +30,9 @@ pub struct Row {
     /// What `--apply` writes for this key (live rows only).
     pub target: Option<String>,
     pub note: String,
+    /// The note in Chinese (`--lang zh`).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub note_zh: String,
     /// `FILE:LINE` for rows found in config files.
     pub source: Option<String>,
 }
@@ -66,6 +69,7 @@ pub fn check(root: &Root, plan: &Plan, service: Option<&str>) -> Result<Vec<Row>
             )),
             target: None,
             note: msg.en,
+            note_zh: msg.zh,
             source: None,
         });
     }
@@ -74,14 +78,16 @@ pub fn check(root: &Root, plan: &Plan, service: Option<&str>) -> Result<Vec<Row>
 
 impl Row {
     /// A row for a table entry, before recommended/target/source are filled in.
-    pub fn new(p: &Param, status: Status, live: Option<String>, note: impl Into<String>) -> Row {
+    pub fn new(p: &Param, status: Status, live: Option<String>, note: impl Into<Said>) -> Row {
+        let note = note.into();
         Row {
             key: p.key,
             status,
             live,
             recommended: None,
             target: None,
-            note: note.into(),
+            note: note.en,
+            note_zh: note.zh,
             source: None,
         }
     }
@@ -102,8 +108,11 @@ fn check_entry(
                 p,
                 Status::Info,
                 None,
-                format!(
-                    "services need LimitNOFILE={v} in a unit drop-in (--service NAME writes it)"
+                (
+                    format!(
+                        "services need LimitNOFILE={v} in a unit drop-in (--service NAME writes it)"
+                    ),
+                    format!("服务需要在单元 drop-in 里写 LimitNOFILE={v}（--service NAME 会写入）"),
                 ),
             );
             r.recommended = Some(v.to_string());
@@ -123,17 +132,17 @@ fn check_sysctl(root: &Root, plan: &Plan, p: &'static Param) -> Result<Option<Ro
         let (Some(rec_v), Some(need)) = (rec.value.clone(), rec.need.clone()) else {
             // Not for this role: nothing to say. Conntrack not loaded: say so.
             if p.applies_to(plan.target.role) && live.is_none() {
-                return Ok(Some(Row::new(
-                    p,
-                    Status::Missing,
-                    None,
-                    rec.basis.en.clone(),
-                )));
+                return Ok(Some(Row::new(p, Status::Missing, None, rec.basis.clone())));
             }
             return Ok(None);
         };
         let Some(live_v) = live else {
-            let mut r = Row::new(p, Status::Missing, None, "kernel lacks this key; skipped");
+            let mut r = Row::new(
+                p,
+                Status::Missing,
+                None,
+                ("kernel lacks this key; skipped", "内核没有这个键；跳过"),
+            );
             r.recommended = Some(rec_v);
             return Ok(Some(r));
         };
@@ -142,15 +151,17 @@ fn check_sysctl(root: &Root, plan: &Plan, p: &'static Param) -> Result<Option<Ro
         } else {
             compare(p, &live_v, &need, host)
         };
-        let note = match status {
-            Status::Harmful => p.danger.en.to_string(),
+        let note: Said = match status {
+            Status::Harmful => p.danger.into(),
             Status::High if p.unit == crate::params::Unit::Pages => {
-                format!(
-                    "max above {}% of RAM: memory pressure would start only after the OOM killer",
-                    super::calc::TCP_MEM_RAM_PCT
+                let pct = super::calc::TCP_MEM_RAM_PCT;
+                (
+                    format!("max above {pct}% of RAM: memory pressure would start only after the OOM killer"),
+                    format!("max 超过内存的 {pct}%：内存压力模式要到 OOM killer 之后才会开始"),
                 )
+                    .into()
             }
-            _ => p.why.en.to_string(),
+            _ => p.why.into(),
         };
         let tgt = target(p, &live_v, &rec_v, status);
         let mut r = Row::new(p, status, Some(live_v), note);
@@ -169,7 +180,7 @@ fn check_sysctl(root: &Root, plan: &Plan, p: &'static Param) -> Result<Option<Ro
                 (true, Verdict::Obsolete) => Status::Obsolete,
                 (true, _) => Status::Harmful,
             };
-            let note = if bad { p.danger.en } else { p.why.en };
+            let note = if bad { p.danger } else { p.why };
             let mut r = Row::new(p, status, Some(live_v), note);
             if bad {
                 r.target = p.fix.map(str::to_string);
@@ -177,7 +188,7 @@ fn check_sysctl(root: &Root, plan: &Plan, p: &'static Param) -> Result<Option<Ro
             }
             Ok(Some(r))
         }
-        Verdict::Inform => Ok(Some(Row::new(p, Status::Info, Some(live_v), p.why.en))),
+        Verdict::Inform => Ok(Some(Row::new(p, Status::Info, Some(live_v), p.why))),
         _ => Ok(None),
     }
 }
@@ -194,7 +205,10 @@ fn check_self_nofile(root: &Root, plan: &Plan, p: &'static Param) -> Result<Opti
         p,
         Status::Info,
         Some(format!("soft {} hard {}", show(n.soft), show(n.hard))),
-        "this session's limit; new logins get limits.d, services LimitNOFILE=",
+        (
+            "this session's limit; new logins get limits.d, services LimitNOFILE=",
+            "本会话的限制；新登录按 limits.d，服务按 LimitNOFILE=",
+        ),
     );
     r.recommended = plan.value(p.key).map(str::to_string);
     r.source = Some("/proc/self/limits".to_string());

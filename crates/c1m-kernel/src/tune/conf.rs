@@ -9,7 +9,7 @@ use super::calc::Plan;
 use super::check::{lookup_exact, Row, SYSCTL_DROPIN};
 use super::status::{compare, is_harmful, Status};
 use crate::nofile;
-use crate::params::{Param, Verdict};
+use crate::params::{Lang, Param, Verdict};
 use crate::root::{normalize_value, Root};
 use anyhow::Result;
 use std::path::Path;
@@ -27,7 +27,8 @@ pub(super) fn check_limits(root: &Root, plan: &Plan, p: &'static Param) -> Resul
         }
     }
     let show = |v: Option<u64>| match v {
-        None => "default".to_string(),
+        // Unset: the inherited default applies ("-", like other empty columns).
+        None => "-".to_string(),
         Some(u64::MAX) => "unlimited".to_string(),
         Some(v) => v.to_string(),
     };
@@ -39,13 +40,23 @@ pub(super) fn check_limits(root: &Root, plan: &Plan, p: &'static Param) -> Resul
         let live = (soft.is_some() || hard.is_some())
             .then(|| format!("soft {} hard {}", show(soft), show(hard)));
         let ok = rec.is_some_and(|r| soft.unwrap_or(0) >= r && hard.unwrap_or(0) >= r);
-        let note = match d {
-            "*" => "login sessions (pam_limits) for `*`; root needs its own lines".to_string(),
-            "root" => "login sessions of root (`*` does not match root)".to_string(),
-            g if g.starts_with('@') => {
-                format!("logins of group {g}: wins over `*` for its members")
-            }
-            u => format!("logins of {u}: a user's own line wins over @group and `*`"),
+        let note: (String, String) = match d {
+            "*" => (
+                "login sessions (pam_limits) for `*`; root needs its own lines".into(),
+                "`*` 的登录会话（pam_limits）；root 需要单独的行".into(),
+            ),
+            "root" => (
+                "login sessions of root (`*` does not match root)".into(),
+                "root 的登录会话（`*` 不匹配 root）".into(),
+            ),
+            g if g.starts_with('@') => (
+                format!("logins of group {g}: wins over `*` for its members"),
+                format!("组 {g} 的登录：对其成员优先于 `*`"),
+            ),
+            u => (
+                format!("logins of {u}: a user's own line wins over @group and `*`"),
+                format!("{u} 的登录：用户自己的行优先于 @组 和 `*`"),
+            ),
         };
         let mut r = Row::new(p, if ok { Status::Ok } else { Status::Low }, live, note);
         r.recommended = rec.map(|v| v.to_string());
@@ -77,12 +88,21 @@ pub(super) fn critical_rows(
                 p,
                 Status::Critical,
                 Some(v.to_string()),
-                format!(
-                    "nofile {v} for {} is above fs.nr_open {nr_open}: {}. Fix: {}",
-                    l.domain,
-                    l.effect(),
-                    nofile::fix_above(l, nr_open).join("; ")
-                ),
+                {
+                    let [raise, lower] = nofile::fix_above(l, nr_open);
+                    (
+                        format!(
+                            "nofile {v} for {} is above fs.nr_open {nr_open}: {}. Fix: {raise}; or lower the line: {lower}",
+                            l.domain,
+                            l.effect(),
+                        ),
+                        format!(
+                            "{} 的 nofile {v} 超过 fs.nr_open {nr_open}：{}。修复：{raise}；或者调低这一行：{lower}",
+                            l.domain,
+                            l.effect_zh(),
+                        ),
+                    )
+                },
             );
             r.source = Some(l.at());
             r
@@ -108,7 +128,10 @@ pub(super) fn check_systemd_default(root: &Root, p: &'static Param) -> Result<Ve
                 l.hard.map_or("-".into(), |v| v.to_string())
             )
         }),
-        "systemd's default for units without LimitNOFILE= (soft 1024, hard 524288 when unset)",
+        (
+            "systemd's default for units without LimitNOFILE= (soft 1024, hard 524288 when unset)",
+            "systemd 给未设置 LimitNOFILE= 的单元的默认值（未设置时软 1024，硬 524288）",
+        ),
     );
     r.source = default.map(|l| l.at());
     let mut rows = vec![r];
@@ -153,7 +176,10 @@ pub(super) fn check_systemd(
         p,
         if ok { Status::Ok } else { Status::Low },
         value,
-        format!("LimitNOFILE= of {service}; services do not read limits.d"),
+        (
+            format!("LimitNOFILE= of {service}; services do not read limits.d"),
+            format!("{service} 的 LimitNOFILE=；服务不读 limits.d"),
+        ),
     );
     r.recommended = rec.map(|v| v.to_string());
     r.source = source;
@@ -217,23 +243,27 @@ pub(super) fn scan_sysctl_configs(root: &Root, plan: &Plan) -> Result<Vec<Row>> 
             };
             let source = Some(format!("{}:{}", cl.file, cl.line));
             let mut status = None;
-            let mut note = String::new();
+            let mut note = (String::new(), String::new());
             if p.verdict == Verdict::Obsolete {
                 status = Some(Status::Obsolete);
-                note = format!(
-                    "removed in {}; delete this line: {}",
-                    p.removed.unwrap_or("?"),
-                    p.danger.en
+                let r = p.removed.unwrap_or("?");
+                note = (
+                    format!("removed in {r}; delete this line: {}", p.danger.en),
+                    format!("已在 {r} 删除；删掉这一行：{}", p.danger.get(Lang::Zh)),
                 );
             } else if is_harmful(p, &cl.value, &plan.host) {
                 status = Some(Status::Harmful);
-                note = format!("delete this line: {}", p.danger.en);
+                note = (
+                    format!("delete this line: {}", p.danger.en),
+                    format!("删掉这一行：{}", p.danger.get(Lang::Zh)),
+                );
             } else if let (true, Some(need)) = (after && p.verdict.writes(), plan.need(p.key)) {
                 let s = compare(p, &cl.value, need, &plan.host);
                 if s.needs_change() {
                     status = Some(s);
-                    note = format!(
-                        "read after {SYSCTL_DROPIN}, so at boot it overrides c1m's value (needs {need})"
+                    note = (
+                        format!("read after {SYSCTL_DROPIN}, so at boot it overrides c1m's value (needs {need})"),
+                        format!("在 {SYSCTL_DROPIN} 之后读取，启动时会覆盖 c1m 的值（需要 {need}）"),
                     );
                 }
             }
@@ -244,7 +274,8 @@ pub(super) fn scan_sysctl_configs(root: &Root, plan: &Plan) -> Result<Vec<Row>> 
                     live: Some(cl.value),
                     recommended: plan.value(p.key).map(str::to_string),
                     target: None,
-                    note,
+                    note: note.0,
+                    note_zh: note.1,
                     source,
                 });
             }

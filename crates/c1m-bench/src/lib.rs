@@ -77,8 +77,8 @@ pub struct BenchOptions {
     /// Target: http://HOST:PORT/sub/CHANNEL (sse, ws, poll; also the publish address for tcp),
     /// or tcp://HOST:PORT for --proto connect.
     pub url: String,
-    /// Connections to open and hold.
-    #[arg(long, short = 'c', default_value_t = 1000)]
+    /// Connections to open and hold (1000, 250K, 1M, 1.5M, 1_000_000).
+    #[arg(long, short = 'c', default_value = "1000", value_parser = c1m_proto::count::parse_count)]
     pub conns: u64,
     /// New connections per second over all workers (open model); 0 = as fast as in-flight allows.
     #[arg(long, short = 'r', default_value_t = 10_000.0)]
@@ -118,9 +118,10 @@ pub struct BenchOptions {
     /// targets 127.0.0.2, 127.0.0.3, … as many as --per-source requires; otherwise the kernel's.
     #[arg(long, value_name = "SPEC")]
     pub source: Option<String>,
-    /// Connections per (source address, destination) at most. Default: 50,000, or 90% of the
-    /// port range when smaller (45% on kernels without IP_LOCAL_PORT_RANGE, where connect()
-    /// slows sharply past half the range).
+    /// Connections per (source address, destination) at most. Default: the rule `c1m tune`
+    /// and `c1m doctor` use: 45% of the port range, under the connect() cliff at half of it
+    /// (bench/connect-cliff.sh), or 90% where IP_LOCAL_PORT_RANGE is set on every socket (the
+    /// kernel then scans the range linearly); at most 50,000.
     #[arg(long)]
     pub per_source: Option<u64>,
     /// Per-socket ephemeral port range LO-HI (IP_LOCAL_PORT_RANGE, Linux 6.3+), or `off`.

@@ -148,16 +148,14 @@ pub fn system_port_range() -> (u16, u16) {
         .unwrap_or((32768, 60999))
 }
 
-/// Default cap of connections per (source, destination) pair: 50,000, or a share of the
-/// ephemeral port range when that is smaller. Without a per-socket range connect() (Linux ≥ 4.6)
-/// hands out ports of one parity first and only then crawls through the other half (measured
-/// here: 14,000 connections per pair on the 28,232-port default range open at ~48K/s, 18,000 at
-/// ~3.5K/s with SYN retries), so the share is 45%. With IP_LOCAL_PORT_RANGE set on the socket
-/// the search is linear over the whole range, so 90% is safe.
+/// Default cap of connections per (source, destination) pair: the rule `c1m tune` and
+/// `c1m doctor` use too ([`c1m_proto::ports::per_pair`]): 45 % of the ephemeral port range,
+/// under the connect() cliff at half of it (measured: bench/connect-cliff.sh), or 90 % when
+/// IP_LOCAL_PORT_RANGE is set on every socket (the kernel then scans the range linearly);
+/// at most 50,000.
 pub fn default_per_source(range: (u16, u16), per_socket_range: bool) -> u64 {
     let size = u64::from(range.1.saturating_sub(range.0)) + 1;
-    let pct = if per_socket_range { 90 } else { 45 };
-    (size * pct / 100).clamp(1, 50_000)
+    c1m_proto::ports::per_pair(size, per_socket_range)
 }
 
 /// Whether this kernel has IP_LOCAL_PORT_RANGE (Linux 6.3+), probed on a throwaway socket.

@@ -6,6 +6,7 @@
 //! Must not touch: sockets of its own beyond netlink queries (those live in `c1m-sys`).
 
 pub mod doctor;
+pub mod nofile;
 pub mod params;
 pub mod root;
 pub mod sockets;

@@ -111,6 +111,27 @@ impl Root {
         Ok(names.into_iter().map(|n| abs.join(n)).collect())
     }
 
+    /// Subdirectories directly inside a directory (root-relative, sorted); a missing
+    /// directory has none. For systemd's `UNIT.d` drop-in directories.
+    pub fn list_subdirs(&self, abs: impl AsRef<Path>) -> Result<Vec<PathBuf>> {
+        let abs = abs.as_ref();
+        let p = self.path(abs);
+        let rd = match fs::read_dir(&p) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e).with_context(|| format!("listing {}", p.display())),
+        };
+        let mut names = Vec::new();
+        for entry in rd {
+            let entry = entry.with_context(|| format!("listing {}", p.display()))?;
+            if entry.path().is_dir() {
+                names.push(entry.file_name());
+            }
+        }
+        names.sort();
+        Ok(names.into_iter().map(|n| abs.join(n)).collect())
+    }
+
     /// Writes a file by writing a sibling temp file and renaming it over, creating parent
     /// directories, so a crash never leaves a half-written drop-in or state file.
     pub fn write_atomic(&self, abs: impl AsRef<Path>, bytes: &[u8]) -> Result<()> {

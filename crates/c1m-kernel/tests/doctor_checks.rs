@@ -57,6 +57,23 @@ impl Tree {
         t.put("proc/sys/net/ipv4/ip_local_port_range", "32768\t60999\n");
         t.put("proc/sys/net/netfilter/nf_conntrack_count", "10\n");
         t.put("proc/sys/net/netfilter/nf_conntrack_max", "1000\n");
+        t.put("proc/sys/net/netfilter/nf_conntrack_buckets", "1024\n");
+        t.put("proc/sys/net/ipv4/tcp_keepalive_time", "7200\n");
+        t.put("proc/sys/net/ipv4/tcp_keepalive_intvl", "75\n");
+        t.put("proc/sys/net/ipv4/tcp_keepalive_probes", "9\n");
+        t.put("proc/sys/net/ipv4/tcp_retries2", "15\n");
+        t.put("proc/sys/net/ipv4/tcp_orphan_retries", "0\n");
+        t.put("proc/sys/net/ipv4/tcp_notsent_lowat", "4294967295\n");
+        t.put("proc/sys/net/ipv4/ip_local_reserved_ports", "\n");
+        for stat in [
+            "rx_dropped",
+            "rx_missed_errors",
+            "rx_fifo_errors",
+            "rx_over_errors",
+        ] {
+            t.put(&format!("sys/class/net/eth0/statistics/{stat}"), "0\n");
+        }
+        t.put("sys/class/net/lo/statistics/rx_dropped", "5\n");
         t.tcp(&[], 8080, 10);
         t.process(1234, 10, 1024, 4096);
         // Host facts the tune plan sizes from (24 GiB, 2 CPUs, 4 KiB pages).
@@ -295,7 +312,21 @@ fn syn_queue_drops_and_cookies() {
     assert_status(&f, Status::Warn);
     let f = t.check_rising("tcp.syn-queue", |t| t.bump("TCPReqQFullDrop", 2));
     assert_status(&f, Status::Fail);
-    assert!(fixes(&f).contains("net.ipv4.tcp_max_syn_backlog=1024"));
+    // With syncookies on, tcp_max_syn_backlog bounds nothing: the fix is somaxconn and the
+    // listen backlog, never the syn backlog.
+    assert!(
+        !fixes(&f).contains("sysctl -w net.ipv4.tcp_max_syn_backlog"),
+        "{f:#?}"
+    );
+    assert!(
+        fixes(&f).contains("sysctl -w net.core.somaxconn=8192  # and restart the server with listen() backlog 8192"),
+        "{f:#?}"
+    );
+    assert!(
+        f.summary.contains("tcp_max_syn_backlog bounds nothing"),
+        "{}",
+        f.summary
+    );
     t.put("proc/sys/net/ipv4/tcp_syncookies", "0\n");
     let f = t.check_rising("tcp.syn-queue", |t| t.bump("TCPReqQFullDrop", 2));
     assert!(fixes(&f).contains("tcp_syncookies=1"), "{f:#?}");
@@ -374,7 +405,14 @@ fn conntrack_fill() {
     t.put("proc/sys/net/netfilter/nf_conntrack_count", "999\n");
     let f = t.check("net.conntrack");
     assert_status(&f, Status::Fail);
-    assert_eq!(f.fix, vec!["sysctl -w net.netfilter.nf_conntrack_max=2000"]);
+    // The max and the hash buckets together.
+    assert_eq!(
+        f.fix,
+        vec![
+            "sysctl -w net.netfilter.nf_conntrack_max=2000",
+            "sysctl -w net.netfilter.nf_conntrack_buckets=2000"
+        ]
+    );
     fs::remove_dir_all(t.root().join("proc/sys/net/netfilter")).unwrap();
     assert_status(&t.check("net.conntrack"), Status::Skipped);
 }
@@ -445,6 +483,7 @@ fn target_comparisons_use_the_tune_plan() {
         ("net.ipv4.tcp_max_orphans", "tcp.orphans"),
         ("net.ipv4.tcp_max_tw_buckets", "tcp.time-wait"),
         ("net.netfilter.nf_conntrack_max", "net.conntrack"),
+        ("net.netfilter.nf_conntrack_buckets", "net.conntrack"),
     ];
     let sysctl_path = |k: &str| format!("proc/sys/{}", k.replace('.', "/"));
     // The healthy tree's small values are below what a million connections need.
@@ -486,4 +525,297 @@ fn target_comparisons_use_the_tune_plan() {
     let f = one(&t.ctx(Some(CONNS)), "fd.nr-open");
     assert_status(&f, Status::Skipped);
     assert!(f.summary.contains("meminfo"), "{}", f.summary);
+}
+
+#[test]
+fn orphans_penalty_counts_from_a_quarter() {
+    // The kernel counts orphans ×2 or ×4 (tcp_out_of_resources): 300 of 1000 can already
+    // trip "too many orphaned sockets", 500 needs only one doubling.
+    let t = Tree::healthy();
+    t.sockstat(5, 249, 3, 100);
+    assert_status(&t.check("tcp.orphans"), Status::Pass);
+    t.sockstat(5, 300, 3, 100);
+    let f = t.check("tcp.orphans");
+    assert_status(&f, Status::Warn);
+    assert!(f.summary.contains("×2 or ×4"), "{}", f.summary);
+    assert_eq!(f.fix, vec!["sysctl -w net.ipv4.tcp_max_orphans=2000"]);
+    t.sockstat(5, 500, 3, 100);
+    assert_status(&t.check("tcp.orphans"), Status::Fail);
+    // And the orphan-retries check says how long they linger.
+    let f = t.check("tcp.orphan-retries");
+    assert_status(&f, Status::Warn);
+    assert!(
+        f.summary.contains("retransmits 8 times, ~102 s"),
+        "{}",
+        f.summary
+    );
+    assert_eq!(
+        f.fix,
+        vec!["sysctl -w net.ipv4.tcp_orphan_retries=3  # orphans give up after ~3 s"]
+    );
+}
+
+#[test]
+fn tcp_mem_max_above_half_of_ram_warns() {
+    let t = Tree::healthy();
+    // 24 GiB box: 3200000 pages × 4 KiB = 12.2 GiB > 12 GiB.
+    t.put("proc/sys/net/ipv4/tcp_mem", "786432\t2097152\t3200000\n");
+    let f = t.check("tcp.memory");
+    assert_status(&f, Status::Warn);
+    assert!(f.summary.contains("above 50 %"), "{}", f.summary);
+    // The fix doubles pressure but keeps max under half of RAM (3145727 pages).
+    assert_eq!(
+        f.fix,
+        vec!["sysctl -w net.ipv4.tcp_mem=\"1572861 2097150 3145722\""]
+    );
+    t.put("proc/sys/net/ipv4/tcp_mem", "786432\t2097152\t3100000\n");
+    assert_status(&t.check("tcp.memory"), Status::Pass);
+}
+
+#[test]
+fn two_gib_box_asking_for_one_million() {
+    let t = Tree::healthy();
+    t.put("proc/meminfo", "MemTotal:        2097152 kB\n");
+    let ctx = t.ctx(Some(1_000_000));
+    let f = one(&ctx, "mem.target");
+    assert_status(&f, Status::Fail);
+    assert!(
+        f.summary
+            .starts_with("1000000 connections need ~7.55 GiB of kernel memory"),
+        "{}",
+        f.summary
+    );
+    assert!(f.summary.contains("this box has 2.00 GiB"), "{}", f.summary);
+    // The tcp_mem doctor offers is the plan's, capped: the kernel default of a 2 GiB box.
+    t.put("proc/sys/net/ipv4/tcp_mem", "100\t200\t300\n");
+    let f = one(&t.ctx(Some(1_000_000)), "tcp.memory");
+    assert_eq!(
+        f.fix,
+        vec!["sysctl -w net.ipv4.tcp_mem=\"24576 32768 49152\""]
+    );
+    // Without a target it says how many fit.
+    let f = t.check("mem.target");
+    assert_status(&f, Status::Pass);
+    assert!(
+        f.summary.contains("about 401248 idle connections"),
+        "{}",
+        f.summary
+    );
+}
+
+#[test]
+fn ephemeral_ports_cliff_at_half_the_range() {
+    let t = Tree::healthy();
+    // 20 ports in the range, 10 connections to one destination: half the range, where
+    // connect() falls off the cliff (bench/connect-cliff.sh).
+    t.put("proc/sys/net/ipv4/ip_local_port_range", "40000\t40019\n");
+    let f = t.check("net.ephemeral-ports");
+    assert_status(&f, Status::Fail);
+    assert!(f.summary.contains("uses 10 of 20"), "{}", f.summary);
+    let fx = fixes(&f);
+    assert!(fx.contains("IP_BIND_ADDRESS_NO_PORT set, so the port is chosen at connect() when the destination is known"), "{fx}");
+    // 55536 ports × 45 % = 24991 per source: 10 connections need 1 source address.
+    assert!(
+        fx.contains("use 1 source addresses towards 127.0.0.1:8080 (24991 connections each"),
+        "{fx}"
+    );
+    // 9 of 20 = 45 %: the planning margin, a warning.
+    t.tcp(&[], 8080, 9);
+    assert_status(&t.check("net.ephemeral-ports"), Status::Warn);
+    t.tcp(&[], 8080, 8);
+    assert_status(&t.check("net.ephemeral-ports"), Status::Pass);
+    // With a target, the number of sources follows it: 1M needs 41.
+    t.tcp(&[], 8080, 10);
+    let f = one(&t.ctx(Some(1_000_000)), "net.ephemeral-ports");
+    assert!(fixes(&f).contains("use 41 source addresses"), "{f:#?}");
+}
+
+#[test]
+fn kernel_log_tells_orphans_from_tcp_mem_and_oom() {
+    let mut t = Tree::healthy();
+    let f = t.check_rising("kernel.log", |t| {
+        t.append(
+            "dev/kmsg",
+            "4,3,300,-;TCP: out of memory -- consider tuning tcp_mem\n",
+        )
+    });
+    assert_status(&f, Status::Fail);
+    assert!(f.summary.contains("reached tcp_mem[2]"), "{}", f.summary);
+    assert_eq!(f.fix, vec!["sysctl -w net.ipv4.tcp_mem=\"3000 4000 6000\""]);
+    // The field notes' wording is the orphan condition, with the orphan fix.
+    let f = t.check_rising("kernel.log", |t| {
+        t.append("dev/kmsg", "4,4,400,-;TCP: too many of orphaned sockets\n")
+    });
+    assert!(
+        f.summary
+            .contains("exceeded tcp_max_orphans, counted ×2 or ×4"),
+        "{}",
+        f.summary
+    );
+    assert!(
+        fixes(&f).contains("sysctl -w net.ipv4.tcp_max_orphans=2000"),
+        "{f:#?}"
+    );
+    assert!(fixes(&f).contains("tcp_orphan_retries=3"), "{f:#?}");
+    let f = t.check_rising("kernel.log", |t| {
+        t.append(
+            "dev/kmsg",
+            "3,5,500,-;Out of memory: Killed process 812 (c1m) total-vm:9000kB\n",
+        )
+    });
+    assert!(f.summary.contains("the OOM killer ran"), "{}", f.summary);
+    assert!(fixes(&f).contains("invoked oom-killer"), "{f:#?}");
+}
+
+#[test]
+fn limits_file_above_nr_open_fails() {
+    let t = Tree::healthy();
+    assert_status(&t.check("fd.limits-config"), Status::Pass);
+    t.put(
+        "etc/security/limits.d/90-seed.conf",
+        "*  soft nofile 2000000\n*  hard nofile 2000000\n",
+    );
+    let f = t.check("fd.limits-config");
+    assert_status(&f, Status::Fail);
+    assert!(
+        f.summary
+            .contains("2 nofile lines above fs.nr_open 1048576"),
+        "{}",
+        f.summary
+    );
+    assert!(f.details[0].contains("login is refused"), "{f:#?}");
+    assert_eq!(f.fix[0], "sysctl -w fs.nr_open=2000000 && echo 'fs.nr_open = 2000000' > /etc/sysctl.d/10-nr-open.conf");
+    t.put("proc/sys/fs/nr_open", "1073741816\n");
+    assert_status(&t.check("fd.limits-config"), Status::Pass);
+}
+
+#[test]
+fn conntrack_max_raised_without_buckets() {
+    let t = Tree::healthy();
+    t.put("proc/sys/net/netfilter/nf_conntrack_max", "1000000\n");
+    t.put("proc/sys/net/netfilter/nf_conntrack_buckets", "65536\n");
+    let f = t.check("net.conntrack");
+    assert_status(&f, Status::Warn);
+    assert!(
+        f.summary.contains("31 entries per chain when full"),
+        "{}",
+        f.summary
+    );
+    assert!(fixes(&f).contains("sysctl -w net.netfilter.nf_conntrack_buckets=1000000"));
+}
+
+#[test]
+fn nic_drops_rising_and_ring_fix() {
+    let t = Tree::healthy();
+    let p = Ctx::begin(&Root::new(t.root())).unwrap();
+    t.put("sys/class/net/eth0/statistics/rx_missed_errors", "42\n");
+    let mut ctx = p.finish(None).unwrap();
+    let f = one(&ctx, "net.nic-drops");
+    assert_status(&f, Status::Fail);
+    assert!(
+        f.summary.contains("eth0 rx_missed_errors +42"),
+        "{}",
+        f.summary
+    );
+    assert!(!f.summary.contains("lo "), "{}", f.summary);
+    ctx.rings.insert("eth0".into(), (512, 4096));
+    let f = one(&ctx, "net.nic-drops");
+    assert_eq!(
+        f.fix,
+        vec!["ethtool -G eth0 rx 4096  # RX ring 512 of 4096"]
+    );
+}
+
+#[test]
+fn listening_port_in_the_ephemeral_range() {
+    let t = Tree::healthy();
+    t.put("proc/sys/net/ipv4/ip_local_port_range", "8000\t60999\n");
+    t.put("proc/sys/net/ipv4/ip_local_reserved_ports", "9000-9010\n");
+    let f = t.check("net.reserved-ports");
+    assert_status(&f, Status::Warn);
+    assert_eq!(
+        f.fix,
+        vec!["sysctl -w net.ipv4.ip_local_reserved_ports=9000-9010,8080"]
+    );
+    t.put("proc/sys/net/ipv4/ip_local_reserved_ports", "8000-8100\n");
+    assert_status(&t.check("net.reserved-ports"), Status::Pass);
+}
+
+#[test]
+fn ehash_for_ten_million() {
+    let t = Tree::healthy();
+    t.append(
+        "dev/kmsg",
+        "6,3,1,-;TCP established hash table entries: 262144 (order: 9, 2097152 bytes, linear)\n",
+    );
+    assert_status(&one(&t.ctx(Some(1_000_000)), "tcp.ehash"), Status::Pass);
+    let f = one(&t.ctx(Some(10_000_000)), "tcp.ehash");
+    assert_status(&f, Status::Warn);
+    assert!(f.summary.contains("= 39 per slot"), "{}", f.summary);
+    assert!(fixes(&f).contains("thash_entries=16777216"), "{f:#?}");
+}
+
+#[test]
+fn dead_peer_timers_and_notsent_lowat() {
+    let t = Tree::healthy();
+    let f = t.check("tcp.dead-peers");
+    assert_status(&f, Status::Pass);
+    assert!(f.summary.contains("after 7875 s"), "{}", f.summary);
+    assert!(
+        f.summary.contains("~925 s (tcp_retries2 15)"),
+        "{}",
+        f.summary
+    );
+    t.put("proc/sys/net/ipv4/tcp_retries2", "5\n");
+    let f = t.check("tcp.dead-peers");
+    assert_status(&f, Status::Warn);
+    assert!(fixes(&f).starts_with("sysctl -w net.ipv4.tcp_retries2=8"));
+    t.put("proc/sys/net/ipv4/tcp_notsent_lowat", "1000\n");
+    let f = t.check("tcp.notsent-lowat");
+    assert_status(&f, Status::Warn);
+    assert_eq!(f.fix, vec!["sysctl -w net.ipv4.tcp_notsent_lowat=16384"]);
+}
+
+/// No fix ever carries a placeholder: with every check failing at once, each fix is a
+/// command with numbers in it.
+#[test]
+fn no_placeholder_in_any_fix() {
+    let mut t = Tree::healthy();
+    t.put("proc/sys/fs/file-nr", "99000\t0\t100000\n");
+    t.sockstat(5, 900, 990, 2900);
+    t.put("proc/sys/net/netfilter/nf_conntrack_count", "999\n");
+    t.put("proc/sys/net/ipv4/ip_local_port_range", "40000\t40009\n");
+    // Sysctls the softnet fix doubles are unreadable: the kernel defaults stand in.
+    fs::remove_file(t.root().join("proc/sys/net/core/netdev_max_backlog")).unwrap();
+    fs::remove_file(t.root().join("proc/sys/net/core/netdev_budget")).unwrap();
+    let p = Ctx::begin(&Root::new(t.root())).unwrap();
+    t.bump("TCPReqQFullDrop", 5);
+    t.bump("ListenOverflows", 5);
+    t.put(
+        "proc/net/softnet_stat",
+        "000000ff 00000010 00000003 0\n00000100 00000001 00000000 0\n",
+    );
+    t.append(
+        "dev/kmsg",
+        "4,9,900,-;TCP: too many orphaned sockets\n4,10,901,-;TCP: Possible SYN flooding on port 8080. Sending cookies.\n4,11,902,-;VFS: file-max limit 100000 reached\n4,12,903,-;nf_conntrack: table full, dropping packet\n",
+    );
+    let ctx = p.finish(None).unwrap();
+    let all = run_checks(&ctx, &[]).unwrap();
+    let mut n = 0;
+    for f in &all {
+        for cmd in &f.fix {
+            n += 1;
+            assert!(!cmd.contains('<'), "placeholder in {}: {cmd}", f.check);
+            assert!(!cmd.contains("higher"), "placeholder in {}: {cmd}", f.check);
+        }
+    }
+    assert!(n >= 10, "{all:#?}");
+    let softnet = all.iter().find(|f| f.check == "net.softnet").unwrap();
+    assert_eq!(
+        softnet.fix,
+        vec![
+            "sysctl -w net.core.netdev_max_backlog=2000",
+            "sysctl -w net.core.netdev_budget=600"
+        ]
+    );
 }

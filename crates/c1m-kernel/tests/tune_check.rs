@@ -81,12 +81,60 @@ fn harmful_live_values() {
     assert_eq!(code, 1);
     assert_eq!(status(&r, "net.ipv4.tcp_max_tw_buckets"), Some("harmful"));
     assert_eq!(status(&r, "net.ipv4.ip_no_pmtu_disc"), Some("harmful"));
-    assert_eq!(status(&r, "vm.swappiness"), Some("harmful"));
+    // Swappiness is not c1m's business: a note, never a finding, never repaired.
+    assert_eq!(status(&r, "vm.swappiness"), Some("info"));
+    let sw = r.iter().find(|x| x["key"] == "vm.swappiness").unwrap();
+    assert!(sw["target"].is_null(), "{sw}");
     let fix = r
         .iter()
         .find(|x| x["key"] == "net.ipv4.ip_no_pmtu_disc")
         .unwrap();
     assert_eq!(fix["target"], "0");
+}
+
+#[test]
+fn tcp_mem_above_half_of_ram_is_high() {
+    let f = Fake::new();
+    // 3.2e6 pages × 4 KiB = 12.2 GiB: below the 24 GiB of RAM, above half of it, so the
+    // kernel would reach the OOM killer before memory pressure.
+    f.sysctl("net.ipv4.tcp_mem", "786432\t2097152\t3200000\n");
+    let (r, code) = rows(&f, &["--conns", "100000"]);
+    assert_eq!(code, 1);
+    assert_eq!(status(&r, "net.ipv4.tcp_mem"), Some("high"));
+}
+
+#[test]
+fn two_gib_box_asking_for_one_million_gets_a_finding_not_a_huge_tcp_mem() {
+    let f = Fake::new();
+    f.write("/proc/meminfo", "MemTotal:        2097152 kB\n");
+    f.sysctl("net.ipv4.tcp_mem", "24576\t32768\t49152\n");
+    let (out, code) = f.run(&["--conns", "1M"]).unwrap();
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("1000000 connections need ~7.55 GiB of kernel memory"),
+        "{out}"
+    );
+    assert!(out.contains("this box has 2.00 GiB"), "{out}");
+    // The plan keeps the kernel's own tcp_mem: nothing near 5.7 GiB is printed or written.
+    assert!(
+        out.contains("net.ipv4.tcp_mem = 24576 32768 49152"),
+        "{out}"
+    );
+    assert!(!out.contains("1500000"), "{out}");
+    // --check: a finding of its own, exit 1, while tcp_mem at the kernel default is ok.
+    let (r, code) = rows(&f, &["--conns", "1M"]);
+    assert_eq!(code, 1);
+    assert_eq!(status(&r, "memory.target"), Some("does-not-fit"));
+    assert_eq!(status(&r, "net.ipv4.tcp_mem"), Some("ok"));
+    // --apply writes no more than that, and says why.
+    let (out, _) = f.run(&["--conns", "1M", "--apply"]).unwrap();
+    assert!(
+        out.contains("WARNING  1000000 connections need ~7.55 GiB"),
+        "{out}"
+    );
+    let live = f.get("net.ipv4.tcp_mem").unwrap();
+    let max: u64 = live.split_whitespace().last().unwrap().parse().unwrap();
+    assert!(max * 4096 <= 1 << 30, "{live}");
 }
 
 #[test]
@@ -230,4 +278,81 @@ fn own_nofile_is_information() {
         .unwrap();
     assert_eq!(row["status"], "info");
     assert_eq!(row["live"], "soft 1024 hard 524288");
+}
+
+#[test]
+fn nofile_above_nr_open_is_critical_wherever_it_is_configured() {
+    // Seed 002's lockout: nofile 2000000 with fs.nr_open at its 1048576 default.
+    let f = Fake::new();
+    f.write(
+        "/etc/security/limits.d/60-seed.conf",
+        "# from the notes\n*    soft nofile 2000000\n*    hard nofile 2000000\n",
+    );
+    let (r, code) = rows(&f, &["--conns", "10000"]);
+    assert_eq!(code, 1);
+    let crit: Vec<&Value> = r.iter().filter(|x| x["status"] == "critical").collect();
+    assert_eq!(crit.len(), 2, "{r:#?}");
+    assert_eq!(crit[0]["source"], "/etc/security/limits.d/60-seed.conf:2");
+    let note = crit[0]["note"].as_str().unwrap();
+    assert!(note.contains("above fs.nr_open 1048576"), "{note}");
+    assert!(note.contains("login is refused"), "{note}");
+    assert!(note.contains("sysctl -w fs.nr_open=2000000"), "{note}");
+
+    // Raising nr_open above it clears the finding.
+    f.sysctl("fs.nr_open", "1073741816\n");
+    let (r, _) = rows(&f, &["--conns", "10000"]);
+    assert!(r.iter().all(|x| x["status"] != "critical"), "{r:#?}");
+
+    // systemd: a unit and the manager default, each above nr_open.
+    f.sysctl("fs.nr_open", "1048576\n");
+    f.remove("/etc/security/limits.d/60-seed.conf");
+    f.write(
+        "/etc/systemd/system.conf.d/50-nofile.conf",
+        "[Manager]\nDefaultLimitNOFILE=1048576:4194304\n",
+    );
+    f.write(
+        "/etc/systemd/system/gw.service.d/limits.conf",
+        "[Service]\nLimitNOFILE=3000000\n",
+    );
+    let (r, code) = rows(&f, &["--conns", "10000"]);
+    assert_eq!(code, 1);
+    let crit: Vec<&str> = r
+        .iter()
+        .filter(|x| x["status"] == "critical")
+        .map(|x| x["note"].as_str().unwrap())
+        .collect();
+    assert_eq!(crit.len(), 2, "{crit:#?}");
+    assert!(crit
+        .iter()
+        .any(|n| n.contains("every unit without its own LimitNOFILE=")));
+    assert!(crit
+        .iter()
+        .any(|n| n.contains("for gw.service") && n.contains("205/LIMITS")));
+    let default = r
+        .iter()
+        .find(|x| x["key"] == "systemd.DefaultLimitNOFILE" && x["status"] == "info")
+        .unwrap();
+    assert_eq!(default["live"], "soft 1048576 hard 4194304");
+}
+
+#[test]
+fn user_specific_limits_lines_are_read() {
+    let f = Fake::new();
+    f.write(
+        "/etc/security/limits.conf",
+        "*      -    nofile 1048576\nroot   -    nofile 1048576\nc1m    soft nofile 4096\n@web   hard nofile 8192\n",
+    );
+    let (r, code) = rows(&f, &["--conns", "10000"]);
+    assert_eq!(code, 1);
+    let row = |d: &str| {
+        r.iter()
+            .find(|x| x["key"] == "limits.nofile" && x["note"].as_str().unwrap().contains(d))
+            .unwrap_or_else(|| panic!("no row for {d}: {r:#?}"))
+    };
+    assert_eq!(row("for `*`")["status"], "ok");
+    assert_eq!(row("of root")["status"], "ok");
+    // The user's own line wins over `*` for that user: its logins get 4096.
+    assert_eq!(row("logins of c1m")["status"], "low");
+    assert_eq!(row("logins of c1m")["live"], "soft 4096 hard -");
+    assert_eq!(row("group @web")["status"], "low");
 }

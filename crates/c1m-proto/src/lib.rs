@@ -1,13 +1,16 @@
 //! Wire formats, no I/O: HTTP/1.1 request heads, SSE, WebSocket frames and handshake,
-//! long-poll bodies and the raw TCP line protocol. Shared by `c1m-server` and `c1m-bench`.
+//! long-poll bodies, the raw TCP line protocol, and connection counts as written on the command
+//! line ([`count`]) and the ephemeral-port budget per (source, destination) ([`ports`]). Shared by `c1m-server` and `c1m-bench`.
 //! Everything here is pure and fuzzable: bytes in, values or bytes out. docs/PROTOCOL.md is the
 //! contract these functions implement.
 
 pub mod channel;
 pub mod chunked;
+pub mod count;
 pub mod http;
 pub mod http_framing;
 pub mod line;
 pub mod longpoll;
+pub mod ports;
 pub mod sse;
 pub mod ws;

@@ -174,8 +174,8 @@ pub struct ServeArgs {
     /// Worker processes: N or `auto` [default: auto].
     #[arg(long, env = "C1M_WORKERS")]
     pub workers: Option<Workers>,
-    /// Connections held before new ones are refused; each worker takes its share + 5 % [default: 1000000].
-    #[arg(long, env = "C1M_MAX_CONNS")]
+    /// Connections held before new ones are refused (1000000, 1M, 250K); each worker takes its share + 5 % [default: 1000000].
+    #[arg(long, env = "C1M_MAX_CONNS", value_parser = c1m_proto::count::parse_count)]
     pub max_conns: Option<u64>,
     /// Channels one subscription may name [default: 16].
     #[arg(long, env = "C1M_MAX_CHANNELS_PER_SUB")]

@@ -11,10 +11,10 @@ use super::sample::{read_rel, sysctl_nums, Sample};
 use crate::params::Role;
 use crate::root::Root;
 use crate::sockets::source::{self, SockRow};
-use crate::tune::calc::Plan;
+use crate::tune::calc::{Host, Plan};
 use anyhow::{Context, Result};
 use c1m_sys::sock_diag::{StateMask, TcpState};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
@@ -70,6 +70,10 @@ pub struct Ctx {
     pub plan: Option<Plan>,
     /// Why there is no plan although a target was given.
     pub plan_error: Option<String>,
+    /// RAM, CPUs, page size and object sizes of the box (None when meminfo is unreadable).
+    pub host: Option<Host>,
+    /// RX ring (current, maximum) per interface, from `ethtool -g` on a live box.
+    pub rings: BTreeMap<String, (u64, u64)>,
 }
 
 /// The first half of a [`Ctx`]: taken at the start of the interval.
@@ -136,7 +140,14 @@ impl Pending {
             Some(Ok(p)) => (Some(p), None),
             Some(Err(e)) => (None, Some(format!("{e:#}"))),
         };
+        let rings = after
+            .nic
+            .keys()
+            .filter_map(|i| Some((i.clone(), super::nic::ring(&root, i)?)))
+            .collect();
         Ok(Ctx {
+            host: crate::tune::host(&root, "auto").ok(),
+            rings,
             plan,
             plan_error,
             procs: read_procs(&root),

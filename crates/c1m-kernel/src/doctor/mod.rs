@@ -9,6 +9,7 @@
 pub mod checks;
 pub mod ctx;
 pub mod kmsg;
+pub mod nic;
 pub mod recommend;
 pub mod sample;
 
@@ -28,8 +29,9 @@ pub struct DoctorArgs {
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
-    /// Target connection count: fd and memory checks judge against it.
-    #[arg(long)]
+    /// Target connection count (1000000, 1_000_000, 250K, 1M, 1.5M): fd and memory checks
+    /// judge against it.
+    #[arg(long, value_parser = crate::tune::units::parse_count)]
     pub conns: Option<u64>,
     /// Role the recommendations are for (server accepts, client connects, proxy does both).
     #[arg(long, value_enum, default_value_t = crate::params::Role::Server)]

@@ -113,6 +113,8 @@ pub struct Sample {
     pub file_nr: Option<(u64, u64)>,
     /// nf_conntrack count and max, when the module is loaded.
     pub conntrack: Option<(u64, u64)>,
+    /// Receive-drop counters per network interface (loopback aside).
+    pub nic: std::collections::BTreeMap<String, super::nic::Counters>,
 }
 
 impl Sample {
@@ -144,6 +146,7 @@ impl Sample {
         ) {
             s.conntrack = Some((c, m));
         }
+        s.nic = super::nic::read(root);
         Ok(s)
     }
 

@@ -159,8 +159,6 @@ pub enum Rule {
     TcpMem,
     /// somaxconn for reconnect storms.
     Somaxconn,
-    /// tcp_max_syn_backlog = somaxconn's value.
-    SynBacklog,
     /// Widened ephemeral port range.
     PortRange,
     /// tcp_max_orphans from sockets.
@@ -169,6 +167,8 @@ pub enum Rule {
     MaxTwBuckets,
     /// nf_conntrack_max from sockets, only when conntrack is loaded.
     ConntrackMax,
+    /// nf_conntrack_buckets = nf_conntrack_max (the kernel's own factor of one), with it.
+    ConntrackBuckets,
     /// epoll max_user_watches from sockets.
     EpollWatches,
 }
@@ -218,7 +218,8 @@ pub enum KernelDefault {
     TcpMem,
     /// 4 % of low memory / the per-watch cost.
     EpollWatches,
-    /// RAM / 16384 clamped to 1024..262144 buckets; max = buckets.
+    /// Hash buckets from RAM (`nf_conntrack_init_start`): RAM/131072 up to 1 GiB, 65536 up
+    /// to 4 GiB, 262144 above, at least 1024; max = buckets.
     Conntrack,
 }
 
@@ -278,6 +279,9 @@ pub struct Param {
     pub why: Text,
     /// What the field notes set it to, and which note.
     pub seeds: &'static str,
+    /// Where every number above comes from: kernel file and function, commit, documentation
+    /// page, or the measurement command (`tune explain KEY` prints it).
+    pub source: &'static str,
 }
 
 impl Param {
@@ -325,6 +329,8 @@ mod tests {
         for p in PARAMS {
             assert!(!p.meaning.en.is_empty(), "{} has no meaning", p.key);
             assert!(!p.why.en.is_empty(), "{} has no why", p.key);
+            // Every threshold says where it comes from.
+            assert!(!p.source.is_empty(), "{} has no source", p.key);
             // The field notes are Chinese: every entry explains itself in Chinese too.
             assert!(!p.meaning.zh.is_empty(), "{} has no zh meaning", p.key);
             assert!(!p.why.zh.is_empty(), "{} has no zh why", p.key);

@@ -29,8 +29,8 @@ pub struct TopArgs {
     /// Print plain lines even on a terminal.
     #[arg(long)]
     pub plain: bool,
-    /// Target connection count handed to the doctor's checks.
-    #[arg(long)]
+    /// Target connection count handed to the doctor's checks (1000000, 250K, 1M, 1.5M).
+    #[arg(long, value_parser = crate::tune::units::parse_count)]
     pub conns: Option<u64>,
     /// How often the doctor's checks are re-run (they walk every process's descriptors).
     #[arg(long, default_value = "5s", value_parser = parse_duration)]

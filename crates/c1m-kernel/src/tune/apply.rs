@@ -12,7 +12,7 @@
 //! Revert restores the saved bytes exactly, in reverse order, removes (or restores) the
 //! drop-ins and deletes the state file.
 
-use super::calc::Plan;
+use super::calc::{Plan, Said};
 use super::check::{check, Row, Status, LIMITS_DROPIN, SYSCTL_DROPIN};
 use super::render::{limits_dropin, sysctl_dropin, systemd_dropin, systemd_path, SysctlLine};
 use crate::params::{lookup, Kind, Lang};
@@ -105,7 +105,10 @@ pub fn apply(root: &Root, plan: &Plan, opts: &Opts) -> Result<Report> {
             .iter()
             .find(|x| x.key == r.key)
             .map(|x| x.basis.clone())
-            .unwrap_or_else(|| format!("repairs {}", p.verdict.name()));
+            .unwrap_or_else(|| {
+                let v = p.verdict.name();
+                Said::new(format!("repairs {v}"), format!("修复 {v}"))
+            });
         lines.push(SysctlLine {
             param: p,
             value: r.target.clone().unwrap_or_default(),
@@ -118,6 +121,18 @@ pub fn apply(root: &Root, plan: &Plan, opts: &Opts) -> Result<Report> {
     // sysctl.conf / sysctl.d lines that stay harmful or override c1m at boot. (Limits and unit
     // rows carry a source too, but c1m's own drop-ins fix those.)
     let is_sysctl = |r: &&Row| lookup(r.key).is_some_and(|p| p.kind == Kind::Sysctl);
+    // A nofile above fs.nr_open in someone else's file: c1m does not edit it, but says so.
+    for r in rows.iter().filter(|r| r.status == Status::Critical) {
+        rep.lines.push(format!(
+            "CRITICAL  {}: {}",
+            r.source.as_deref().unwrap_or("?"),
+            r.note
+        ));
+    }
+    // The target does not fit: --apply writes the capped values and says so.
+    for r in rows.iter().filter(|r| r.status == Status::DoesNotFit) {
+        rep.lines.push(format!("WARNING  {}", r.note));
+    }
     for r in rows
         .iter()
         .filter(|r| r.source.is_some() && r.status.needs_change())

@@ -2,28 +2,29 @@
 //! (connections, role, expected buffered bytes) into a value for every table entry whose
 //! [`Rule`] says c1m sizes it, plus the memory math shown to the user.
 //!
-//! Owns: the sizing formulas and the estimates of the kernel's own defaults. It reads nothing
+//! Owns: the sizing formulas and the estimates of the kernel's own defaults; the memory
+//! budget (tcp_mem and its cap, what fits in RAM) is in `tune::memory`. It reads nothing
 //! from disk (the caller builds [`Host`] from a `Root`), so every formula is unit-testable with
 //! hand-computed figures.
 
+pub use super::memory::{
+    does_not_fit, socket_slab_bytes, table_cap, tcp_mem, tcp_mem_cap, tcp_mem_capped,
+    tcp_mem_default, tcp_mem_need, tcp_mem_shape, usable_bytes, RESERVE_DIVISOR, TABLE_RAM_PCT,
+    TCP_MEM_RAM_PCT,
+};
+pub use super::slab::ObjSizes;
+use super::units::human_bytes;
 use crate::params::{KernelDefault, Param, Role, Rule, PARAMS};
+use c1m_proto::ports;
 use serde::Serialize;
 
-/// Kernel slab memory one idle ESTABLISHED socket with an fd and an epoll watch holds
-/// (tcp_sock, sock_inode, dentry, filp, epitem...): measured on kernel 6.18, see
-/// kernel-facts.md "Per-connection cost". An idle socket holds no send/receive buffer.
-pub const KERNEL_BYTES_PER_SOCKET: u64 = 4700;
 /// Descriptors a process needs besides its connections (listeners, logs, pipes, libraries).
 pub const FD_RESERVE: u64 = 1024;
 /// The most fs.nr_open can be on 64-bit kernels (`sysctl_nr_open_max`: INT_MAX rounded down to
 /// a multiple of BITS_PER_LONG), so the most descriptors one process can ever hold.
 pub const NR_OPEN_MAX: u64 = 2_147_483_584;
-/// A TIME_WAIT socket (kernel-facts.md): what a raised tcp_max_tw_buckets can cost.
-pub const TIME_WAIT_BYTES: u64 = 168;
-/// Queued data an orphan may still hold (kernel-facts.md).
+/// Queued data an orphan may still hold (ip-sysctl.rst tcp_max_orphans: "up to ~64K").
 pub const ORPHAN_MAX_BYTES: u64 = 64 * 1024;
-/// Cost of one epoll watch (kernel-facts.md), for the kernel default estimate.
-pub const EPOLL_WATCH_BYTES: u64 = 160;
 /// RAM per TCP established hash slot (`tcp_init`: scale 17, one slot per 128 KiB) and the
 /// table's cap (512K slots), for estimating tcp_max_orphans / tcp_max_tw_buckets defaults.
 pub const EHASH_BYTES_PER_SLOT: u64 = 128 * 1024;
@@ -50,6 +51,8 @@ pub struct Host {
     pub page_size: u64,
     /// /proc/sys/net/netfilter/nf_conntrack_max exists.
     pub conntrack_loaded: bool,
+    /// Kernel memory per object: this kernel's /proc/slabinfo when readable, else measured.
+    pub obj: ObjSizes,
 }
 
 /// What the box must hold.
@@ -87,6 +90,13 @@ pub struct Math {
     pub buffered_pages: u64,
     /// Recommended tcp_mem in pages: min pressure max.
     pub tcp_mem: [u64; 3],
+    /// The most tcp_mem's max may be on this box: [`TCP_MEM_RAM_PCT`] of MemTotal, less what
+    /// the target's socket slab leaves, never below the kernel's own max.
+    pub tcp_mem_cap: u64,
+    /// Kernel memory the target needs at once: socket slab plus every buffered byte.
+    pub kernel_bytes_needed: u64,
+    /// Whether that fits in RAM less the reserve (a quarter for everything else).
+    pub fits: bool,
     /// The kernel's own tcp_mem on this RAM (estimate).
     pub tcp_mem_default: [u64; 3],
     /// RAM left for connections after keeping a quarter for everything else.
@@ -99,11 +109,52 @@ pub struct Math {
     pub nofile: u64,
     /// Descriptors each of `cpus` worker processes holds (c1m serve's default worker count).
     pub fds_per_worker: u64,
-    /// Client/proxy: source addresses needed per destination at the recommended port range.
+    /// Client/proxy: connections one (source, destination) pair carries at the recommended
+    /// port range: under the connect() cliff at half the range (`c1m_proto::ports`).
+    pub conns_per_source: Option<u64>,
+    /// Client/proxy: source addresses needed per destination at that rate.
     pub source_ips_per_destination: Option<u64>,
     pub time_wait_bytes_at_cap: u64,
     pub keepalive_probes_default: u64,
     pub keepalive_probes_notes: u64,
+}
+
+/// A computed sentence in English and Chinese (`--lang zh`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Said {
+    pub en: String,
+    pub zh: String,
+}
+
+impl From<crate::params::Text> for Said {
+    fn from(t: crate::params::Text) -> Said {
+        Said::new(t.en.into(), t.zh.into())
+    }
+}
+
+impl From<(&str, &str)> for Said {
+    fn from((en, zh): (&str, &str)) -> Said {
+        Said::new(en.into(), zh.into())
+    }
+}
+
+impl From<(String, String)> for Said {
+    fn from((en, zh): (String, String)) -> Said {
+        Said::new(en, zh)
+    }
+}
+
+impl Said {
+    pub fn new(en: String, zh: String) -> Said {
+        Said { en, zh }
+    }
+
+    pub fn get(&self, lang: crate::params::Lang) -> &str {
+        match lang {
+            crate::params::Lang::Zh if !self.zh.is_empty() => &self.zh,
+            _ => &self.en,
+        }
+    }
 }
 
 /// One entry's recommendation.
@@ -117,7 +168,7 @@ pub struct Rec {
     /// not reported as low.
     pub need: Option<String>,
     /// The numbers behind it, e.g. `≥ nofile 1048576; kernel default 1048576`.
-    pub basis: String,
+    pub basis: Said,
     #[serde(skip)]
     pub param: &'static Param,
 }
@@ -130,7 +181,7 @@ pub struct Plan {
     pub math: Math,
     /// Every entry c1m sizes (verdict recommend / never-lower), in table order.
     pub recs: Vec<Rec>,
-    pub warnings: Vec<String>,
+    pub warnings: Vec<Said>,
 }
 
 impl Plan {
@@ -159,13 +210,6 @@ fn headroom(n: u64) -> u64 {
     n.saturating_add(n / 4)
 }
 
-/// The kernel's tcp_mem shape from a pressure value: min = pressure/4*3, max = 2*min
-/// (`tcp_init_mem`, integer arithmetic as the kernel does it).
-pub fn tcp_mem_shape(pressure: u64) -> [u64; 3] {
-    let min = pressure / 4 * 3;
-    [min, pressure, min * 2]
-}
-
 /// TCP established hash slots the kernel allocates for this RAM.
 pub fn ehash_slots(host: &Host) -> u64 {
     pow2(host.mem_bytes.div_ceil(EHASH_BYTES_PER_SLOT)).min(EHASH_MAX_SLOTS)
@@ -184,14 +228,23 @@ pub fn kernel_default(p: &Param, host: &Host) -> Option<String> {
             let [a, b, c] = tcp_mem_default(host);
             Some(format!("{a} {b} {c}"))
         }
-        KernelDefault::EpollWatches => one(host.mem_bytes / 25 / EPOLL_WATCH_BYTES),
-        KernelDefault::Conntrack => one((host.mem_bytes / 16384).clamp(1024, 262_144)),
+        KernelDefault::EpollWatches => one(host.mem_bytes / 25 / host.obj.epoll_watch.max(1)),
+        KernelDefault::Conntrack => one(conntrack_buckets_default(host.mem_bytes)),
     }
 }
 
-/// The kernel's tcp_mem: limit = free buffer pages / 16 (about RAM pages / 16), at least 128.
-pub fn tcp_mem_default(host: &Host) -> [u64; 3] {
-    tcp_mem_shape((host.mem_bytes / host.page_size / 16).max(128))
+/// nf_conntrack's default hash buckets (and max, factor one) for this RAM, as
+/// `nf_conntrack_init_start` computes it: one 8-byte bucket head per 16 KiB of RAM up to
+/// 1 GiB, 65536 from 1 to 4 GiB, 262144 above, at least 1024.
+pub fn conntrack_buckets_default(mem_bytes: u64) -> u64 {
+    const GIB: u64 = 1 << 30;
+    if mem_bytes > 4 * GIB {
+        262_144
+    } else if mem_bytes > GIB {
+        65_536
+    } else {
+        (mem_bytes / 16384 / 8).max(1024)
+    }
 }
 
 fn default_num(p: &Param, host: &Host) -> u64 {
@@ -206,23 +259,9 @@ pub fn nofile(target: &Target) -> u64 {
     pow2(target.sockets().saturating_add(FD_RESERVE)).min(NR_OPEN_MAX)
 }
 
-/// tcp_mem in pages: pressure covers every socket's buffered bytes at once, in the kernel's
-/// shape, never below the kernel's own.
-pub fn tcp_mem(host: &Host, target: &Target) -> [u64; 3] {
-    let kd = tcp_mem_default(host);
-    tcp_mem_shape(tcp_mem_need(host, target).max(kd[1]))
-}
-
-/// Pages every socket's buffered bytes take at once: the least pressure value the target needs.
-pub fn tcp_mem_need(host: &Host, target: &Target) -> u64 {
-    target
-        .sockets()
-        .saturating_mul(target.buffered)
-        .div_ceil(host.page_size)
-}
-
 /// Connections that may arrive at once on one listener in a reconnect storm: 1/100 of the
-/// target as a power of two, at most 65535. What somaxconn and tcp_max_syn_backlog need.
+/// target as a power of two, at most 65535. What somaxconn and the listen backlog need
+/// (tcp_max_syn_backlog bounds nothing while syncookies are on).
 pub fn storm(target: &Target) -> u64 {
     pow2(target.conns.div_ceil(STORM_DIVISOR)).min(SOMAXCONN_MAX)
 }
@@ -236,21 +275,21 @@ fn recommend(p: &'static Param, host: &Host, target: &Target) -> Rec {
     let kd = default_num(p, host);
     let sockets = target.sockets();
     // `need` is what the target requires; the value is it raised to the kernel default.
-    let rec = |need: u64, basis: String| Rec {
+    let rec = |need: u64, basis: Said| Rec {
         key: p.key,
         value: Some(need.max(kd).to_string()),
         need: Some(need.to_string()),
         basis,
         param: p,
     };
-    let none = |basis: String| Rec {
+    let none = |basis: Said| Rec {
         key: p.key,
         value: None,
         need: None,
         basis,
         param: p,
     };
-    let exact = |v: String, basis: String| Rec {
+    let exact = |v: String, basis: Said| Rec {
         key: p.key,
         value: Some(v.clone()),
         need: Some(v),
@@ -258,87 +297,148 @@ fn recommend(p: &'static Param, host: &Host, target: &Target) -> Rec {
         param: p,
     };
     if !p.applies_to(target.role) {
-        return none(format!("not for role {}", target.role.name()));
+        let r = target.role.name();
+        return none(Said::new(
+            format!("not for role {r}"),
+            format!("不适用于角色 {r}"),
+        ));
     }
+    let pct = TABLE_RAM_PCT;
     match p.rule {
-        Rule::None => none(String::new()),
-        Rule::Fixed(v) => exact(
-            v.to_string(),
-            format!("kernel default {}", kernel_default(p, host).unwrap_or_default()),
-        ),
-        Rule::Nofile => {
-            let n = nofile(target);
-            rec(n, format!("{sockets} descriptors + {FD_RESERVE} reserve, next power of two"))
+        Rule::None => none(Said::default()),
+        Rule::Fixed(v) => {
+            let d = kernel_default(p, host).unwrap_or_default();
+            exact(
+                v.to_string(),
+                Said::new(format!("kernel default {d}"), format!("内核默认 {d}")),
+            )
         }
+        Rule::Nofile => rec(
+            nofile(target),
+            Said::new(
+                format!("{sockets} descriptors + {FD_RESERVE} reserve, next power of two"),
+                format!("{sockets} 个描述符 + {FD_RESERVE} 个预留，向上取 2 的幂"),
+            ),
+        ),
         Rule::NrOpen => {
             let n = nofile(target);
-            rec(n, format!("≥ nofile {n}; kernel default {kd}"))
+            rec(
+                n,
+                Said::new(
+                    format!("≥ nofile {n}; kernel default {kd}"),
+                    format!("≥ nofile {n}；内核默认 {kd}"),
+                ),
+            )
         }
         Rule::FileMax => rec(
             headroom(sockets),
-            format!("{sockets} descriptors + 25 %; kernel default ≈ {kd}"),
+            Said::new(
+                format!("{sockets} descriptors + 25 %; kernel default ≈ {kd}"),
+                format!("{sockets} 个描述符 + 25%；内核默认 ≈ {kd}"),
+            ),
         ),
-        Rule::EpollWatches => rec(
-            headroom(sockets),
-            format!("{sockets} sockets + 25 %; kernel default ≈ {kd}"),
-        ),
+        Rule::EpollWatches => {
+            let each = host.obj.epoll_watch;
+            rec(
+                table_cap(host, headroom(sockets), each, 0),
+                Said::new(
+                    format!("{sockets} sockets + 25 %, at most {pct} % of RAM at {each} B each; kernel default ≈ {kd}"),
+                    format!("{sockets} 个 socket + 25%，每个 {each} B，最多占内存的 {pct}%；内核默认 ≈ {kd}"),
+                ),
+            )
+        }
         Rule::TcpMem => {
             let [a, b, c] = tcp_mem(host, target);
-            let [na, nb, nc] = tcp_mem_shape(tcp_mem_need(host, target));
+            let cap = tcp_mem_cap(host, target);
+            // What the target needs, but never more than the box has: a check must not ask
+            // for a max the RAM cannot back.
+            let need = tcp_mem_shape(tcp_mem_need(host, target));
+            let [na, nb, nc] = if need[2] <= cap { need } else { [a, b, c] };
             let [da, db, dc] = tcp_mem_default(host);
+            let (buf, page) = (target.buffered, host.page_size);
+            let capb = human_bytes(cap.saturating_mul(page));
+            let share = TCP_MEM_RAM_PCT;
             Rec {
                 key: p.key,
                 value: Some(format!("{a} {b} {c}")),
                 need: Some(format!("{na} {nb} {nc}")),
-                basis: format!(
-                    "pressure = max({sockets} × {} B / {} B pages, kernel {db}); default ≈ {da} {db} {dc}",
-                    target.buffered, host.page_size
+                basis: Said::new(
+                    format!(
+                        "pressure = max({sockets} × {buf} B / {page} B pages, kernel {db}); max ≤ {cap} pages \
+                         ({capb} = {share} % of RAM less socket slab); default ≈ {da} {db} {dc}"
+                    ),
+                    format!(
+                        "pressure = max（{sockets} × {buf} B / {page} B 每页，内核 {db}）；max ≤ {cap} 页\
+                         （{capb} = 内存的 {share}% 减去 socket slab）；默认 ≈ {da} {db} {dc}"
+                    ),
                 ),
                 param: p,
             }
         }
-        Rule::Somaxconn => rec(
-            storm(target),
-            format!(
-                "{} conns / {STORM_DIVISOR} at once, power of two in {SOMAXCONN_MIN}..{SOMAXCONN_MAX}",
-                target.conns
-            ),
-        ),
-        Rule::SynBacklog => {
-            let s = storm(target);
-            rec(s, format!("the same storm as somaxconn, {s}; kernel default ≈ {kd}"))
-        }
-        Rule::PortRange => exact(
-            format!("{} {}", PORT_RANGE.0, PORT_RANGE.1),
-            format!("{} ports per source IP and destination", port_count()),
-        ),
-        Rule::MaxOrphans => {
-            let v = pow2(sockets.div_ceil(4));
+        Rule::Somaxconn => {
+            let c = target.conns;
             rec(
-                v,
-                format!(
-                    "{sockets} sockets / 4, power of two; kernel default ≈ {kd}; worst case {} B each",
-                    ORPHAN_MAX_BYTES
+                storm(target),
+                Said::new(
+                    format!("{c} conns / {STORM_DIVISOR} at once, power of two in {SOMAXCONN_MIN}..{SOMAXCONN_MAX}"),
+                    format!("{c} 个连接的 1/{STORM_DIVISOR} 同时到达，取 {SOMAXCONN_MIN}..{SOMAXCONN_MAX} 内的 2 的幂"),
+                ),
+            )
+        }
+        Rule::PortRange => {
+            let (n, per) = (port_count(), ports::per_pair(port_count(), false));
+            exact(
+                format!("{} {}", PORT_RANGE.0, PORT_RANGE.1),
+                Said::new(
+                    format!("{n} ports; plan {per} connections per source address and destination (under the connect() cliff at half)"),
+                    format!("{n} 个端口；每个（源地址，目的地址）按 {per} 个连接规划（低于一半处的 connect() 性能悬崖）"),
+                ),
+            )
+        }
+        Rule::MaxOrphans => {
+            // A quarter closing at once, counted ×4 under the kernel's penalty: one per
+            // socket, as much as the RAM share allows.
+            let each = host.obj.per_socket();
+            rec(
+                table_cap(host, pow2(sockets), each, 0),
+                Said::new(
+                    format!("{sockets} sockets / 4 closing at once × 4 (the kernel's orphan penalty), power of two, at most {pct} % of RAM at {each} B each; kernel default ≈ {kd}"),
+                    format!("{sockets} 个 socket 的 1/4 同时关闭 × 4（内核的孤儿惩罚），取 2 的幂，每个 {each} B，最多占内存的 {pct}%；内核默认 ≈ {kd}"),
                 ),
             )
         }
         Rule::MaxTwBuckets => {
-            let v = pow2(sockets);
+            let each = host.obj.time_wait;
             rec(
-                v,
-                format!("one per socket, power of two; kernel default ≈ {kd}; ~{TIME_WAIT_BYTES} B each"),
+                table_cap(host, pow2(sockets), each, 0),
+                Said::new(
+                    format!("one per socket, power of two, at most {pct} % of RAM at {each} B each; kernel default ≈ {kd}"),
+                    format!("每个 socket 一个，取 2 的幂，每个 {each} B，最多占内存的 {pct}%；内核默认 ≈ {kd}"),
+                ),
             )
         }
-        Rule::ConntrackMax => {
+        Rule::ConntrackMax | Rule::ConntrackBuckets => {
             if !host.conntrack_loaded {
-                return none("conntrack not loaded: nothing to size".to_string());
+                return none(Said::new(
+                    "conntrack not loaded: nothing to size".into(),
+                    "未加载 conntrack：无需设置".into(),
+                ));
             }
+            let each = host.obj.conntrack;
             rec(
-                headroom(sockets),
-                format!("{sockets} connections + 25 %; kernel default ≈ {kd}"),
+                conntrack_max(host, target),
+                Said::new(
+                    format!("{sockets} connections + 25 %, at most {pct} % of RAM at {each} B each; buckets = max (the kernel's factor of one); kernel default ≈ {kd}"),
+                    format!("{sockets} 个连接 + 25%，每项 {each} B，最多占内存的 {pct}%；桶数 = 上限（与内核的 1 倍比例相同）；内核默认 ≈ {kd}"),
+                ),
             )
         }
     }
+}
+
+/// nf_conntrack_max (and buckets, equal to it) for the target.
+pub fn conntrack_max(host: &Host, target: &Target) -> u64 {
+    table_cap(host, headroom(target.sockets()), host.obj.conntrack, 0)
 }
 
 fn port_count() -> u64 {
@@ -349,9 +449,12 @@ fn port_count() -> u64 {
 pub fn math(host: &Host, target: &Target) -> Math {
     let spc = target.sockets_per_conn();
     let sockets = target.sockets();
-    let per_conn = spc * KERNEL_BYTES_PER_SOCKET;
+    let per_socket = host.obj.per_socket();
+    let per_conn = spc * per_socket;
     let buffered_total = sockets.saturating_mul(target.buffered);
-    let usable = host.mem_bytes - host.mem_bytes / 4;
+    let usable = usable_bytes(host);
+    let slab = socket_slab_bytes(host, target);
+    let needed = slab.saturating_add(buffered_total);
     let tw_cap = PARAMS
         .iter()
         .find(|p| p.rule == Rule::MaxTwBuckets)
@@ -360,27 +463,31 @@ pub fn math(host: &Host, target: &Target) -> Math {
         .and_then(|v| v.parse::<u64>().ok())
         .unwrap_or(0);
     let nofile = nofile(target);
+    let per_source = ports::per_pair(port_count(), false);
+    let outgoing = !matches!(target.role, Role::Server);
     Math {
         sockets_per_conn: spc,
         sockets,
-        kernel_bytes_per_socket: KERNEL_BYTES_PER_SOCKET,
+        kernel_bytes_per_socket: per_socket,
         kernel_bytes_per_conn: per_conn,
-        kernel_bytes_total: sockets.saturating_mul(KERNEL_BYTES_PER_SOCKET),
+        kernel_bytes_total: slab,
         buffered_bytes_total: buffered_total,
         buffered_pages: buffered_total.div_ceil(host.page_size),
         tcp_mem: tcp_mem(host, target),
+        tcp_mem_cap: tcp_mem_cap(host, target),
+        kernel_bytes_needed: needed,
+        fits: needed <= usable && !tcp_mem_capped(host, target),
         tcp_mem_default: tcp_mem_default(host),
         usable_bytes: usable,
-        capacity_idle: usable / per_conn,
-        capacity_busy: usable / (spc * (KERNEL_BYTES_PER_SOCKET + target.buffered)),
+        capacity_idle: usable / per_conn.max(1),
+        capacity_busy: usable / (spc * (per_socket + target.buffered)).max(1),
         fds_total: sockets,
         nofile,
         fds_per_worker: sockets.div_ceil(host.cpus.max(1)),
-        source_ips_per_destination: match target.role {
-            Role::Server => None,
-            Role::Client | Role::Proxy => Some(target.conns.div_ceil(port_count())),
-        },
-        time_wait_bytes_at_cap: tw_cap.saturating_mul(TIME_WAIT_BYTES),
+        conns_per_source: outgoing.then_some(per_source),
+        source_ips_per_destination: outgoing
+            .then(|| ports::sources_needed(target.conns, port_count(), false)),
+        time_wait_bytes_at_cap: tw_cap.saturating_mul(host.obj.time_wait),
         keepalive_probes_default: sockets / DEFAULT_KEEPALIVE_SECS,
         keepalive_probes_notes: sockets / NOTES_KEEPALIVE_SECS,
     }
@@ -395,33 +502,17 @@ pub fn plan(host: Host, target: Target) -> Plan {
         .map(|p| recommend(p, &host, &target))
         .collect();
     let m = math(&host, &target);
-    let mut warnings = Vec::new();
-    if target.conns > m.capacity_idle {
-        warnings.push(format!(
-            "{} connections do not fit: this RAM holds about {} idle connections ({} B of kernel \
-             memory each, keeping a quarter of RAM for everything else)",
-            target.conns, m.capacity_idle, m.kernel_bytes_per_conn
-        ));
-    } else if target.conns > m.capacity_busy {
-        warnings.push(format!(
-            "{} connections fit idle but not with {} B buffered on each at once (about {} do); \
-             lower --buffered or add RAM",
-            target.conns, target.buffered, m.capacity_busy
-        ));
-    }
+    let mut warnings: Vec<Said> = does_not_fit(&host, &target, &m).into_iter().collect();
     if target.sockets().saturating_add(FD_RESERVE) > NR_OPEN_MAX {
-        warnings.push(format!(
-            "no process can hold {} descriptors (fs.nr_open tops out at {NR_OPEN_MAX}): spread the \
-             connections over several processes",
-            target.sockets()
-        ));
-    }
-    let tcp_max_bytes = m.tcp_mem[2].saturating_mul(host.page_size);
-    if tcp_max_bytes.saturating_add(m.kernel_bytes_total) > host.mem_bytes {
-        warnings.push(format!(
-            "tcp_mem max ({} pages) plus socket memory exceeds RAM: under a full broadcast TCP \
-             could take all memory",
-            m.tcp_mem[2]
+        let n = target.sockets();
+        warnings.push(Said::new(
+            format!(
+                "no process can hold {n} descriptors (fs.nr_open tops out at {NR_OPEN_MAX}): \
+                 spread the connections over several processes"
+            ),
+            format!(
+                "没有进程能持有 {n} 个描述符（fs.nr_open 最多 {NR_OPEN_MAX}）：把连接分散到多个进程"
+            ),
         ));
     }
     Plan {
@@ -434,179 +525,5 @@ pub fn plan(host: Host, target: Target) -> Plan {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const GIB: u64 = 1 << 30;
-
-    fn host(mem: u64) -> Host {
-        Host {
-            mem_bytes: mem,
-            cpus: 2,
-            page_size: 4096,
-            conntrack_loaded: true,
-        }
-    }
-
-    fn target(conns: u64, role: Role) -> Target {
-        Target {
-            conns,
-            role,
-            buffered: 4096,
-        }
-    }
-
-    #[test]
-    fn kernel_shape_matches_live_kernel() {
-        // A live 6.18 box printed 287898 383866 575796 for limit 383866.
-        assert_eq!(tcp_mem_shape(383_866), [287_898, 383_866, 575_796]);
-    }
-
-    #[test]
-    fn one_million_on_24_gib_server() {
-        let h = host(24 * GIB);
-        let t = target(1_000_000, Role::Server);
-        let p = plan(h, t);
-        // 24 GiB = 6291456 pages; kernel limit 6291456/16 = 393216.
-        assert_eq!(p.math.tcp_mem_default, [294_912, 393_216, 589_824]);
-        // 1e6 sockets × 4096 B / 4096 B = 1e6 pages of pressure; min 750000; max 1500000.
-        assert_eq!(p.value("net.ipv4.tcp_mem"), Some("750000 1000000 1500000"));
-        // 1e6 + 1024 = 1001024 → 2^20.
-        assert_eq!(p.value("limits.nofile"), Some("1048576"));
-        assert_eq!(p.value("systemd.LimitNOFILE"), Some("1048576"));
-        assert_eq!(p.value("fs.nr_open"), Some("1048576"));
-        // 25769803776 / 10240 = 2516582 > 1.25e6.
-        assert_eq!(p.value("fs.file-max"), Some("2516582"));
-        // 25769803776 / 25 / 160 = 6442450.
-        assert_eq!(p.value("fs.epoll.max_user_watches"), Some("6442450"));
-        // 1e6 / 100 = 10000 → 16384.
-        assert_eq!(p.value("net.core.somaxconn"), Some("16384"));
-        assert_eq!(p.value("net.ipv4.tcp_max_syn_backlog"), Some("16384"));
-        // ehash: 24 GiB / 128 KiB = 196608 → 262144 slots; default orphans 131072.
-        // 1e6/4 = 250000 → 262144.
-        assert_eq!(p.value("net.ipv4.tcp_max_orphans"), Some("262144"));
-        assert_eq!(p.value("net.ipv4.tcp_max_tw_buckets"), Some("1048576"));
-        assert_eq!(p.value("net.netfilter.nf_conntrack_max"), Some("1250000"));
-        assert_eq!(p.value("net.ipv4.tcp_slow_start_after_idle"), Some("0"));
-        assert_eq!(p.value("net.ipv4.tcp_syncookies"), Some("1"));
-        // Server: no port range, no tw_reuse.
-        assert_eq!(p.value("net.ipv4.ip_local_port_range"), None);
-        assert_eq!(p.value("net.ipv4.tcp_tw_reuse"), None);
-        // Usable = 24 GiB × 3/4 = 19327352832; / 4700 = 4112202; / 8796 = 2197288.
-        assert_eq!(p.math.usable_bytes, 19_327_352_832);
-        assert_eq!(p.math.capacity_idle, 4_112_202);
-        assert_eq!(p.math.capacity_busy, 2_197_288);
-        assert_eq!(p.math.kernel_bytes_total, 4_700_000_000);
-        assert_eq!(p.math.fds_per_worker, 500_000);
-        assert_eq!(p.math.source_ips_per_destination, None);
-        assert_eq!(p.math.keepalive_probes_notes, 33_333);
-        assert!(p.warnings.is_empty(), "{:?}", p.warnings);
-    }
-
-    #[test]
-    fn one_million_on_24_gib_client() {
-        let p = plan(host(24 * GIB), target(1_000_000, Role::Client));
-        assert_eq!(p.value("net.ipv4.ip_local_port_range"), Some("10000 65535"));
-        assert_eq!(p.value("net.ipv4.tcp_tw_reuse"), Some("1"));
-        // No listener: somaxconn, syn backlog and syncookies do not apply.
-        assert_eq!(p.value("net.core.somaxconn"), None);
-        assert_eq!(p.value("net.ipv4.tcp_max_syn_backlog"), None);
-        assert_eq!(p.value("net.ipv4.tcp_syncookies"), None);
-        // 1e6 / 55536 ports = 18.006 → 19 source IPs per destination.
-        assert_eq!(p.math.source_ips_per_destination, Some(19));
-        assert_eq!(p.value("net.ipv4.tcp_mem"), Some("750000 1000000 1500000"));
-    }
-
-    #[test]
-    fn proxy_doubles_sockets() {
-        let p = plan(host(24 * GIB), target(1_000_000, Role::Proxy));
-        assert_eq!(p.math.sockets, 2_000_000);
-        // 2000000 + 1024 → 2^21; nr_open must follow it above the default.
-        assert_eq!(p.value("limits.nofile"), Some("2097152"));
-        assert_eq!(p.value("fs.nr_open"), Some("2097152"));
-        // 2e6 pages of pressure: 1500000 2000000 3000000.
-        assert_eq!(p.value("net.ipv4.tcp_mem"), Some("1500000 2000000 3000000"));
-        // 2e6 + 25 % = 2.5e6 is below the 2516582 default.
-        assert_eq!(p.value("fs.file-max"), Some("2516582"));
-        // Capacity per proxied connection: 19327352832 / 9400 = 2056101.
-        assert_eq!(p.math.capacity_idle, 2_056_101);
-        assert!(p.value("net.ipv4.ip_local_port_range").is_some());
-        assert!(p.value("net.core.somaxconn").is_some());
-    }
-
-    #[test]
-    fn small_box_never_below_kernel_defaults_and_warns() {
-        // 2 GiB, 10000 connections: every sized value stays at the kernel default.
-        let h = host(2 * GIB);
-        let p = plan(h, target(10_000, Role::Server));
-        // 524288 pages / 16 = 32768.
-        assert_eq!(p.value("net.ipv4.tcp_mem"), Some("24576 32768 49152"));
-        assert_eq!(p.value("net.core.somaxconn"), Some("4096"));
-        // 10000 / 100 = 100 → 128 arriving at once; the defaults cover it (syn backlog on
-        // 2 GiB: max(128, 16384 slots / 128) = 128).
-        assert_eq!(p.need("net.core.somaxconn"), Some("128"));
-        assert_eq!(p.value("net.ipv4.tcp_max_syn_backlog"), Some("128"));
-        // ehash 2 GiB / 128 KiB = 16384 slots: default orphans 8192 > 10000/4 → 4096.
-        assert_eq!(p.value("net.ipv4.tcp_max_orphans"), Some("8192"));
-        // What the target itself needs stays below the defaults, so a live default passes.
-        assert_eq!(p.need("net.ipv4.tcp_max_orphans"), Some("4096"));
-        assert_eq!(p.need("net.ipv4.tcp_mem"), Some("7500 10000 15000"));
-        assert_eq!(p.need("fs.file-max"), Some("12500"));
-        assert_eq!(p.value("fs.nr_open"), Some("1048576"));
-        // 10000 + 1024 → 16384.
-        assert_eq!(p.value("limits.nofile"), Some("16384"));
-        assert!(p.warnings.is_empty());
-
-        // 1M connections on 2 GiB: 1.5 GiB usable / 4700 B = 342683 idle connections.
-        let p = plan(h, target(1_000_000, Role::Server));
-        assert_eq!(p.math.capacity_idle, 342_683);
-        assert_eq!(p.warnings.len(), 2, "{:?}", p.warnings);
-    }
-
-    #[test]
-    fn buffered_bytes_drive_tcp_mem() {
-        let mut t = target(1_000_000, Role::Server);
-        t.buffered = 16 * 1024;
-        // 1e6 × 16384 B / 4096 B = 4e6 pages; min 3e6, max 6e6 (22.9 GiB: warns on 24 GiB
-        // together with 4.4 GiB of sockets).
-        let p = plan(host(24 * GIB), t);
-        assert_eq!(p.value("net.ipv4.tcp_mem"), Some("3000000 4000000 6000000"));
-        // 19327352832 / (4700 + 16384) = 916683 connections with 16 KiB queued each.
-        assert_eq!(p.math.capacity_busy, 916_683);
-        assert_eq!(p.warnings.len(), 2, "{:?}", p.warnings);
-    }
-
-    #[test]
-    fn nofile_stops_at_nr_open_max() {
-        let p = plan(host(1 << 50), target(3_000_000_000, Role::Server));
-        assert_eq!(p.value("limits.nofile"), Some("2147483584"));
-        assert_eq!(p.value("fs.nr_open"), Some("2147483584"));
-        assert!(p.warnings.iter().any(|w| w.contains("no process can hold")));
-    }
-
-    #[test]
-    fn somaxconn_clamps() {
-        assert_eq!(somaxconn(&target(100, Role::Server)), 4096);
-        assert_eq!(somaxconn(&target(10_000_000, Role::Server)), 65535);
-    }
-
-    #[test]
-    fn page_size_scales_tcp_mem() {
-        let mut h = host(24 * GIB);
-        h.page_size = 65536;
-        // 393216 pages of 64 KiB / 16 = 24576; need 1e6 × 4096 / 65536 = 62500 pages.
-        assert_eq!(tcp_mem_default(&h), [18432, 24576, 36864]);
-        assert_eq!(
-            tcp_mem(&h, &target(1_000_000, Role::Server)),
-            [46875, 62500, 93750]
-        );
-    }
-
-    #[test]
-    fn conntrack_only_when_loaded() {
-        let mut h = host(24 * GIB);
-        h.conntrack_loaded = false;
-        let p = plan(h, target(1_000_000, Role::Server));
-        assert_eq!(p.value("net.netfilter.nf_conntrack_max"), None);
-    }
-}
+#[path = "calc_tests.rs"]
+mod tests;

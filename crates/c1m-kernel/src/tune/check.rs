@@ -8,8 +8,8 @@
 
 pub use super::status::{compare, is_harmful, target, Status};
 
-use super::calc::Plan;
-use super::conf::{check_limits, check_systemd, scan_sysctl_configs};
+use super::calc::{Plan, Said};
+use super::conf::{check_limits, check_systemd, check_systemd_default, scan_sysctl_configs};
 use crate::params::{lookup, Kind, Param, Verdict, PARAMS};
 use crate::root::Root;
 use anyhow::Result;
@@ -30,6 +30,9 @@ pub struct Row {
     /// What `--apply` writes for this key (live rows only).
     pub target: Option<String>,
     pub note: String,
+    /// The note in Chinese (`--lang zh`).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub note_zh: String,
     /// `FILE:LINE` for rows found in config files.
     pub source: Option<String>,
 }
@@ -39,27 +42,52 @@ pub struct Row {
 pub fn check(root: &Root, plan: &Plan, service: Option<&str>) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
     for p in PARAMS {
-        if let Some(row) = check_entry(root, plan, p, service)? {
-            rows.push(row);
+        match (p.kind, p.key) {
+            (Kind::Limits, _) => rows.extend(check_limits(root, plan, p)?),
+            (_, "systemd.DefaultLimitNOFILE") => rows.extend(check_systemd_default(root, p)?),
+            _ => rows.extend(check_entry(root, plan, p, service)?),
         }
     }
     if let Some(p) = lookup_exact("limits.nofile") {
         rows.extend(check_self_nofile(root, plan, p)?);
     }
     rows.extend(scan_sysctl_configs(root, plan)?);
+    // The memory math's finding: no setting makes the target fit, so it is a row of its own
+    // (nothing for --apply to write) and a finding for the exit code.
+    let m = &plan.math;
+    if let Some(msg) = super::calc::does_not_fit(&plan.host, &plan.target, m) {
+        rows.push(Row {
+            key: "memory.target",
+            status: Status::DoesNotFit,
+            live: Some(format!(
+                "{} usable",
+                super::units::human_bytes(m.usable_bytes)
+            )),
+            recommended: Some(format!(
+                "{} needed",
+                super::units::human_bytes(m.kernel_bytes_needed)
+            )),
+            target: None,
+            note: msg.en,
+            note_zh: msg.zh,
+            source: None,
+        });
+    }
     Ok(rows)
 }
 
 impl Row {
     /// A row for a table entry, before recommended/target/source are filled in.
-    pub fn new(p: &Param, status: Status, live: Option<String>, note: impl Into<String>) -> Row {
+    pub fn new(p: &Param, status: Status, live: Option<String>, note: impl Into<Said>) -> Row {
+        let note = note.into();
         Row {
             key: p.key,
             status,
             live,
             recommended: None,
             target: None,
-            note: note.into(),
+            note: note.en,
+            note_zh: note.zh,
             source: None,
         }
     }
@@ -73,15 +101,18 @@ fn check_entry(
 ) -> Result<Option<Row>> {
     match (p.kind, service) {
         (Kind::Sysctl, _) => check_sysctl(root, plan, p),
-        (Kind::Limits, _) => check_limits(root, plan, p).map(Some),
+        (Kind::Limits, _) => Ok(None),
         (Kind::Systemd, Some(unit)) => check_systemd(root, plan, p, unit).map(Some),
         (Kind::Systemd, None) => Ok(plan.value(p.key).map(|v| {
             let mut r = Row::new(
                 p,
                 Status::Info,
                 None,
-                format!(
-                    "services need LimitNOFILE={v} in a unit drop-in (--service NAME writes it)"
+                (
+                    format!(
+                        "services need LimitNOFILE={v} in a unit drop-in (--service NAME writes it)"
+                    ),
+                    format!("服务需要在单元 drop-in 里写 LimitNOFILE={v}（--service NAME 会写入）"),
                 ),
             );
             r.recommended = Some(v.to_string());
@@ -106,7 +137,12 @@ fn check_sysctl(root: &Root, plan: &Plan, p: &'static Param) -> Result<Option<Ro
             return Ok(None);
         };
         let Some(live_v) = live else {
-            let mut r = Row::new(p, Status::Missing, None, "kernel lacks this key; skipped");
+            let mut r = Row::new(
+                p,
+                Status::Missing,
+                None,
+                ("kernel lacks this key; skipped", "内核没有这个键；跳过"),
+            );
             r.recommended = Some(rec_v);
             return Ok(Some(r));
         };
@@ -115,12 +151,17 @@ fn check_sysctl(root: &Root, plan: &Plan, p: &'static Param) -> Result<Option<Ro
         } else {
             compare(p, &live_v, &need, host)
         };
-        let note = match status {
-            Status::Harmful => p.danger.en.to_string(),
+        let note: Said = match status {
+            Status::Harmful => p.danger.into(),
             Status::High if p.unit == crate::params::Unit::Pages => {
-                "max above RAM: TCP buffers could starve processes".to_string()
+                let pct = super::calc::TCP_MEM_RAM_PCT;
+                (
+                    format!("max above {pct}% of RAM: memory pressure would start only after the OOM killer"),
+                    format!("max 超过内存的 {pct}%：内存压力模式要到 OOM killer 之后才会开始"),
+                )
+                    .into()
             }
-            _ => p.why.en.to_string(),
+            _ => p.why.into(),
         };
         let tgt = target(p, &live_v, &rec_v, status);
         let mut r = Row::new(p, status, Some(live_v), note);
@@ -139,7 +180,7 @@ fn check_sysctl(root: &Root, plan: &Plan, p: &'static Param) -> Result<Option<Ro
                 (true, Verdict::Obsolete) => Status::Obsolete,
                 (true, _) => Status::Harmful,
             };
-            let note = if bad { p.danger.en } else { p.why.en };
+            let note = if bad { p.danger } else { p.why };
             let mut r = Row::new(p, status, Some(live_v), note);
             if bad {
                 r.target = p.fix.map(str::to_string);
@@ -147,7 +188,7 @@ fn check_sysctl(root: &Root, plan: &Plan, p: &'static Param) -> Result<Option<Ro
             }
             Ok(Some(r))
         }
-        Verdict::Inform => Ok(Some(Row::new(p, Status::Info, Some(live_v), p.why.en))),
+        Verdict::Inform => Ok(Some(Row::new(p, Status::Info, Some(live_v), p.why))),
         _ => Ok(None),
     }
 }
@@ -164,7 +205,10 @@ fn check_self_nofile(root: &Root, plan: &Plan, p: &'static Param) -> Result<Opti
         p,
         Status::Info,
         Some(format!("soft {} hard {}", show(n.soft), show(n.hard))),
-        "this session's limit; new logins get limits.d, services LimitNOFILE=",
+        (
+            "this session's limit; new logins get limits.d, services LimitNOFILE=",
+            "本会话的限制；新登录按 limits.d，服务按 LimitNOFILE=",
+        ),
     );
     r.recommended = plan.value(p.key).map(str::to_string);
     r.source = Some("/proc/self/limits".to_string());

@@ -1,72 +1,142 @@
 //! Config files under the root: sysctl.conf and sysctl.d (lines that set obsolete or harmful
 //! keys, or that are read after c1m's drop-in and would undo it at boot), pam_limits nofile
-//! for `*`, and a named systemd unit's LimitNOFILE=.
+//! for every domain, a named systemd unit's LimitNOFILE=, systemd's DefaultLimitNOFILE=, and
+//! any of those above fs.nr_open (critical: logins refused, units failing).
 //!
 //! Owns: parsing those files' syntax. c1m reads them and never edits them.
 
 use super::calc::Plan;
 use super::check::{lookup_exact, Row, SYSCTL_DROPIN};
 use super::status::{compare, is_harmful, Status};
-use crate::params::{Param, Verdict};
+use crate::nofile;
+use crate::params::{Lang, Param, Verdict};
 use crate::root::{normalize_value, Root};
 use anyhow::Result;
 use std::path::Path;
 
-/// pam_limits nofile as configured for `*`: limits.conf, then limits.d/*.conf in name order;
-/// the last line for each of soft and hard wins.
-pub(super) fn check_limits(root: &Root, plan: &Plan, p: &'static Param) -> Result<Row> {
+/// pam_limits nofile, every domain: one row per domain that has nofile lines (`*` always,
+/// judged against the recommendation: a user's own line wins over `*` for that user), and a
+/// critical row for every line above fs.nr_open (that login would be refused).
+pub(super) fn check_limits(root: &Root, plan: &Plan, p: &'static Param) -> Result<Vec<Row>> {
     let rec: Option<u64> = plan.value(p.key).and_then(|v| v.parse().ok());
-    let mut files = vec![Path::new("/etc/security/limits.conf").to_path_buf()];
-    files.extend(root.list_dir("/etc/security/limits.d")?);
-    let (mut soft, mut hard) = (None, None);
-    let mut source = None;
-    for f in files
-        .iter()
-        .filter(|f| f.extension().is_some_and(|e| e == "conf"))
-    {
-        let Some(text) = root.read_opt(f)? else {
-            continue;
-        };
-        for (i, line) in text.lines().enumerate() {
-            let line = line.split('#').next().unwrap_or("");
-            let w: Vec<&str> = line.split_whitespace().collect();
-            if let [domain, kind, item, value] = w[..] {
-                if domain != "*" || item != "nofile" {
-                    continue;
-                }
-                let v = if value == "unlimited" || value == "infinity" {
-                    Some(u64::MAX)
-                } else {
-                    value.parse().ok()
-                };
-                if matches!(kind, "soft" | "-") {
-                    soft = v;
-                }
-                if matches!(kind, "hard" | "-") {
-                    hard = v;
-                }
-                source = Some(format!("{}:{}", f.display(), i + 1));
-            }
+    let lines = nofile::pam_lines(root)?;
+    let mut domains: Vec<&str> = vec!["*"];
+    for l in &lines {
+        if !domains.contains(&l.domain.as_str()) {
+            domains.push(&l.domain);
         }
     }
-    let live = match (soft, hard) {
-        (None, None) => None,
-        (s, h) => Some(format!(
-            "soft {} hard {}",
-            s.map_or("default".into(), |v| v.to_string()),
-            h.map_or("default".into(), |v| v.to_string())
-        )),
+    let show = |v: Option<u64>| match v {
+        // Unset: the inherited default applies ("-", like other empty columns).
+        None => "-".to_string(),
+        Some(u64::MAX) => "unlimited".to_string(),
+        Some(v) => v.to_string(),
     };
-    let ok = rec.is_some_and(|r| soft.unwrap_or(0) >= r && hard.unwrap_or(0) >= r);
+    let mut rows = Vec::new();
+    for d in domains {
+        let mine: Vec<&nofile::Line> = lines.iter().filter(|l| l.domain == d).collect();
+        let soft = mine.iter().rev().find_map(|l| l.soft);
+        let hard = mine.iter().rev().find_map(|l| l.hard);
+        let live = (soft.is_some() || hard.is_some())
+            .then(|| format!("soft {} hard {}", show(soft), show(hard)));
+        let ok = rec.is_some_and(|r| soft.unwrap_or(0) >= r && hard.unwrap_or(0) >= r);
+        let note: (String, String) = match d {
+            "*" => (
+                "login sessions (pam_limits) for `*`; root needs its own lines".into(),
+                "`*` 的登录会话（pam_limits）；root 需要单独的行".into(),
+            ),
+            "root" => (
+                "login sessions of root (`*` does not match root)".into(),
+                "root 的登录会话（`*` 不匹配 root）".into(),
+            ),
+            g if g.starts_with('@') => (
+                format!("logins of group {g}: wins over `*` for its members"),
+                format!("组 {g} 的登录：对其成员优先于 `*`"),
+            ),
+            u => (
+                format!("logins of {u}: a user's own line wins over @group and `*`"),
+                format!("{u} 的登录：用户自己的行优先于 @组 和 `*`"),
+            ),
+        };
+        let mut r = Row::new(p, if ok { Status::Ok } else { Status::Low }, live, note);
+        r.recommended = rec.map(|v| v.to_string());
+        r.source = mine.last().map(|l| l.at());
+        rows.push(r);
+    }
+    rows.extend(critical_rows(root, p, &lines)?);
+    Ok(rows)
+}
+
+/// A critical row for each configured nofile (pam or systemd) above the live fs.nr_open.
+pub(super) fn critical_rows(
+    root: &Root,
+    p: &'static Param,
+    lines: &[nofile::Line],
+) -> Result<Vec<Row>> {
+    let Some(nr_open) = root
+        .read_sysctl("fs.nr_open")?
+        .and_then(|v| v.trim().parse::<u64>().ok())
+    else {
+        return Ok(Vec::new());
+    };
+    Ok(lines
+        .iter()
+        .filter(|l| l.above(nr_open))
+        .map(|l| {
+            let v = l.largest().unwrap_or(0);
+            let mut r = Row::new(
+                p,
+                Status::Critical,
+                Some(v.to_string()),
+                {
+                    let [raise, lower] = nofile::fix_above(l, nr_open);
+                    (
+                        format!(
+                            "nofile {v} for {} is above fs.nr_open {nr_open}: {}. Fix: {raise}; or lower the line: {lower}",
+                            l.domain,
+                            l.effect(),
+                        ),
+                        format!(
+                            "{} 的 nofile {v} 超过 fs.nr_open {nr_open}：{}。修复：{raise}；或者调低这一行：{lower}",
+                            l.domain,
+                            l.effect_zh(),
+                        ),
+                    )
+                },
+            );
+            r.source = Some(l.at());
+            r
+        })
+        .collect())
+}
+
+/// systemd's DefaultLimitNOFILE=: information (c1m gives the one service its own
+/// LimitNOFILE=), critical when above fs.nr_open; plus every unit's LimitNOFILE= above it.
+pub(super) fn check_systemd_default(root: &Root, p: &'static Param) -> Result<Vec<Row>> {
+    let lines = nofile::systemd_lines(root)?;
+    let default = lines
+        .iter()
+        .rev()
+        .find(|l| l.origin == nofile::Origin::Default);
     let mut r = Row::new(
         p,
-        if ok { Status::Ok } else { Status::Low },
-        live,
-        "login sessions (pam_limits) for `*`; root needs its own lines",
+        Status::Info,
+        default.map(|l| {
+            format!(
+                "soft {} hard {}",
+                l.soft.map_or("-".into(), |v| v.to_string()),
+                l.hard.map_or("-".into(), |v| v.to_string())
+            )
+        }),
+        (
+            "systemd's default for units without LimitNOFILE= (soft 1024, hard 524288 when unset)",
+            "systemd 给未设置 LimitNOFILE= 的单元的默认值（未设置时软 1024，硬 524288）",
+        ),
     );
-    r.recommended = rec.map(|v| v.to_string());
-    r.source = source;
-    Ok(r)
+    r.source = default.map(|l| l.at());
+    let mut rows = vec![r];
+    rows.extend(critical_rows(root, p, &lines)?);
+    Ok(rows)
 }
 
 /// The unit's LimitNOFILE= from its drop-ins (and the unit file under /etc), last one wins.
@@ -106,7 +176,10 @@ pub(super) fn check_systemd(
         p,
         if ok { Status::Ok } else { Status::Low },
         value,
-        format!("LimitNOFILE= of {service}; services do not read limits.d"),
+        (
+            format!("LimitNOFILE= of {service}; services do not read limits.d"),
+            format!("{service} 的 LimitNOFILE=；服务不读 limits.d"),
+        ),
     );
     r.recommended = rec.map(|v| v.to_string());
     r.source = source;
@@ -170,23 +243,27 @@ pub(super) fn scan_sysctl_configs(root: &Root, plan: &Plan) -> Result<Vec<Row>> 
             };
             let source = Some(format!("{}:{}", cl.file, cl.line));
             let mut status = None;
-            let mut note = String::new();
+            let mut note = (String::new(), String::new());
             if p.verdict == Verdict::Obsolete {
                 status = Some(Status::Obsolete);
-                note = format!(
-                    "removed in {}; delete this line: {}",
-                    p.removed.unwrap_or("?"),
-                    p.danger.en
+                let r = p.removed.unwrap_or("?");
+                note = (
+                    format!("removed in {r}; delete this line: {}", p.danger.en),
+                    format!("已在 {r} 删除；删掉这一行：{}", p.danger.get(Lang::Zh)),
                 );
             } else if is_harmful(p, &cl.value, &plan.host) {
                 status = Some(Status::Harmful);
-                note = format!("delete this line: {}", p.danger.en);
+                note = (
+                    format!("delete this line: {}", p.danger.en),
+                    format!("删掉这一行：{}", p.danger.get(Lang::Zh)),
+                );
             } else if let (true, Some(need)) = (after && p.verdict.writes(), plan.need(p.key)) {
                 let s = compare(p, &cl.value, need, &plan.host);
                 if s.needs_change() {
                     status = Some(s);
-                    note = format!(
-                        "read after {SYSCTL_DROPIN}, so at boot it overrides c1m's value (needs {need})"
+                    note = (
+                        format!("read after {SYSCTL_DROPIN}, so at boot it overrides c1m's value (needs {need})"),
+                        format!("在 {SYSCTL_DROPIN} 之后读取，启动时会覆盖 c1m 的值（需要 {need}）"),
                     );
                 }
             }
@@ -197,7 +274,8 @@ pub(super) fn scan_sysctl_configs(root: &Root, plan: &Plan) -> Result<Vec<Row>> 
                     live: Some(cl.value),
                     recommended: plan.value(p.key).map(str::to_string),
                     target: None,
-                    note,
+                    note: note.0,
+                    note_zh: note.1,
                     source,
                 });
             }

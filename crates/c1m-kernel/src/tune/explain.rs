@@ -3,7 +3,7 @@
 //!
 //! Owns: the explain layout in English and Chinese. The facts come from `params`.
 
-use crate::params::{lookup, Lang, Param, Verdict, PARAMS};
+use crate::params::{lookup, Kind, Lang, Param, Unit, Verdict, PARAMS};
 use anyhow::{bail, Result};
 use std::fmt::Write;
 
@@ -19,6 +19,7 @@ struct Labels {
     c1m: &'static str,
     fix: &'static str,
     roles: &'static str,
+    source: &'static str,
 }
 
 const EN: Labels = Labels {
@@ -33,6 +34,7 @@ const EN: Labels = Labels {
     c1m: "c1m",
     fix: "safe value",
     roles: "roles",
+    source: "source",
 };
 
 const ZH: Labels = Labels {
@@ -47,6 +49,7 @@ const ZH: Labels = Labels {
     c1m: "c1m",
     fix: "安全值",
     roles: "适用角色",
+    source: "出处",
 };
 
 /// What c1m does with a key of this verdict.
@@ -64,28 +67,76 @@ pub fn verdict_sentence(v: Verdict, lang: Lang) -> &'static str {
         }
         (Verdict::Inform, Lang::En) => "shows it with sizing notes; does not write it.",
         (Verdict::Ignore, Lang::En) => "no effect on holding connections; leaves the kernel default.",
-        (Verdict::Recommend, Lang::Zh) => "计算并写入(tune --apply)。",
-        (Verdict::NeverLower, Lang::Zh) => "目标需要时调大;绝不写入低于内核默认或当前值的数。",
-        (Verdict::Harmful, Lang::Zh) => "拒绝推荐;--check 标出有害值,--apply 恢复安全值。",
-        (Verdict::Obsolete, Lang::Zh) => "拒绝写入;/etc 下的配置文件仍设置它时 --check 会警告。",
-        (Verdict::Inform, Lang::Zh) => "只给出估算说明,不写入。",
-        (Verdict::Ignore, Lang::Zh) => "与保持连接无关;保持内核默认。",
+        (Verdict::Recommend, Lang::Zh) => "计算并写入（tune --apply）。",
+        (Verdict::NeverLower, Lang::Zh) => "目标需要时调大；绝不写入低于内核默认或当前值的数。",
+        (Verdict::Harmful, Lang::Zh) => "拒绝推荐；--check 标出有害值，--apply 恢复安全值。",
+        (Verdict::Obsolete, Lang::Zh) => "拒绝写入；/etc 下的配置文件仍设置它时 --check 会警告。",
+        (Verdict::Inform, Lang::Zh) => "只给出估算说明，不写入。",
+        (Verdict::Ignore, Lang::Zh) => "与保持连接无关；保持内核默认。",
     }
+}
+
+fn kind_zh(k: Kind) -> &'static str {
+    match k {
+        Kind::Sysctl => "sysctl",
+        Kind::Limits => "pam 限制",
+        Kind::Systemd => "systemd",
+        Kind::Other => "其他工具",
+    }
+}
+
+fn unit_zh(u: Unit) -> &'static str {
+    match u {
+        Unit::Descriptors => "描述符",
+        Unit::Pages => "页",
+        Unit::Bytes => "字节",
+        Unit::Seconds => "秒",
+        Unit::Switch => "开关",
+        Unit::Ports => "端口",
+        Unit::Sockets => "socket 数",
+        Unit::Entries => "表项",
+        Unit::Packets => "包",
+        Unit::Segments => "报文段",
+        Unit::Other => "其他",
+    }
+}
+
+/// The field notes' settings; the few English words in them rendered in Chinese.
+fn seeds(s: &str, lang: Lang) -> String {
+    if lang == Lang::En {
+        return s.to_string();
+    }
+    s.replace("(missed by the notes)", "（笔记未提及）")
+        .replace(" (harmful)", "（有害）")
+        .replace(" (the default)", "（即默认值）")
+        .replace(" (discussed)", "（有讨论）")
+        .replace(" hit the 1048576 ceiling", " 碰到了 1048576 的上限")
+        .replace("; ", "；")
 }
 
 /// One entry as text.
 pub fn render_entry(p: &Param, lang: Lang) -> String {
     let l = if lang == Lang::Zh { &ZH } else { &EN };
-    let mut s = format!(
-        "{}  [{}]  {}, {}\n",
-        p.key,
-        p.verdict.name(),
-        p.kind.name(),
-        p.unit.name()
-    );
+    let mut s = match lang {
+        Lang::En => format!(
+            "{}  [{}]  {}, {}\n",
+            p.key,
+            p.verdict.name(),
+            p.kind.name(),
+            p.unit.name()
+        ),
+        Lang::Zh => format!(
+            "{}  [{}]  {}，{}\n",
+            p.key,
+            p.verdict.name(),
+            kind_zh(p.kind),
+            unit_zh(p.unit)
+        ),
+    };
+    let colon = if lang == Lang::Zh { "：" } else { ": " };
     let mut field = |label: &str, text: &str| {
         if !text.is_empty() {
-            let _ = writeln!(s, "  {label}: {text}");
+            let _ = writeln!(s, "  {label}{colon}{text}");
         }
     };
     field(l.meaning, p.meaning.get(lang));
@@ -94,7 +145,7 @@ pub fn render_entry(p: &Param, lang: Lang) -> String {
     field(l.danger, p.danger.get(lang));
     field(l.added, p.added.unwrap_or(""));
     field(l.removed, p.removed.unwrap_or(""));
-    field(l.seeds, p.seeds);
+    field(l.seeds, &seeds(p.seeds, lang));
     if let Some(fix) = p.fix {
         field(l.fix, fix);
     }
@@ -102,8 +153,13 @@ pub fn render_entry(p: &Param, lang: Lang) -> String {
     field(l.c1m, verdict_sentence(p.verdict, lang));
     if !p.roles.is_empty() {
         let roles: Vec<&str> = p.roles.iter().map(|r| r.name()).collect();
-        field(l.roles, &roles.join(", "));
+        field(
+            l.roles,
+            &roles.join(if lang == Lang::Zh { "，" } else { ", " }),
+        );
     }
+    // Kernel files, commits and measurement commands are identifiers: not translated.
+    field(l.source, p.source);
     s
 }
 

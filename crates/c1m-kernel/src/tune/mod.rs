@@ -13,7 +13,9 @@ pub mod calc;
 pub mod check;
 mod conf;
 pub mod explain;
+pub mod memory;
 pub mod render;
+pub mod slab;
 pub mod status;
 pub mod units;
 
@@ -30,7 +32,7 @@ use std::path::PathBuf;
 pub struct TuneArgs {
     #[command(subcommand)]
     pub command: Option<TuneCommand>,
-    /// Connections the box must hold (1000000, 1M, 250k).
+    /// Connections the box must hold (1000000, 1_000_000, 250K, 1M, 1.5M, 10M).
     #[arg(long, value_parser = units::parse_count)]
     pub conns: Option<u64>,
     /// What the box does: server accepts, client (load generator) connects, proxy does both.
@@ -144,7 +146,7 @@ pub fn run_to_string(args: TuneArgs) -> Result<(String, u8)> {
         let rows = check::check(&root, &plan, args.service.as_deref())?;
         let out = match args.format {
             Format::Json => serde_json::to_string_pretty(&rows).context("encoding check")? + "\n",
-            Format::Text => render_check(&plan, &rows),
+            Format::Text => render_check(&plan, &rows, args.lang),
             Format::Sysctl => bail!("--check prints text or json"),
         };
         return Ok((out, check::exit_code(&rows)));
@@ -178,6 +180,8 @@ pub fn host(root: &Root, mem: &str) -> Result<calc::Host> {
         cpus: root.cpus_online()? as u64,
         page_size: root.page_size()?,
         conntrack_loaded: root.has_sysctl("net.netfilter.nf_conntrack_max"),
+        // slabinfo is 0400: without root the measured sizes stand in.
+        obj: slab::sizes(root.read_opt("/proc/slabinfo").ok().flatten().as_deref()),
     })
 }
 
@@ -191,17 +195,26 @@ fn run_explain(e: &ExplainArgs) -> Result<(String, u8)> {
     Ok((out, 0))
 }
 
-fn render_check(plan: &calc::Plan, rows: &[check::Row]) -> String {
-    let mut s = format!(
-        "c1m tune --check: {} connections, role {}\n{:<9} {:<34} {:<24} {:<24} note\n",
-        plan.target.conns,
-        plan.target.role.name(),
-        "status",
-        "key",
-        "live",
-        "recommended"
-    );
+fn render_check(plan: &calc::Plan, rows: &[check::Row], lang: Lang) -> String {
+    let zh = lang == Lang::Zh;
+    let (c, r) = (plan.target.conns, plan.target.role.name());
+    let mut s = if zh {
+        format!(
+            "c1m tune --check：{c} 个连接，角色 {r}\n{:<9} {:<34} {:<24} {:<24} 说明\n",
+            "状态", "键", "当前值", "推荐值"
+        )
+    } else {
+        format!(
+            "c1m tune --check: {c} connections, role {r}\n{:<9} {:<34} {:<24} {:<24} note\n",
+            "status", "key", "live", "recommended"
+        )
+    };
     for r in rows {
+        let note = if zh && !r.note_zh.is_empty() {
+            &r.note_zh
+        } else {
+            &r.note
+        };
         let _ = writeln!(
             s,
             "{:<9} {:<34} {:<24} {:<24} {}{}",
@@ -213,18 +226,21 @@ fn render_check(plan: &calc::Plan, rows: &[check::Row]) -> String {
                 .as_deref()
                 .map(|f| format!("[{f}] "))
                 .unwrap_or_default(),
-            r.note
+            note
         );
     }
     let n = rows.iter().filter(|r| r.status.needs_change()).count();
-    let _ = writeln!(
-        s,
-        "{n} finding(s){}",
-        if n > 0 {
-            "; `c1m tune --apply` with the same --conns/--role fixes the live ones"
-        } else {
-            ""
-        }
-    );
+    let _ = match (zh, n > 0) {
+        (false, true) => writeln!(
+            s,
+            "{n} finding(s); `c1m tune --apply` with the same --conns/--role fixes the live ones"
+        ),
+        (false, false) => writeln!(s, "{n} finding(s)"),
+        (true, true) => writeln!(
+            s,
+            "{n} 项发现；用相同的 --conns/--role 运行 `c1m tune --apply` 修复当前值"
+        ),
+        (true, false) => writeln!(s, "{n} 项发现"),
+    };
     s
 }

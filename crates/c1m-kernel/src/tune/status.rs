@@ -4,7 +4,7 @@
 //!
 //! Owns: value comparisons only; no I/O. `check` and the config-file scan both use it.
 
-use super::calc::{kernel_default, Host};
+use super::calc::{kernel_default, Host, TCP_MEM_RAM_PCT};
 use super::units::parse_numbers;
 use crate::params::{Compare, Harm, Param, Unit};
 use crate::root::normalize_value;
@@ -18,6 +18,12 @@ pub enum Status {
     Low,
     High,
     Harmful,
+    /// A configured value that breaks the box now or at the next login or boot (a nofile
+    /// above fs.nr_open: logins refused, units failing with 205/LIMITS).
+    Critical,
+    /// The target needs more kernel memory than this box has (the memory math's finding).
+    #[serde(rename = "does-not-fit")]
+    DoesNotFit,
     Obsolete,
     /// The kernel lacks the key (or the module is not loaded): skipped, not a failure.
     Missing,
@@ -32,6 +38,8 @@ impl Status {
             Status::Low => "low",
             Status::High => "high",
             Status::Harmful => "harmful",
+            Status::Critical => "critical",
+            Status::DoesNotFit => "does-not-fit",
             Status::Obsolete => "obsolete",
             Status::Missing => "missing",
             Status::Info => "info",
@@ -42,7 +50,12 @@ impl Status {
     pub fn needs_change(self) -> bool {
         matches!(
             self,
-            Status::Low | Status::High | Status::Harmful | Status::Obsolete
+            Status::Low
+                | Status::High
+                | Status::Harmful
+                | Status::Critical
+                | Status::DoesNotFit
+                | Status::Obsolete
         )
     }
 }
@@ -89,9 +102,9 @@ pub fn compare(p: &Param, value: &str, rec: &str, host: &Host) -> Status {
                     .copied()
                     .unwrap_or(0)
                     .saturating_mul(host.page_size)
-                    > host.mem_bytes
+                    > host.mem_bytes / 100 * TCP_MEM_RAM_PCT
             {
-                // A tcp_mem max above RAM lets TCP buffers starve every process.
+                // A tcp_mem max above half of RAM: pressure starts after the OOM killer.
                 Status::High
             } else {
                 Status::Ok
@@ -136,6 +149,7 @@ mod tests {
             cpus: 2,
             page_size: 4096,
             conntrack_loaded: false,
+            obj: crate::tune::slab::ObjSizes::MEASURED,
         }
     }
 
@@ -151,8 +165,8 @@ mod tests {
         assert!(!is_harmful(p("net.ipv4.tcp_max_tw_buckets"), "65536", &h));
         assert!(is_harmful(p("net.ipv4.ip_no_pmtu_disc"), "1", &h));
         assert!(!is_harmful(p("net.ipv4.ip_no_pmtu_disc"), "0\n", &h));
-        assert!(is_harmful(p("vm.swappiness"), "0", &h));
-        assert!(!is_harmful(p("vm.swappiness"), "10", &h));
+        // Swappiness is not c1m's business: never harmful, never repaired.
+        assert!(!is_harmful(p("vm.swappiness"), "0", &h));
         assert!(is_harmful(p("net.ipv4.tcp_tw_recycle"), "1", &h));
     }
 
@@ -168,6 +182,12 @@ mod tests {
             compare(mem, "750000 1000000 7000000", rec, &h),
             Status::High
         );
+        // 3200000 pages = 12.2 GiB: above half of 24 GiB, so pressure would come too late.
+        assert_eq!(
+            compare(mem, "750000 1000000 3200000", rec, &h),
+            Status::High
+        );
+        assert_eq!(compare(mem, "750000 1000000 3100000", rec, &h), Status::Ok);
         let reuse = p("net.ipv4.tcp_tw_reuse");
         assert_eq!(compare(reuse, "2", "1", &h), Status::High);
         assert_eq!(compare(reuse, "0", "1", &h), Status::Low);

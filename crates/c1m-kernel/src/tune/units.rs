@@ -26,17 +26,10 @@ pub fn parse_bytes(s: &str) -> Result<u64> {
         .with_context(|| format!("byte size {s:?} overflows"))
 }
 
-/// Parses a connection count; `k` and `m` are decimal (1M = 1,000,000 connections).
+/// Parses a connection count with the one parser every subcommand uses
+/// ([`c1m_proto::count::parse_count`]: `1M`, `1.5M`, `250K`, `1_000_000`).
 pub fn parse_count(s: &str) -> Result<u64> {
-    let t = s.trim().replace(['_', ','], "");
-    let (num, mult) = match t.chars().last().map(|c| c.to_ascii_lowercase()) {
-        Some('k') => (&t[..t.len() - 1], 1_000),
-        Some('m') => (&t[..t.len() - 1], 1_000_000),
-        _ => (t.as_str(), 1),
-    };
-    let n: u64 = num.parse().with_context(|| format!("not a count: {s:?}"))?;
-    n.checked_mul(mult)
-        .with_context(|| format!("count {s:?} overflows"))
+    c1m_proto::count::parse_count(s).map_err(anyhow::Error::msg)
 }
 
 /// Bytes in the largest binary unit that keeps the number ≥ 1, two decimals: `4.38 GiB`.

@@ -99,6 +99,10 @@ impl Fake {
         self.read(&Self::sysctl_path(key))
     }
 
+    pub fn remove(&self, abs: &str) {
+        fs::remove_file(self.path(abs)).unwrap();
+    }
+
     pub fn remove_sysctl(&self, key: &str) {
         fs::remove_file(self.path(&Self::sysctl_path(key))).unwrap();
     }

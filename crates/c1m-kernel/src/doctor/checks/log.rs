@@ -1,8 +1,9 @@
 //! The kernel-log check: a known message that appeared during the interval fails; one only
-//! seen earlier (since boot, or since the log buffer wrapped) warns.
+//! seen earlier (since boot, or since the log buffer wrapped) warns. Each condition (orphans,
+//! tcp_mem, SYN flood, conntrack, file-max, OOM killer) gets its own meaning and fix.
 
-use super::skipped;
-use crate::doctor::kmsg::{classify, KNOWN};
+use super::{fixes, skipped};
+use crate::doctor::kmsg::{classify, Condition, KNOWN};
 use crate::doctor::{Ctx, Finding, Status};
 
 /// Log lines quoted in a finding.
@@ -20,7 +21,7 @@ pub fn kernel_log(ctx: &Ctx) -> Finding {
         .unwrap_or(0);
     let mut new = 0usize;
     let mut old = 0usize;
-    let mut kinds: Vec<usize> = Vec::new();
+    let mut kinds: Vec<Condition> = Vec::new();
     let mut lines = Vec::new();
     for r in after {
         let Some(k) = classify(&r.text) else { continue };
@@ -53,7 +54,7 @@ pub fn kernel_log(ctx: &Ctx) -> Finding {
             "{new} known messages during the interval, {old} earlier: {}",
             kinds
                 .iter()
-                .map(|&k| KNOWN[k].1)
+                .map(|k| k.meaning())
                 .collect::<Vec<_>>()
                 .join("; ")
         ),
@@ -62,7 +63,9 @@ pub fn kernel_log(ctx: &Ctx) -> Finding {
         f = f.detail(l.clone());
     }
     for &k in &kinds {
-        f = f.fix(KNOWN[k].2);
+        for cmd in fixes::for_condition(ctx, k) {
+            f = f.fix(cmd);
+        }
     }
     f
 }

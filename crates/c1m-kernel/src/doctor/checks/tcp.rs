@@ -1,10 +1,13 @@
 //! TCP counter checks: accept and SYN queue overflows, memory against tcp_mem, orphans and
 //! TIME_WAIT. Counters that only ever grow are judged by how much they rose during the
 //! interval; totals since boot are mentioned but never fail a box that has since recovered.
+//! Orphans are judged with the kernel's ×2/×4 penalty; tcp_mem's max against half of RAM.
 
-use super::{over, pct, ratio_status, skipped, with_target};
+use super::{fixes, over, pct, ratio_status, skipped, with_target};
 use crate::doctor::recommend::recommended;
 use crate::doctor::{Ctx, Finding, Status};
+use crate::tune::calc::TCP_MEM_RAM_PCT;
+use crate::tune::units::human_bytes;
 
 pub fn accept_queue(ctx: &Ctx) -> Finding {
     const N: &str = "tcp.accept-queue";
@@ -24,7 +27,6 @@ pub fn accept_queue(ctx: &Ctx) -> Finding {
             ),
         );
     }
-    let somaxconn = ctx.sysctl_u64("net.core.somaxconn").unwrap_or(0);
     let mut f = Finding::new(
         N,
         Status::Fail,
@@ -43,13 +45,11 @@ pub fn accept_queue(ctx: &Ctx) -> Finding {
             }
         }
     }
-    // The plan's value when a target was given, else twice the current one.
-    let want = recommended(ctx, "net.core.somaxconn")
-        .map_or(0, |w| w.value1())
-        .max(somaxconn.saturating_mul(2));
-    f.fix(format!(
-        "sysctl -w net.core.somaxconn={want}  # then restart the server with a larger listen() backlog; accept faster"
-    ))
+    // Accept-queue overflow is somaxconn and the listen backlog, nothing else.
+    for cmd in fixes::listen_queue(ctx) {
+        f = f.fix(cmd);
+    }
+    f
 }
 
 pub fn syn_queue(ctx: &Ctx) -> Finding {
@@ -68,28 +68,22 @@ pub fn syn_queue(ctx: &Ctx) -> Finding {
         );
     }
     let status = if drop > 0 { Status::Fail } else { Status::Warn };
-    let backlog = ctx.sysctl_u64("net.ipv4.tcp_max_syn_backlog").unwrap_or(0);
-    let somaxconn = ctx.sysctl_u64("net.core.somaxconn").unwrap_or(0);
-    let want = |key: &str, cur: u64| {
-        recommended(ctx, key)
-            .map_or(0, |w| w.value1())
-            .max(cur.saturating_mul(2))
-    };
+    let cookies_on = ctx.sysctl_u64("net.ipv4.tcp_syncookies").ok() != Some(0);
     let mut f = Finding::new(
         N,
         status,
         format!(
-            "TCPReqQFullDrop +{drop}, TCPReqQFullDoCookies +{cookies}, SyncookiesSent +{sent} {}",
-            over(ctx)
+            "TCPReqQFullDrop +{drop}, TCPReqQFullDoCookies +{cookies}, SyncookiesSent +{sent} {}; {}",
+            over(ctx),
+            if cookies_on {
+                "syncookies are on, so the SYN queue is bounded by the listen backlog (tcp_max_syn_backlog bounds nothing)"
+            } else {
+                "syncookies are OFF: SYNs beyond tcp_max_syn_backlog are dropped"
+            }
         ),
-    )
-    .fix(format!(
-        "sysctl -w net.ipv4.tcp_max_syn_backlog={} net.core.somaxconn={}",
-        want("net.ipv4.tcp_max_syn_backlog", backlog),
-        want("net.core.somaxconn", somaxconn)
-    ));
-    if drop > 0 && ctx.sysctl_u64("net.ipv4.tcp_syncookies").ok() == Some(0) {
-        f = f.fix("sysctl -w net.ipv4.tcp_syncookies=1");
+    );
+    for cmd in fixes::listen_queue(ctx) {
+        f = f.fix(cmd);
     }
     f
 }
@@ -130,12 +124,22 @@ pub fn memory(ctx: &Ctx) -> Finding {
             ));
         }
     }
+    // A max above half of RAM: TCP may take memory the processes need before pressure mode
+    // (tcp_mem[1]) ever starts, so the OOM killer acts first.
+    if let Some(h) = ctx.host {
+        let max_bytes = tcp_mem[2].saturating_mul(h.page_size);
+        if max_bytes > h.mem_bytes / 100 * TCP_MEM_RAM_PCT {
+            status = status.max(Status::Warn);
+            summary.push_str(&format!(
+                "; tcp_mem max is {} of {} RAM, above {TCP_MEM_RAM_PCT} %: memory pressure would start only after the OOM killer",
+                human_bytes(max_bytes),
+                human_bytes(h.mem_bytes)
+            ));
+        }
+    }
     let mut f = Finding::new(N, status, summary);
     if status != Status::Pass {
-        f = f.fix(match &rec {
-            Some(w) => format!("sysctl -w net.ipv4.tcp_mem=\"{}\"", w.value_str()),
-            None => "c1m tune --conns <target> --check   # sizes net.ipv4.tcp_mem from RAM".into(),
-        });
+        f = f.fix(fixes::tcp_mem(ctx));
     }
     f
 }
@@ -148,12 +152,21 @@ pub fn orphans(ctx: &Ctx) -> Finding {
     let Ok(max) = ctx.sysctl_u64("net.ipv4.tcp_max_orphans") else {
         return skipped(N, "net.ipv4.tcp_max_orphans not readable");
     };
-    let st = ratio_status(orphan, max);
+    // The kernel compares orphans << shift with the max, shift 1 or 2 for sockets whose peer
+    // kept its window shut or after soft ICMP errors (tcp_out_of_resources): resets can start
+    // at a quarter of the limit, and at half only two doublings are needed.
+    let st = if orphan.saturating_mul(2) >= max {
+        Status::Fail
+    } else if orphan.saturating_mul(4) >= max {
+        Status::Warn
+    } else {
+        Status::Pass
+    };
     let f = Finding::new(
         N,
         st,
         format!(
-            "{orphan} orphaned sockets of tcp_max_orphans {max} ({}%)",
+            "{orphan} orphaned sockets of tcp_max_orphans {max} ({}%; counted ×2 or ×4 under the kernel's penalty, resets can start at 25%)",
             pct(orphan, max)
         ),
     );

@@ -169,7 +169,8 @@ pub struct ServeArgs {
     /// Largest publish body in bytes, at most 8388608 [default: 65536].
     #[arg(long, env = "C1M_MAX_PAYLOAD")]
     pub max_payload: Option<usize>,
-    /// Bearer key required to publish [default: none, loopback peers only].
+    /// Bearer key required to publish (HTTP and WebSocket client publish) [default: none,
+    /// loopback peers only].
     #[arg(long, env = "C1M_PUBLISH_KEY", hide_env_values = true)]
     pub publish_key: Option<String>,
     /// Long-poll wait before an empty 204 [default: 30s].
@@ -202,7 +203,10 @@ pub struct ServeArgs {
     /// Close a WebSocket whose pong is this late [default: 10s; must be below the ping interval].
     #[arg(long, env = "C1M_WS_PONG_TIMEOUT", value_parser = humantime::parse_duration)]
     pub ws_pong_timeout: Option<Duration>,
-    /// Publish WebSocket client messages to the connection's channel [default: ignored, counted].
+    /// Publish WebSocket client messages to the connection's channel, under the publish rule:
+    /// with --publish-key the upgrade must carry `Authorization: Bearer KEY` or subprotocol
+    /// `c1m.publish-key.KEY`, else loopback peers only; others are closed with 1008 [default:
+    /// ignored, counted].
     #[arg(long, env = "C1M_WS_CLIENT_PUBLISH", num_args = 0..=1, default_missing_value = "true")]
     pub ws_client_publish: Option<bool>,
     /// Close (1003) a WebSocket that sends data when client publish is off [default: ignore].

@@ -9,6 +9,7 @@
 mod channels;
 mod conn;
 mod message;
+mod publish_rule;
 mod requests;
 mod streams;
 mod timers;

@@ -3,7 +3,8 @@
 //! published), keepalive pings with a pong deadline, and the frames replayed on resume.
 //! Frame parsing and encoding live in `c1m_proto::ws`; this file only wires them to sockets.
 
-use super::conn::{Kind, WsMessage, WS_AWAITING_PONG, WS_ENVELOPE};
+use super::conn::{Kind, WsMessage, WS_AWAITING_PONG, WS_ENVELOPE, WS_MAY_PUBLISH};
+use super::publish_rule;
 use super::requests::Transport;
 use super::streams::encode_replay;
 use super::Worker;
@@ -29,7 +30,7 @@ impl Worker {
         channels: &[&str],
         last_id: Option<u64>,
     ) {
-        let accept = match handshake::validate_request(req, &self.ws_policy) {
+        let mut accept = match handshake::validate_request(req, &self.ws_policy) {
             Ok(accept) => accept,
             Err(reject) => {
                 if reject.status == 403 {
@@ -42,7 +43,20 @@ impl Worker {
         };
         let envelope =
             channels.len() > 1 || last_id.is_some() || req.query_param("envelope") == Some("json");
-        self.conns[idx].flags = if envelope { WS_ENVELOPE } else { 0 };
+        let mut flags = if envelope { WS_ENVELOPE } else { 0 };
+        // The right to publish is judged once, on the upgrade's headers and peer, by the same
+        // rule as POST /pub (a WebSocket must not be a way around the publish key).
+        if self.cfg.ws_client_publish {
+            let peer = self.conns[idx].stream.peer_addr().ok().map(|a| a.ip());
+            if publish_rule::check(self.cfg.publish_key.as_deref(), req, peer).is_ok() {
+                flags |= WS_MAY_PUBLISH;
+            }
+        }
+        // A browser that sent its key as a subprotocol entry must get one of its entries back.
+        if handshake::offered_protocols(req).any(|p| p == handshake::PROTOCOL) {
+            accept.select_protocol(handshake::PROTOCOL);
+        }
+        self.conns[idx].flags = flags;
         self.send_or_close(idx, accept.response);
         if self.conns.contains(idx) {
             self.subscribe(idx, channels, last_id, Transport::Ws);
@@ -101,7 +115,9 @@ impl Worker {
                 }
                 None => {}
             }
-            if !self.conns.contains(idx) {
+            // Closed, or closing after a refusal whose close frame is still queued: later frames
+            // in this read must not be judged (and counted, and answered) again.
+            if self.conns.get(idx).is_none_or(|c| c.kind == Kind::Closing) {
                 return buf.len();
             }
             if decoded.consumed == 0 {
@@ -115,7 +131,8 @@ impl Worker {
         pos
     }
 
-    /// A piece of a client data message: ignored (counted), refused with 1003, or published.
+    /// A piece of a client data message: ignored (counted), refused with 1003, refused with 1008
+    /// when the upgrade did not pass the publish rule, or published.
     fn ws_client_data(&mut self, idx: usize, state: &mut WsMessage, piece: &[u8], fin: bool) {
         if !self.cfg.ws_client_publish {
             if self.cfg.ws_close_on_client_data {
@@ -130,6 +147,16 @@ impl Worker {
             if fin {
                 self.counters.client_ignored += 1;
             }
+            return;
+        }
+        if self.conns[idx].flags & WS_MAY_PUBLISH == 0 {
+            self.counters.refused.forbidden += 1;
+            let reason = if self.cfg.publish_key.is_some() {
+                publish_rule::WS_NEEDS_KEY
+            } else {
+                publish_rule::Denied::LoopbackOnly.message()
+            };
+            self.ws_close(idx, close::POLICY_VIOLATION, reason);
             return;
         }
         state.data.extend_from_slice(piece);

@@ -93,6 +93,21 @@ pub struct Config {
     /// Without client publish, client data messages close the connection (1003) instead of
     /// being ignored.
     pub ws_close_on_client_data: bool,
+    /// Connections one source address (IPv6: one /64) may hold over all workers; none = off.
+    pub max_conns_per_ip: Option<u32>,
+    /// New connections one source address may open per second (a burst of that many, then
+    /// one per 1/N s); none = off.
+    pub max_new_conns_per_ip_per_sec: Option<u32>,
+    /// Apply the per-IP limits to loopback peers too (exempt by default: local proxies and
+    /// tests connect from there).
+    pub per_ip_limit_loopback: bool,
+}
+
+impl Config {
+    /// Some per-source-address limit is on (the master then sets up the shared table).
+    pub fn per_ip_limits(&self) -> bool {
+        self.max_conns_per_ip.is_some() || self.max_new_conns_per_ip_per_sec.is_some()
+    }
 }
 
 impl Default for Config {
@@ -120,6 +135,9 @@ impl Default for Config {
             ws_pong_timeout: Duration::from_secs(10),
             ws_client_publish: false,
             ws_close_on_client_data: false,
+            max_conns_per_ip: None,
+            max_new_conns_per_ip_per_sec: None,
+            per_ip_limit_loopback: false,
         }
     }
 }
@@ -212,6 +230,19 @@ pub struct ServeArgs {
     /// Close (1003) a WebSocket that sends data when client publish is off [default: ignore].
     #[arg(long, env = "C1M_WS_CLOSE_ON_CLIENT_DATA", num_args = 0..=1, default_missing_value = "true")]
     pub ws_close_on_client_data: Option<bool>,
+    /// Connections one source address (IPv6: one /64) may hold over all workers; more get 429
+    /// with Retry-After (raw TCP: ERR), counted as refused.per_ip_conns. Loopback is exempt
+    /// unless --per-ip-limit-loopback [default: off].
+    #[arg(long, env = "C1M_MAX_CONNS_PER_IP")]
+    pub max_conns_per_ip: Option<u32>,
+    /// New connections one source address may open per second: a burst of N, then one per 1/N
+    /// s; more get 429 with Retry-After (raw TCP: ERR), counted as refused.per_ip_rate
+    /// [default: off].
+    #[arg(long, env = "C1M_MAX_NEW_CONNS_PER_IP_PER_SEC")]
+    pub max_new_conns_per_ip_per_sec: Option<u32>,
+    /// Apply the per-IP limits to loopback peers too [default: loopback exempt].
+    #[arg(long, env = "C1M_PER_IP_LIMIT_LOOPBACK", num_args = 0..=1, default_missing_value = "true")]
+    pub per_ip_limit_loopback: Option<bool>,
 }
 
 impl ServeArgs {
@@ -251,7 +282,10 @@ impl ServeArgs {
             ws_ping_interval,
             ws_pong_timeout,
             ws_client_publish,
-            ws_close_on_client_data
+            ws_close_on_client_data,
+            max_conns_per_ip,
+            max_new_conns_per_ip_per_sec,
+            per_ip_limit_loopback
         );
         c.validate()?;
         Ok(c)
@@ -306,6 +340,15 @@ impl Config {
         }
         if self.publish_key.as_deref() == Some("") {
             bail!("--publish-key must not be empty");
+        }
+        if self.max_conns_per_ip == Some(0) {
+            bail!("--max-conns-per-ip must be at least 1 (leave it out to turn the limit off)");
+        }
+        if !matches!(
+            self.max_new_conns_per_ip_per_sec,
+            None | Some(1..=1_000_000)
+        ) {
+            bail!("--max-new-conns-per-ip-per-sec must be between 1 and 1000000");
         }
         Ok(())
     }

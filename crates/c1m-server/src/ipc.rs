@@ -48,6 +48,11 @@ pub struct Refused {
     /// Publishes or subscribes refused (503 + Retry-After, WebSocket 1013) because an internal
     /// queue is full: a worker that must deliver is behind, or the master is.
     pub busy: u64,
+    /// Connections refused (429) because their source address held `--max-conns-per-ip`.
+    pub per_ip_conns: u64,
+    /// Connections refused (429) because their source address passed
+    /// `--max-new-conns-per-ip-per-sec`.
+    pub per_ip_rate: u64,
 }
 
 impl Refused {
@@ -68,13 +73,15 @@ impl Refused {
             ("ws_pong_timeout", self.ws_pong_timeout),
             ("ws_client_data", self.ws_client_data),
             ("busy", self.busy),
+            ("per_ip_conns", self.per_ip_conns),
+            ("per_ip_rate", self.per_ip_rate),
         ]
     }
 
-    const COUNT: usize = 14;
+    const COUNT: usize = 16;
 
     fn from_values(v: [u64; Refused::COUNT]) -> Refused {
-        let [max_conns, fd_limit, head_too_large, head_timeout, bad_request, not_found, method, slow_consumer, forbidden, payload_too_large, ws_protocol, ws_pong_timeout, ws_client_data, busy] =
+        let [max_conns, fd_limit, head_too_large, head_timeout, bad_request, not_found, method, slow_consumer, forbidden, payload_too_large, ws_protocol, ws_pong_timeout, ws_client_data, busy, per_ip_conns, per_ip_rate] =
             v;
         Refused {
             max_conns,
@@ -91,6 +98,8 @@ impl Refused {
             ws_pong_timeout,
             ws_client_data,
             busy,
+            per_ip_conns,
+            per_ip_rate,
         }
     }
 

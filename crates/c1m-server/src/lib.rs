@@ -12,6 +12,7 @@
 
 pub mod config;
 mod hub;
+mod ip_table;
 mod ipc;
 mod link;
 mod listener;

@@ -168,6 +168,9 @@ pub struct Conn {
     pub inbuf: Option<Box<Vec<u8>>>,
     pub out: Option<Box<OutQueue>>,
     pub ws: Option<Box<WsMessage>>,
+    /// What this connection holds in the per-IP table (bucket + 1; 0 = nothing), given back
+    /// on close.
+    pub ip_slot: u32,
 }
 
 impl Conn {
@@ -183,6 +186,7 @@ impl Conn {
             inbuf: None,
             out: None,
             ws: None,
+            ip_slot: 0,
         }
     }
 

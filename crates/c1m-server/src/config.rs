@@ -153,7 +153,7 @@ impl Default for Config {
   c1m serve --ws-ping-interval 30s --ws-pong-timeout 10s --ws-origins https://app.example
 
 Subscribe:  curl -N -H 'Accept: text/event-stream' http://127.0.0.1:8080/sub/news
-            new WebSocket('ws://127.0.0.1:8080/sub/news')   (?envelope=json for ids)
+            new WebSocket('ws://127.0.0.1:8080/sub/news')   (JSON with ids; ?format=plain: bare payloads, no resume)
 Publish:    curl -d 'hello' http://127.0.0.1:8080/pub/news
 Protocol:   docs/PROTOCOL.md")]
 pub struct ServeArgs {
@@ -200,7 +200,8 @@ pub struct ServeArgs {
     /// Time allowed to send a complete request head [default: 10s].
     #[arg(long, env = "C1M_HEAD_TIMEOUT", value_parser = humantime::parse_duration)]
     pub head_timeout: Option<Duration>,
-    /// Unsent bytes per subscriber before it is disconnected [default: 1048576].
+    /// Unsent bytes per subscriber before it is disconnected as a slow reader (WebSocket: close
+    /// 4008) [default: 1048576].
     #[arg(long, env = "C1M_MAX_UNSENT")]
     pub max_unsent: Option<usize>,
     /// Shutdown grace period [default: 5s].

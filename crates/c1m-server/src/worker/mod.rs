@@ -538,6 +538,8 @@ impl Worker {
                 self.reply_and_close(idx, reply);
             }
             Kind::PollWaiting => self.poll_timeout(idx),
+            // Only a slow WebSocket's close arms a timer while closing (ws_close_slow).
+            Kind::Closing => self.close(idx),
             _ => {}
         }
     }

@@ -3,7 +3,7 @@
 //! published), keepalive pings with a pong deadline, and the frames replayed on resume.
 //! Frame parsing and encoding live in `c1m_proto::ws`; this file only wires them to sockets.
 
-use super::conn::{Kind, WsMessage, WS_AWAITING_PONG, WS_ENVELOPE, WS_MAY_PUBLISH};
+use super::conn::{Kind, Sent, WsMessage, WS_AWAITING_PONG, WS_ENVELOPE, WS_MAY_PUBLISH};
 use super::publish_rule;
 use super::requests::Transport;
 use super::streams::encode_replay;
@@ -12,6 +12,23 @@ use crate::ipc::{Replay, ToMaster};
 use c1m_proto::http::Request;
 use c1m_proto::ws::frame::{DataKind, Event, Limits, Masking};
 use c1m_proto::ws::{close, encode, handshake};
+
+/// How long a WebSocket closed as a slow consumer may take to read what it owes and the close
+/// frame behind it before its socket is closed regardless.
+const SLOW_CLOSE_LINGER: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The frame format a WebSocket asked for: Ok(true) = JSON envelope (the default), Ok(false) =
+/// `?format=plain`. `needs_ids`: it resumes or names several channels, which plain cannot serve.
+fn ws_format(req: &Request<'_>, needs_ids: bool) -> Result<bool, &'static str> {
+    match req.query_param("format") {
+        None | Some("json") => Ok(true),
+        Some("plain") if needs_ids => Err(
+            "format=plain carries no ids or channel names: it cannot resume (last_id) or take several channels",
+        ),
+        Some("plain") => Ok(false),
+        Some(_) => Err("format must be json (the default) or plain"),
+    }
+}
 
 /// A gap notice as a WebSocket text frame (docs/PROTOCOL.md).
 fn gap_frame(channel: &str, after: u64, through: u64) -> Vec<u8> {
@@ -22,7 +39,9 @@ fn gap_frame(channel: &str, after: u64, through: u64) -> Vec<u8> {
 
 impl Worker {
     /// Validates the upgrade (400/403/426 with a reason otherwise), answers 101 and subscribes.
-    /// Resume (`last_id`) and several channels imply the JSON envelope, which carries the ids.
+    /// Frames are JSON envelopes carrying each message's id (what a reconnecting client resumes
+    /// from) unless the client asks for `?format=plain`: bare payloads, so no resume and no gap
+    /// notices, and therefore refused (400) with a resume position or several channels.
     pub(super) fn ws_upgrade(
         &mut self,
         idx: usize,
@@ -41,8 +60,13 @@ impl Worker {
                 return self.reply_and_close(idx, reject.response);
             }
         };
-        let envelope =
-            channels.len() > 1 || last_id.is_some() || req.query_param("envelope") == Some("json");
+        let envelope = match ws_format(req, channels.len() > 1 || last_id.is_some()) {
+            Ok(envelope) => envelope,
+            Err(why) => {
+                self.counters.refused.bad_request += 1;
+                return self.reply_and_close(idx, c1m_proto::http::error(400, why));
+            }
+        };
         let mut flags = if envelope { WS_ENVELOPE } else { 0 };
         // The right to publish is judged once, on the upgrade's headers and peer, by the same
         // rule as POST /pub (a WebSocket must not be a way around the publish key).
@@ -220,6 +244,33 @@ impl Worker {
         self.reply_and_close(idx, frame.as_bytes().to_vec());
     }
 
+    /// A WebSocket that owes more than `--max-unsent`: counted, and closed with
+    /// [`close::SLOW_CONSUMER`] queued behind what it owes (whole frames, so it ends cleanly and
+    /// the client learns why, then resumes from the last id it read). The close frame is the
+    /// only thing let past the cap; the socket is closed regardless after [`SLOW_CLOSE_LINGER`].
+    pub(super) fn ws_close_slow(&mut self, idx: usize) {
+        self.counters.refused.slow_consumer += 1;
+        let frame = encode::close(
+            Some(close::SLOW_CONSUMER),
+            "slow consumer: fell too far behind; reconnect with last_id",
+        );
+        let Some(conn) = self.conns.get_mut(idx) else {
+            return;
+        };
+        conn.kind = Kind::Closing;
+        conn.inbuf = None;
+        conn.ws = None;
+        // No shutdown(Read) as reply_and_close does: it makes the socket readable at EOF, and
+        // reading EOF closes the connection, dropping what it still owes. Input is discarded
+        // while closing; a real EOF from the client still ends it.
+        if conn.send_owned(frame.as_bytes().to_vec(), usize::MAX) != Sent::Done
+            || conn.out.is_none()
+        {
+            return self.close(idx);
+        }
+        self.arm_timer(idx, SLOW_CLOSE_LINGER);
+    }
+
     /// Pings every live WebSocket; each must answer before the pong deadline.
     pub(super) fn ws_ping_all(&mut self) {
         let ping = std::rc::Rc::<[u8]>::from(encode::ping(b"c1m").as_bytes());
@@ -228,13 +279,18 @@ impl Worker {
         for (idx, conn) in self.conns.iter_mut() {
             if conn.kind == Kind::Ws {
                 conn.flags |= WS_AWAITING_PONG;
-                if conn.send_shared(&ping, max) != super::conn::Sent::Done {
-                    failed.push(idx);
+                match conn.send_shared(&ping, max) {
+                    Sent::Done => {}
+                    sent => failed.push((idx, sent)),
                 }
             }
         }
-        for idx in failed {
-            self.close(idx);
+        for (idx, sent) in failed {
+            if sent == Sent::Overflow {
+                self.ws_close_slow(idx);
+            } else {
+                self.close(idx);
+            }
         }
     }
 

@@ -142,7 +142,8 @@ pub const WS_AWAITING_PONG: u8 = 2;
 /// At least one request was answered: an idle keep-alive connection, not a silent client.
 pub const SERVED: u8 = 4;
 /// The WebSocket's upgrade passed the publish rule: its data messages may be published.
-pub const WS_MAY_PUBLISH: u8 = 8;
+/// (64, not 8: main's READ_PAUSED, CONTINUE_SENT and HEALTH_CHECK took 8, 16 and 32.)
+pub const WS_MAY_PUBLISH: u8 = 64;
 
 /// Outcome of a send.
 #[derive(Debug, PartialEq, Eq)]

@@ -223,3 +223,30 @@ fn per_ip_limit_released_after_worker_crash() {
     }
     assert_eq!(status_code(&subscribe_from(ip(40), &server).1), 429);
 }
+
+#[test]
+fn per_ip_limit_counts_ipv4_through_a_dual_stack_listener_as_ipv4() {
+    // On `[::]` IPv4 peers arrive as ::ffff:a.b.c.d. Hashed as IPv6 per /64 they would all share
+    // one bucket (the /64 of every mapped address is ::ffff:0:0); counted as IPv4, each address
+    // has its own limit.
+    let mut cmd = common::c1m();
+    cmd.args([
+        "serve",
+        "--listen",
+        "[::]:0",
+        "--workers",
+        "1",
+        "--max-conns-per-ip",
+        "1",
+        "--per-ip-limit-loopback",
+    ]);
+    let server = Server::spawn(cmd);
+    let port = server.http.port();
+    let v4 = SocketAddr::from(([127, 0, 0, 1], port));
+    let (_a, head) = open_from(ip(60), v4, SSE);
+    assert_eq!(status_code(&head), 200, "{head}");
+    let (_b, head) = open_from(ip(61), v4, SSE);
+    assert_eq!(status_code(&head), 200, "{head}");
+    let (_c, head) = open_from(ip(60), v4, SSE);
+    assert_eq!(status_code(&head), 429, "{head}");
+}

@@ -383,6 +383,32 @@ mod tests {
     }
 
     #[test]
+    fn per_ip_limits_are_off_by_default_and_zero_is_refused() {
+        let c = ServeArgs::default().resolve().unwrap();
+        assert!(!c.per_ip_limits() && !c.per_ip_limit_loopback);
+        for args in [
+            ServeArgs {
+                max_conns_per_ip: Some(0),
+                ..Default::default()
+            },
+            ServeArgs {
+                max_new_conns_per_ip_per_sec: Some(0),
+                ..Default::default()
+            },
+        ] {
+            let err = args.resolve().unwrap_err().to_string();
+            assert!(err.contains("per-ip"), "{err}");
+        }
+        let c = ServeArgs {
+            max_new_conns_per_ip_per_sec: Some(50),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap();
+        assert!(c.per_ip_limits());
+    }
+
+    #[test]
     fn unknown_keys_and_bad_values_fail() {
         assert!(toml::from_str::<Config>("lisen = \"x\"").is_err());
         assert!("0".parse::<Workers>().is_err());

@@ -105,6 +105,21 @@ pub struct Config {
     /// drops the connection; none = keepalive idle + interval × count, 0 = off.
     #[serde(with = "humantime_serde")]
     pub tcp_user_timeout: Option<Duration>,
+    /// Connections one source address (IPv6: one /64) may hold over all workers; none = off.
+    pub max_conns_per_ip: Option<u32>,
+    /// New connections one source address may open per second (a burst of that many, then
+    /// one per 1/N s); none = off.
+    pub max_new_conns_per_ip_per_sec: Option<u32>,
+    /// Apply the per-IP limits to loopback peers too (exempt by default: local proxies and
+    /// tests connect from there).
+    pub per_ip_limit_loopback: bool,
+}
+
+impl Config {
+    /// Some per-source-address limit is on (the master then sets up the shared table).
+    pub fn per_ip_limits(&self) -> bool {
+        self.max_conns_per_ip.is_some() || self.max_new_conns_per_ip_per_sec.is_some()
+    }
 }
 
 impl Default for Config {
@@ -143,6 +158,9 @@ impl Default for Config {
             tcp_keepalive_interval: Duration::from_secs(10),
             tcp_keepalive_count: 6,
             tcp_user_timeout: None,
+            max_conns_per_ip: None,
+            max_new_conns_per_ip_per_sec: None,
+            per_ip_limit_loopback: false,
         }
     }
 }
@@ -158,7 +176,7 @@ impl Default for Config {
   c1m serve --ws-ping-interval 30s --ws-pong-timeout 10s --ws-origins https://app.example
 
 Subscribe:  curl -N -H 'Accept: text/event-stream' http://127.0.0.1:8080/sub/news
-            new WebSocket('ws://127.0.0.1:8080/sub/news')   (?envelope=json for ids)
+            new WebSocket('ws://127.0.0.1:8080/sub/news')   (JSON with ids; ?format=plain: bare payloads, no resume)
 Publish:    curl -d 'hello' http://127.0.0.1:8080/pub/news
 Protocol:   docs/PROTOCOL.md")]
 pub struct ServeArgs {
@@ -192,7 +210,8 @@ pub struct ServeArgs {
     /// Largest publish body in bytes (after chunked decoding; larger → 413), at most 8388608 [default: 65536].
     #[arg(long, env = "C1M_MAX_PAYLOAD")]
     pub max_payload: Option<usize>,
-    /// Bearer key required to publish [default: none, loopback peers only].
+    /// Bearer key required to publish (HTTP and WebSocket client publish) [default: none,
+    /// loopback peers only].
     #[arg(long, env = "C1M_PUBLISH_KEY", hide_env_values = true)]
     pub publish_key: Option<String>,
     /// Long-poll wait before an empty 204 [default: 30s].
@@ -204,7 +223,8 @@ pub struct ServeArgs {
     /// Time allowed to send a complete request head [default: 10s].
     #[arg(long, env = "C1M_HEAD_TIMEOUT", value_parser = humantime::parse_duration)]
     pub head_timeout: Option<Duration>,
-    /// Unsent bytes per subscriber before it is disconnected [default: 1048576].
+    /// Unsent bytes per subscriber before it is disconnected as a slow reader (WebSocket: close
+    /// 4008) [default: 1048576].
     #[arg(long, env = "C1M_MAX_UNSENT")]
     pub max_unsent: Option<usize>,
     /// Shutdown grace period [default: 5s].
@@ -225,7 +245,10 @@ pub struct ServeArgs {
     /// Close a WebSocket whose pong is this late [default: 10s; must be below the ping interval].
     #[arg(long, env = "C1M_WS_PONG_TIMEOUT", value_parser = humantime::parse_duration)]
     pub ws_pong_timeout: Option<Duration>,
-    /// Publish WebSocket client messages to the connection's channel [default: ignored, counted].
+    /// Publish WebSocket client messages to the connection's channel, under the publish rule:
+    /// with --publish-key the upgrade must carry `Authorization: Bearer KEY` or subprotocol
+    /// `c1m.publish-key.KEY`, else loopback peers only; others are closed with 1008 [default:
+    /// ignored, counted].
     #[arg(long, env = "C1M_WS_CLIENT_PUBLISH", num_args = 0..=1, default_missing_value = "true")]
     pub ws_client_publish: Option<bool>,
     /// Close (1003) a WebSocket that sends data when client publish is off [default: ignore].
@@ -244,6 +267,19 @@ pub struct ServeArgs {
     /// 0 = off [default: keepalive idle + interval x count, 2m].
     #[arg(long, env = "C1M_TCP_USER_TIMEOUT", value_parser = humantime::parse_duration)]
     pub tcp_user_timeout: Option<Duration>,
+    /// Connections one source address (IPv6: one /64) may hold over all workers; more get 429
+    /// with Retry-After (raw TCP: ERR), counted as refused.per_ip_conns. Loopback is exempt
+    /// unless --per-ip-limit-loopback [default: off].
+    #[arg(long, env = "C1M_MAX_CONNS_PER_IP")]
+    pub max_conns_per_ip: Option<u32>,
+    /// New connections one source address may open per second: a burst of N, then one per 1/N
+    /// s; more get 429 with Retry-After (raw TCP: ERR), counted as refused.per_ip_rate
+    /// [default: off].
+    #[arg(long, env = "C1M_MAX_NEW_CONNS_PER_IP_PER_SEC")]
+    pub max_new_conns_per_ip_per_sec: Option<u32>,
+    /// Apply the per-IP limits to loopback peers too [default: loopback exempt].
+    #[arg(long, env = "C1M_PER_IP_LIMIT_LOOPBACK", num_args = 0..=1, default_missing_value = "true")]
+    pub per_ip_limit_loopback: Option<bool>,
 }
 
 impl ServeArgs {
@@ -287,7 +323,10 @@ impl ServeArgs {
             tcp_keepalive,
             tcp_keepalive_interval,
             tcp_keepalive_count,
-            tcp_user_timeout
+            tcp_user_timeout,
+            max_conns_per_ip,
+            max_new_conns_per_ip_per_sec,
+            per_ip_limit_loopback
         );
         c.normalize_off_values();
         c.validate()?;
@@ -377,6 +416,15 @@ impl Config {
         if !(1..=127).contains(&self.tcp_keepalive_count) {
             bail!("--tcp-keepalive-count must be 1..127");
         }
+        if self.max_conns_per_ip == Some(0) {
+            bail!("--max-conns-per-ip must be at least 1 (leave it out to turn the limit off)");
+        }
+        if !matches!(
+            self.max_new_conns_per_ip_per_sec,
+            None | Some(1..=1_000_000)
+        ) {
+            bail!("--max-new-conns-per-ip-per-sec must be between 1 and 1000000");
+        }
         Ok(())
     }
 }
@@ -406,6 +454,32 @@ mod tests {
         let back: Config = serde_json::from_str(&json).unwrap();
         assert_eq!(back.workers, Workers::Count(3));
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn per_ip_limits_are_off_by_default_and_zero_is_refused() {
+        let c = ServeArgs::default().resolve().unwrap();
+        assert!(!c.per_ip_limits() && !c.per_ip_limit_loopback);
+        for args in [
+            ServeArgs {
+                max_conns_per_ip: Some(0),
+                ..Default::default()
+            },
+            ServeArgs {
+                max_new_conns_per_ip_per_sec: Some(0),
+                ..Default::default()
+            },
+        ] {
+            let err = args.resolve().unwrap_err().to_string();
+            assert!(err.contains("per-ip"), "{err}");
+        }
+        let c = ServeArgs {
+            max_new_conns_per_ip_per_sec: Some(50),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap();
+        assert!(c.per_ip_limits());
     }
 
     #[test]

@@ -50,6 +50,11 @@ pub struct Refused {
     pub busy: u64,
     /// Connections the kernel dropped as dead: keepalive probes or sent data unanswered.
     pub dead_peer: u64,
+    /// Connections refused (429) because their source address held `--max-conns-per-ip`.
+    pub per_ip_conns: u64,
+    /// Connections refused (429) because their source address passed
+    /// `--max-new-conns-per-ip-per-sec`.
+    pub per_ip_rate: u64,
 }
 
 impl Refused {
@@ -71,13 +76,15 @@ impl Refused {
             ("ws_client_data", self.ws_client_data),
             ("busy", self.busy),
             ("dead_peer", self.dead_peer),
+            ("per_ip_conns", self.per_ip_conns),
+            ("per_ip_rate", self.per_ip_rate),
         ]
     }
 
-    const COUNT: usize = 15;
+    const COUNT: usize = 17;
 
     fn from_values(v: [u64; Refused::COUNT]) -> Refused {
-        let [max_conns, fd_limit, head_too_large, head_timeout, bad_request, not_found, method, slow_consumer, forbidden, payload_too_large, ws_protocol, ws_pong_timeout, ws_client_data, busy, dead_peer] =
+        let [max_conns, fd_limit, head_too_large, head_timeout, bad_request, not_found, method, slow_consumer, forbidden, payload_too_large, ws_protocol, ws_pong_timeout, ws_client_data, busy, dead_peer, per_ip_conns, per_ip_rate] =
             v;
         Refused {
             max_conns,
@@ -95,6 +102,8 @@ impl Refused {
             ws_client_data,
             busy,
             dead_peer,
+            per_ip_conns,
+            per_ip_rate,
         }
     }
 

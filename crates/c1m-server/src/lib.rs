@@ -13,6 +13,7 @@
 pub mod config;
 mod hub;
 // Public only so the fuzz harness (crates/c1m-server/fuzz) can reach the codec.
+mod ip_table;
 #[doc(hidden)]
 pub mod ipc;
 mod link;

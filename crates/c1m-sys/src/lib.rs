@@ -7,6 +7,7 @@ pub mod fd;
 pub mod mem;
 pub mod process;
 pub mod rlimit;
+pub mod shm;
 pub mod sock_diag;
 pub mod sockopt;
 

@@ -280,7 +280,18 @@ pub fn ws_roundtrip(data: &[u8]) {
     let v: serde_json::Value = serde_json::from_slice(json).expect("envelope is JSON");
     assert_eq!(v["channel"], "ch.1");
     assert_eq!(v["id"].as_u64(), Some(id));
-    assert_eq!(v["data"].as_str(), Some(&*String::from_utf8_lossy(data)));
+    if text {
+        assert_eq!(v["data"].as_str(), std::str::from_utf8(data).ok());
+    } else {
+        use base64::Engine;
+        let b64 = v["data_base64"]
+            .as_str()
+            .expect("binary data as data_base64");
+        let back = base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .unwrap();
+        assert_eq!(back, data);
+    }
 
     let cut = data.len().min(125);
     let mut control = Vec::new();

@@ -17,6 +17,10 @@ pub const MESSAGE_TOO_BIG: CloseCode = 1009;
 pub const INTERNAL_ERROR: CloseCode = 1011;
 /// IANA-registered "Try Again Later": the server is overloaded for now.
 pub const TRY_AGAIN_LATER: CloseCode = 1013;
+/// c1m's own (private-use range, RFC 6455 7.4.2): the subscriber fell further behind than the
+/// server buffers for it. Not an error of the client's making: reconnect with `last_id` and the
+/// history replay (or a gap notice) covers what it missed.
+pub const SLOW_CONSUMER: CloseCode = 4008;
 
 /// May `code` appear in a Close frame? RFC 6455 7.4.1 defines 1000-1003 and 1007-1011
 /// (1004 is reserved; 1005, 1006 and 1015 are reserved for local use and MUST NOT be sent);

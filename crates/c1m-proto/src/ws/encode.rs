@@ -64,18 +64,32 @@ pub fn message_frame(payload: &[u8]) -> Vec<u8> {
     data_frame(kind_for(payload), payload)
 }
 
-/// `{"channel":…,"id":…,"data":…}`, the envelope used when several channels are subscribed
-/// or `?envelope=json` is asked for. JSON strings must be Unicode, so non-UTF-8 data is
-/// carried with U+FFFD replacements, as in long-poll (docs/PROTOCOL.md).
+/// `{"channel":…,"id":…,"data":…}`, the envelope every WebSocket subscriber gets unless it asks
+/// for `?format=plain`: it carries the id a client resumes from. JSON strings must be Unicode, so
+/// a payload that is not UTF-8 travels as `"data_base64"` (standard alphabet, padded) instead of
+/// `"data"`: lossless, and the client can tell which one it got (docs/PROTOCOL.md).
 pub fn envelope_json(channel: &str, id: u64, data: &[u8]) -> Vec<u8> {
-    let data = String::from_utf8_lossy(data);
-    let mut out = Vec::with_capacity(channel.len() + data.len() + 48);
+    use base64::Engine;
+    let mut out = Vec::with_capacity(channel.len() + data.len() * 4 / 3 + 56);
     out.extend_from_slice(b"{\"channel\":");
     push_json_str(&mut out, channel);
     out.extend_from_slice(b",\"id\":");
     out.extend_from_slice(id.to_string().as_bytes());
-    out.extend_from_slice(b",\"data\":");
-    push_json_str(&mut out, &data);
+    match std::str::from_utf8(data) {
+        Ok(text) => {
+            out.extend_from_slice(b",\"data\":");
+            push_json_str(&mut out, text);
+        }
+        Err(_) => {
+            out.extend_from_slice(b",\"data_base64\":\"");
+            out.extend_from_slice(
+                base64::engine::general_purpose::STANDARD
+                    .encode(data)
+                    .as_bytes(),
+            );
+            out.push(b'"');
+        }
+    }
     out.push(b'}');
     out
 }
@@ -206,15 +220,17 @@ mod tests {
     }
 
     #[test]
-    fn envelope_escapes_and_replaces() {
+    fn envelope_escapes_and_carries_binary_as_base64() {
         let j = envelope_json("news", 17, b"a\"b\\c\n\x01");
         let v: serde_json::Value = serde_json::from_slice(&j).unwrap();
         assert_eq!(v["channel"], "news");
         assert_eq!(v["id"], 17);
         assert_eq!(v["data"], "a\"b\\c\n\u{1}");
+        // Not UTF-8: lossless base64 under its own key, never a lossy "data".
         let j = envelope_json("c", u64::MAX, &[0x66, 0xFF]);
         let v: serde_json::Value = serde_json::from_slice(&j).unwrap();
-        assert_eq!(v["data"], "f\u{FFFD}");
+        assert_eq!(v["data_base64"], "Zv8=");
+        assert!(v.get("data").is_none());
         assert_eq!(v["id"], u64::MAX);
         let f = envelope_frame("c", 1, b"x");
         assert_eq!(f[0], 0x81);

@@ -2,8 +2,10 @@
 //! the caller has already parsed (httparse) and builds the response bytes.
 //!
 //! Accepted → `101 Switching Protocols` with `Sec-WebSocket-Accept`. Extensions such as
-//! permessage-deflate are negotiated off by not echoing them (RFC 6455 9.1), and no
-//! subprotocol is selected. Rejected → a complete response to write before closing:
+//! permessage-deflate are negotiated off by not echoing them (RFC 6455 9.1). The only
+//! subprotocol ever selected is [`PROTOCOL`], when offered: a browser passes its publish key as
+//! a `c1m.publish-key.KEY` entry ([`offered_publish_key`]) and must be answered with an entry it
+//! offered, and echoing the key back would put it in the response. Rejected → a complete response to write before closing:
 //! 400 with the reason as body, 426 with `Sec-WebSocket-Version: 13` for a version we do not
 //! speak (RFC 6455 4.4), 403 for an Origin outside the allow-list (RFC 6455 10.2).
 //! Header names are matched case-insensitively and list-valued headers are split on commas,
@@ -133,6 +135,40 @@ pub struct Accept {
     /// The Sec-WebSocket-Accept value (28 base64 characters).
     pub accept: String,
     pub response: Vec<u8>,
+}
+
+impl Accept {
+    /// Adds `Sec-WebSocket-Protocol: {name}` to the 101 (the caller checked that it was offered).
+    pub fn select_protocol(&mut self, name: &str) {
+        debug_assert!(self.response.ends_with(b"\r\n\r\n"));
+        self.response.truncate(self.response.len() - 2);
+        self.response.extend_from_slice(b"Sec-WebSocket-Protocol: ");
+        self.response.extend_from_slice(name.as_bytes());
+        self.response.extend_from_slice(b"\r\n\r\n");
+    }
+}
+
+/// The subprotocol c1m selects when a client offers it (next to a publish-key entry).
+pub const PROTOCOL: &str = "c1m";
+/// Prefix of the `Sec-WebSocket-Protocol` entry that carries the publish key, for browsers,
+/// which cannot set `Authorization` on a WebSocket. The key must then be made of token
+/// characters (RFC 7230 3.2.6), e.g. letters, digits and `-._~`.
+pub const PUBLISH_KEY_PROTOCOL: &str = "c1m.publish-key.";
+
+/// The entries of every `Sec-WebSocket-Protocol` header, trimmed, in order.
+pub fn offered_protocols<'a>(req: &'a crate::http::Request<'_>) -> impl Iterator<Item = &'a str> {
+    req.headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case("sec-websocket-protocol"))
+        .filter_map(|(_, v)| std::str::from_utf8(v).ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+}
+
+/// The publish key offered as a `c1m.publish-key.KEY` subprotocol entry, if any.
+pub fn offered_publish_key<'a>(req: &'a crate::http::Request<'_>) -> Option<&'a str> {
+    offered_protocols(req).find_map(|p| p.strip_prefix(PUBLISH_KEY_PROTOCOL))
 }
 
 /// `base64(SHA-1(key + GUID))` (RFC 6455 4.2.2 step 5.4). Clients use it to check our answer.

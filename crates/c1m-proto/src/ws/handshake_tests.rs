@@ -270,3 +270,22 @@ fn validate_request_takes_the_servers_parsed_head() {
     let a = validate_request(&req, &OriginPolicy::Any).unwrap();
     assert_eq!(a.accept, "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=");
 }
+
+#[test]
+fn rfc6455_4_2_2_subprotocol_selected_and_publish_key_offered() {
+    let head = b"GET /sub/n HTTP/1.1\r\nHost: h\r\nSec-WebSocket-Protocol: chat, c1m\r\n\
+                 Sec-WebSocket-Protocol: c1m.publish-key.s3cr3t\r\n\r\n";
+    let req = crate::http::parse_request(head).unwrap();
+    let offered: Vec<&str> = offered_protocols(&req).collect();
+    assert_eq!(offered, ["chat", "c1m", "c1m.publish-key.s3cr3t"]);
+    assert_eq!(offered_publish_key(&req), Some("s3cr3t"));
+    let plain = crate::http::parse_request(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n").unwrap();
+    assert_eq!(offered_publish_key(&plain), None);
+    let mut accept = run(&good(), &OriginPolicy::Any).unwrap();
+    accept.select_protocol(PROTOCOL);
+    let text = String::from_utf8(accept.response).unwrap();
+    assert!(
+        text.ends_with("\r\nSec-WebSocket-Protocol: c1m\r\n\r\n"),
+        "{text}"
+    );
+}

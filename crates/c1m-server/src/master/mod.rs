@@ -98,6 +98,8 @@ pub struct Master {
     shutdown_deadline: Option<Instant>,
     memory: memory::Sampler,
     reload_source: Option<crate::config::ServeArgs>,
+    /// The per-IP limit table shared with the workers (made on first spawn when limits are on).
+    ip_table: Option<crate::ip_table::IpTable>,
 }
 
 impl Master {
@@ -117,6 +119,7 @@ impl Master {
             shutdown_deadline: None,
             memory: memory::Sampler::start()?,
             reload_source: None,
+            ip_table: None,
         };
         for i in 0..plan.workers {
             master.slots.push(Slot {
@@ -139,7 +142,14 @@ impl Master {
         let (parent, child_end) = std::os::unix::net::UnixStream::pair()?;
         c1m_sys::fd::set_inheritable(&child_end)?;
         let exe = std::env::current_exe().context("locating the c1m binary")?;
-        let child = Command::new(exe)
+        let mut command = Command::new(exe);
+        if let Some(table) = self.ip_table()? {
+            // Worker i is spawned only once the previous worker i has exited (reap), so what it
+            // held is gone: its column is cleared before the replacement can count again.
+            table.clear_worker(i);
+            command.env(worker::ENV_IP_TABLE, table.env_value());
+        }
+        let child = command
             .arg("__serve-worker")
             .env(worker::ENV_FD, child_end.as_raw_fd().to_string())
             .env(worker::ENV_INDEX, i.to_string())
@@ -167,6 +177,17 @@ impl Master {
         slot.reading_paused = false;
         slot.restart_at = None;
         Ok(())
+    }
+
+    /// The per-IP limit table, created (and made inheritable) on first use; None when no
+    /// per-IP limit is on.
+    fn ip_table(&mut self) -> anyhow::Result<Option<&crate::ip_table::IpTable>> {
+        if self.ip_table.is_none() && self.cfg.per_ip_limits() {
+            let table = crate::ip_table::IpTable::create(self.plan.workers)?;
+            c1m_sys::fd::set_inheritable(table.fd()).context("passing the per-IP table on")?;
+            self.ip_table = Some(table);
+        }
+        Ok(self.ip_table.as_ref())
     }
 
     pub fn run(&mut self) -> anyhow::Result<()> {

@@ -8,7 +8,17 @@ use crate::config::{Config, ServeArgs};
 use crate::ipc::ToWorker;
 
 /// Keys that need a restart: sockets, processes and per-worker shares are set up once.
-const RESTART_KEYS: &[&str] = &["listen", "tcp_listen", "workers", "max_conns", "backlog"];
+const RESTART_KEYS: &[&str] = &[
+    "listen",
+    "tcp_listen",
+    "workers",
+    "max_conns",
+    "backlog",
+    // Workers read the per-IP limits once at start (the shared table is sized then).
+    "max_conns_per_ip",
+    "max_new_conns_per_ip_per_sec",
+    "per_ip_limit_loopback",
+];
 
 /// The running configuration with `new`'s live values, the live keys that changed, and the
 /// changed keys that were kept because they need a restart.
@@ -114,13 +124,14 @@ mod tests {
         let new = Config {
             listen: "127.0.0.1:0".parse().unwrap(),
             max_conns: 7,
+            max_conns_per_ip: Some(3),
             max_payload: 10,
             sse_heartbeat: Some(Duration::from_secs(2)),
             ..Config::default()
         };
         let (merged, live, restart) = merge(&current, &new).unwrap();
         assert_eq!(live, vec!["max_payload", "sse_heartbeat"]);
-        assert_eq!(restart, vec!["max_conns"]);
+        assert_eq!(restart, vec!["max_conns", "max_conns_per_ip"]);
         assert_eq!(merged.max_payload, 10);
         assert_eq!(merged.max_conns, current.max_conns);
         assert_eq!(merged.listen, current.listen);

@@ -149,6 +149,9 @@ pub const READ_PAUSED: u8 = 8;
 pub const CONTINUE_SENT: u8 = 16;
 /// The pending status query answers `/healthz`, not `/status`.
 pub const HEALTH_CHECK: u8 = 32;
+/// The WebSocket's upgrade passed the publish rule: its data messages may be published.
+/// (64, not 8: main's READ_PAUSED, CONTINUE_SENT and HEALTH_CHECK took 8, 16 and 32.)
+pub const WS_MAY_PUBLISH: u8 = 64;
 
 /// Outcome of a send.
 #[derive(Debug, PartialEq, Eq)]
@@ -174,6 +177,9 @@ pub struct Conn {
     pub inbuf: Option<Box<Vec<u8>>>,
     pub out: Option<Box<OutQueue>>,
     pub ws: Option<Box<WsMessage>>,
+    /// What this connection holds in the per-IP table (bucket + 1; 0 = nothing), given back
+    /// on close.
+    pub ip_slot: u32,
 }
 
 impl Conn {
@@ -189,6 +195,7 @@ impl Conn {
             inbuf: None,
             out: None,
             ws: None,
+            ip_slot: 0,
         }
     }
 

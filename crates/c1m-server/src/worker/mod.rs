@@ -4,13 +4,16 @@
 //!
 //! Files: `conn` (the per-connection struct and its send queue), `channels` (local subscriber
 //! lists), `timers` (the wheel), `message` (encode-once messages), `requests` (HTTP and line
-//! protocol input), `streams` (subscribe, join, fan-out, long-poll answers).
+//! protocol input), `streams` (subscribe, join, fan-out, long-poll answers), `ip_limits`
+//! (per-source-address admission).
 
 mod channels;
 mod conn;
 mod health;
+mod ip_limits;
 mod keepalive;
 mod message;
+mod publish_rule;
 mod reload;
 mod requests;
 mod shutdown;
@@ -49,6 +52,7 @@ pub const ENV_INDEX: &str = "C1M_WORKER_INDEX";
 pub const ENV_CONFIG: &str = "C1M_WORKER_CONFIG";
 pub const ENV_MASTER_PID: &str = "C1M_MASTER_PID";
 pub const ENV_MAX_CONNS: &str = "C1M_WORKER_MAX_CONNS";
+pub use ip_limits::ENV_IP_TABLE;
 
 /// One chunk of a join answer (see `ToWorker::Joined`).
 pub struct Joined {
@@ -93,6 +97,8 @@ pub struct Worker {
     /// Sending to the master failed (the link broke or the master stopped reading): the loop
     /// exits and the master starts a fresh worker; nothing is queued that would never arrive.
     link_failed: Option<io::Error>,
+    /// `--max-conns-per-ip` / `--max-new-conns-per-ip-per-sec`, when on.
+    ip_limits: Option<ip_limits::IpLimits>,
 }
 
 /// Entry point of `c1m __serve-worker`.
@@ -111,7 +117,10 @@ pub fn run_from_env() -> anyhow::Result<u8> {
     let link = std::os::unix::net::UnixStream::from(c1m_sys::fd::adopt_inherited(fd)?);
     link.set_nonblocking(true)?;
     let link = UnixStream::from_std(link);
+    let index: usize = var(ENV_INDEX)?.parse().context("worker index")?;
+    let ip_limits = ip_limits::IpLimits::from_env(&cfg, index)?;
     let mut worker = Worker::new(cfg, link, max_conns)?;
+    worker.ip_limits = ip_limits;
     worker.run()?;
     Ok(0)
 }
@@ -162,6 +171,7 @@ impl Worker {
             replays: HashMap::new(),
             chunked_bodies: HashMap::new(),
             link_failed: None,
+            ip_limits: None,
         })
     }
 
@@ -284,7 +294,7 @@ impl Worker {
             };
             let Some(listener) = listener else { return };
             match listener.accept() {
-                Ok((stream, _peer)) => self.admit(stream, which == TCP_LISTENER),
+                Ok((stream, peer)) => self.admit(stream, peer, which == TCP_LISTENER),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if is_fd_exhaustion(&e) => {
                     // The backlog keeps the waiting connections; retry after a pause instead of
@@ -305,7 +315,7 @@ impl Worker {
         }
     }
 
-    fn admit(&mut self, mut stream: TcpStream, raw_tcp: bool) {
+    fn admit(&mut self, mut stream: TcpStream, peer: SocketAddr, raw_tcp: bool) {
         if self.conns.len() >= self.max_conns {
             self.counters.refused.max_conns += 1;
             let msg: &[u8] = if raw_tcp {
@@ -316,6 +326,18 @@ impl Worker {
             let _ = io::Write::write(&mut stream, msg);
             return;
         }
+        let ip_slot = match self.ip_limits.as_ref().map(|l| l.admit(peer.ip())) {
+            None => 0,
+            Some(Ok(slot)) => slot,
+            Some(Err(refusal)) => {
+                let r = &mut self.counters.refused;
+                match refusal {
+                    ip_limits::Refusal::Conns => r.per_ip_conns += 1,
+                    ip_limits::Refusal::Rate { .. } => r.per_ip_rate += 1,
+                }
+                return refuse_at_accept(stream, &refusal.response(raw_tcp));
+            }
+        };
         let generation = self.next_generation;
         self.next_generation = if generation >= 0x7fff_fff0 {
             1
@@ -333,12 +355,16 @@ impl Worker {
             eprintln!("c1m worker: keepalive options: {e}");
         }
         let mut conn = Conn::new(stream, generation, kind);
+        conn.ip_slot = ip_slot;
         if let Err(e) = self.poll.registry().register(
             &mut conn.stream,
             Token(token as usize),
             Interest::READABLE | Interest::WRITABLE,
         ) {
             eprintln!("c1m worker: register: {e}");
+            if let Some(limits) = &self.ip_limits {
+                limits.release(ip_slot);
+            }
             return;
         }
         let idx = entry.key();
@@ -482,6 +508,9 @@ impl Worker {
             self.leave_channel(chan, pos);
         }
         let _ = self.poll.registry().deregister(&mut conn.stream);
+        if let Some(limits) = &self.ip_limits {
+            limits.release(conn.ip_slot);
+        }
     }
 
     fn leave_channel(&mut self, chan: u32, pos: u32) {
@@ -681,6 +710,21 @@ fn keeps_input(kind: Kind) -> bool {
         kind,
         Kind::Sse | Kind::SseJoining | Kind::TcpStream | Kind::TcpJoining | Kind::Closing
     )
+}
+
+/// Answers a connection refused before it got a slot, then closes it. What the client already
+/// sent is read first (once, without waiting): closing with unread input makes the kernel send
+/// a reset, which can destroy the answer before the client reads it.
+fn refuse_at_accept(mut stream: TcpStream, answer: &[u8]) {
+    let mut sink = [0u8; 4096];
+    for _ in 0..4 {
+        match stream.read(&mut sink) {
+            Ok(n) if n > 0 => {}
+            _ => break,
+        }
+    }
+    let _ = io::Write::write(&mut stream, answer);
+    let _ = stream.shutdown(std::net::Shutdown::Write);
 }
 
 fn token_of(idx: usize, generation: u32) -> u64 {

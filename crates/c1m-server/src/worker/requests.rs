@@ -346,34 +346,16 @@ impl Worker {
         }
     }
 
-    /// With a publish key: `Authorization: Bearer KEY` from everyone. Without: loopback only.
+    /// The publish rule (`publish_rule`), shared with WebSocket client publish.
     fn publish_allowed(&mut self, idx: usize, req: &Request<'_>) -> bool {
-        if let Some(key) = &self.cfg.publish_key {
-            let ok = req
-                .header_str("Authorization")
-                .and_then(|v| v.strip_prefix("Bearer "))
-                .is_some_and(|given| constant_time_eq(given.trim().as_bytes(), key.as_bytes()));
-            if !ok {
-                self.refuse(
-                    idx,
-                    401,
-                    "publishing needs Authorization: Bearer <publish key>",
-                );
+        let peer = self.conns[idx].stream.peer_addr().ok().map(|a| a.ip());
+        match super::publish_rule::check(self.cfg.publish_key.as_deref(), req, peer) {
+            Ok(()) => true,
+            Err(denied) => {
+                self.refuse(idx, denied.http_status(), denied.message());
+                false
             }
-            return ok;
         }
-        let loopback = self.conns[idx]
-            .stream
-            .peer_addr()
-            .is_ok_and(|a| is_loopback(a.ip()));
-        if !loopback {
-            self.refuse(
-                idx,
-                403,
-                "publishing is allowed from loopback only unless --publish-key is set",
-            );
-        }
-        loopback
     }
 
     /// The raw TCP `SUB` line.
@@ -402,38 +384,5 @@ impl Worker {
             }
         }
         Some(end + 1)
-    }
-}
-
-/// Loopback, including IPv4 loopback seen through a dual-stack `[::]` listener as
-/// `::ffff:127.0.0.1`.
-fn is_loopback(ip: std::net::IpAddr) -> bool {
-    ip.to_canonical().is_loopback()
-}
-
-/// Compares secrets without an early exit, so timing does not reveal a matching prefix.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn loopback_publishers_on_any_listener() {
-        for ip in ["127.0.0.1", "127.9.9.9", "::1", "::ffff:127.0.0.1"] {
-            assert!(is_loopback(ip.parse().unwrap()), "{ip}");
-        }
-        for ip in ["10.0.0.1", "::ffff:10.0.0.1", "2001:db8::1"] {
-            assert!(!is_loopback(ip.parse().unwrap()), "{ip}");
-        }
-    }
-
-    #[test]
-    fn secrets_compare_whole() {
-        assert!(constant_time_eq(b"key", b"key"));
-        assert!(!constant_time_eq(b"key", b"kez"));
-        assert!(!constant_time_eq(b"key", b"key2"));
     }
 }

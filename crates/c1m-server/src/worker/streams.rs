@@ -284,9 +284,8 @@ impl Worker {
             match sent {
                 Sent::Done => self.counters.delivered += 1,
                 Sent::Overflow => {
-                    self.counters.refused.slow_consumer += 1;
                     self.counters.dropped += 1;
-                    self.close(idx);
+                    self.drop_slow_consumer(idx);
                 }
                 Sent::Failed => {
                     self.counters.dropped += 1;
@@ -418,10 +417,24 @@ impl Worker {
 
     pub(super) fn send_or_close(&mut self, idx: usize, bytes: Vec<u8>) {
         let max = self.cfg.max_unsent;
-        if self.conns[idx].send_owned(bytes, max) != Sent::Done {
-            self.counters.refused.slow_consumer += 1;
-            self.close(idx);
+        match self.conns[idx].send_owned(bytes, max) {
+            Sent::Done => {}
+            Sent::Overflow => self.drop_slow_consumer(idx),
+            Sent::Failed => {
+                self.counters.refused.slow_consumer += 1;
+                self.close(idx);
+            }
         }
+    }
+
+    /// A subscriber owing more than `--max-unsent` (counted as refused.slow_consumer). A
+    /// WebSocket is told why (close 4008); other streams have no way to say it and are closed.
+    fn drop_slow_consumer(&mut self, idx: usize) {
+        if matches!(self.conns[idx].kind, Kind::Ws | Kind::WsJoining) {
+            return self.ws_close_slow(idx);
+        }
+        self.counters.refused.slow_consumer += 1;
+        self.close(idx);
     }
 }
 

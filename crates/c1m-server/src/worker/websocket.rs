@@ -3,7 +3,8 @@
 //! published), keepalive pings with a pong deadline, and the frames replayed on resume.
 //! Frame parsing and encoding live in `c1m_proto::ws`; this file only wires them to sockets.
 
-use super::conn::{Kind, WsMessage, WS_AWAITING_PONG, WS_ENVELOPE};
+use super::conn::{Kind, Sent, WsMessage, WS_AWAITING_PONG, WS_ENVELOPE, WS_MAY_PUBLISH};
+use super::publish_rule;
 use super::requests::Transport;
 use super::streams::encode_replay;
 use super::Worker;
@@ -11,6 +12,23 @@ use crate::ipc::{Replay, ToMaster};
 use c1m_proto::http::Request;
 use c1m_proto::ws::frame::{DataKind, Event, Limits, Masking};
 use c1m_proto::ws::{close, encode, handshake};
+
+/// How long a WebSocket closed as a slow consumer may take to read what it owes and the close
+/// frame behind it before its socket is closed regardless.
+const SLOW_CLOSE_LINGER: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The frame format a WebSocket asked for: Ok(true) = JSON envelope (the default), Ok(false) =
+/// `?format=plain`. `needs_ids`: it resumes or names several channels, which plain cannot serve.
+fn ws_format(req: &Request<'_>, needs_ids: bool) -> Result<bool, &'static str> {
+    match req.query_param("format") {
+        None | Some("json") => Ok(true),
+        Some("plain") if needs_ids => Err(
+            "format=plain carries no ids or channel names: it cannot resume (last_id) or take several channels",
+        ),
+        Some("plain") => Ok(false),
+        Some(_) => Err("format must be json (the default) or plain"),
+    }
+}
 
 /// A gap notice as a WebSocket text frame (docs/PROTOCOL.md).
 fn gap_frame(channel: &str, after: u64, through: u64) -> Vec<u8> {
@@ -21,7 +39,9 @@ fn gap_frame(channel: &str, after: u64, through: u64) -> Vec<u8> {
 
 impl Worker {
     /// Validates the upgrade (400/403/426 with a reason otherwise), answers 101 and subscribes.
-    /// Resume (`last_id`) and several channels imply the JSON envelope, which carries the ids.
+    /// Frames are JSON envelopes carrying each message's id (what a reconnecting client resumes
+    /// from) unless the client asks for `?format=plain`: bare payloads, so no resume and no gap
+    /// notices, and therefore refused (400) with a resume position or several channels.
     pub(super) fn ws_upgrade(
         &mut self,
         idx: usize,
@@ -29,7 +49,7 @@ impl Worker {
         channels: &[&str],
         last_id: Option<u64>,
     ) {
-        let accept = match handshake::validate_request(req, &self.ws_policy) {
+        let mut accept = match handshake::validate_request(req, &self.ws_policy) {
             Ok(accept) => accept,
             Err(reject) => {
                 if reject.status == 403 {
@@ -40,9 +60,27 @@ impl Worker {
                 return self.reply_and_close(idx, reject.response);
             }
         };
-        let envelope =
-            channels.len() > 1 || last_id.is_some() || req.query_param("envelope") == Some("json");
-        self.conns[idx].flags = if envelope { WS_ENVELOPE } else { 0 };
+        let envelope = match ws_format(req, channels.len() > 1 || last_id.is_some()) {
+            Ok(envelope) => envelope,
+            Err(why) => {
+                self.counters.refused.bad_request += 1;
+                return self.reply_and_close(idx, c1m_proto::http::error(400, why));
+            }
+        };
+        let mut flags = if envelope { WS_ENVELOPE } else { 0 };
+        // The right to publish is judged once, on the upgrade's headers and peer, by the same
+        // rule as POST /pub (a WebSocket must not be a way around the publish key).
+        if self.cfg.ws_client_publish {
+            let peer = self.conns[idx].stream.peer_addr().ok().map(|a| a.ip());
+            if publish_rule::check(self.cfg.publish_key.as_deref(), req, peer).is_ok() {
+                flags |= WS_MAY_PUBLISH;
+            }
+        }
+        // A browser that sent its key as a subprotocol entry must get one of its entries back.
+        if handshake::offered_protocols(req).any(|p| p == handshake::PROTOCOL) {
+            accept.select_protocol(handshake::PROTOCOL);
+        }
+        self.conns[idx].flags = flags;
         self.send_or_close(idx, accept.response);
         if self.conns.contains(idx) {
             self.subscribe(idx, channels, last_id, Transport::Ws);
@@ -101,7 +139,9 @@ impl Worker {
                 }
                 None => {}
             }
-            if !self.conns.contains(idx) {
+            // Closed, or closing after a refusal whose close frame is still queued: later frames
+            // in this read must not be judged (and counted, and answered) again.
+            if self.conns.get(idx).is_none_or(|c| c.kind == Kind::Closing) {
                 return buf.len();
             }
             if decoded.consumed == 0 {
@@ -115,7 +155,8 @@ impl Worker {
         pos
     }
 
-    /// A piece of a client data message: ignored (counted), refused with 1003, or published.
+    /// A piece of a client data message: ignored (counted), refused with 1003, refused with 1008
+    /// when the upgrade did not pass the publish rule, or published.
     fn ws_client_data(&mut self, idx: usize, state: &mut WsMessage, piece: &[u8], fin: bool) {
         if !self.cfg.ws_client_publish {
             if self.cfg.ws_close_on_client_data {
@@ -130,6 +171,16 @@ impl Worker {
             if fin {
                 self.counters.client_ignored += 1;
             }
+            return;
+        }
+        if self.conns[idx].flags & WS_MAY_PUBLISH == 0 {
+            self.counters.refused.forbidden += 1;
+            let reason = if self.cfg.publish_key.is_some() {
+                publish_rule::WS_NEEDS_KEY
+            } else {
+                publish_rule::Denied::LoopbackOnly.message()
+            };
+            self.ws_close(idx, close::POLICY_VIOLATION, reason);
             return;
         }
         state.data.extend_from_slice(piece);
@@ -193,6 +244,33 @@ impl Worker {
         self.reply_and_close(idx, frame.as_bytes().to_vec());
     }
 
+    /// A WebSocket that owes more than `--max-unsent`: counted, and closed with
+    /// [`close::SLOW_CONSUMER`] queued behind what it owes (whole frames, so it ends cleanly and
+    /// the client learns why, then resumes from the last id it read). The close frame is the
+    /// only thing let past the cap; the socket is closed regardless after [`SLOW_CLOSE_LINGER`].
+    pub(super) fn ws_close_slow(&mut self, idx: usize) {
+        self.counters.refused.slow_consumer += 1;
+        let frame = encode::close(
+            Some(close::SLOW_CONSUMER),
+            "slow consumer: fell too far behind; reconnect with last_id",
+        );
+        let Some(conn) = self.conns.get_mut(idx) else {
+            return;
+        };
+        conn.kind = Kind::Closing;
+        conn.inbuf = None;
+        conn.ws = None;
+        // No shutdown(Read) as reply_and_close does: it makes the socket readable at EOF, and
+        // reading EOF closes the connection, dropping what it still owes. Input is discarded
+        // while closing; a real EOF from the client still ends it.
+        if conn.send_owned(frame.as_bytes().to_vec(), usize::MAX) != Sent::Done
+            || conn.out.is_none()
+        {
+            return self.close(idx);
+        }
+        self.arm_timer(idx, SLOW_CLOSE_LINGER);
+    }
+
     /// Pings every live WebSocket; each must answer before the pong deadline.
     pub(super) fn ws_ping_all(&mut self) {
         let ping = std::rc::Rc::<[u8]>::from(encode::ping(b"c1m").as_bytes());
@@ -201,13 +279,18 @@ impl Worker {
         for (idx, conn) in self.conns.iter_mut() {
             if conn.kind == Kind::Ws {
                 conn.flags |= WS_AWAITING_PONG;
-                if conn.send_shared(&ping, max) != super::conn::Sent::Done {
-                    failed.push(idx);
+                match conn.send_shared(&ping, max) {
+                    Sent::Done => {}
+                    sent => failed.push((idx, sent)),
                 }
             }
         }
-        for idx in failed {
-            self.close(idx);
+        for (idx, sent) in failed {
+            if sent == Sent::Overflow {
+                self.ws_close_slow(idx);
+            } else {
+                self.close(idx);
+            }
         }
     }
 

@@ -34,17 +34,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<u8> {
         c1m_sys::process::available_cpus(),
     );
     // Bound but never listening: resolves port 0 and keeps the ports ours across restarts.
-    let (_http_reservation, http) = listener::reserve(cfg.listen)?;
-    cfg.listen = http;
-    let _http_claim = listener::claim_exclusive(http.port())?;
-    let _tcp_reservation = match cfg.tcp_listen {
-        Some(addr) => {
-            let (socket, actual) = listener::reserve(addr)?;
-            cfg.tcp_listen = Some(actual);
-            Some((socket, listener::claim_exclusive(actual.port())?))
-        }
+    // Exclusive: no second instance (or other program) shares the ports through SO_REUSEPORT.
+    let http_reservation = listener::reserve_exclusive(cfg.listen)?;
+    cfg.listen = http_reservation.addr;
+    let tcp_reservation = match cfg.tcp_listen {
+        Some(addr) => Some(listener::reserve_exclusive(addr)?),
         None => None,
     };
+    cfg.tcp_listen = tcp_reservation.as_ref().map(|r| r.addr);
     let mut master = master::Master::new(cfg.clone(), plan)?;
     master.set_reload_source(args);
     let tcp = cfg
@@ -56,6 +53,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<u8> {
         cfg.listen, plan.workers, plan.per_worker, limit.hard
     );
     master.run()?;
+    drop((http_reservation, tcp_reservation));
     eprintln!("c1m: stopped");
     Ok(0)
 }

@@ -5,7 +5,7 @@
 //! receives no connections).
 //!
 //! SO_REUSEPORT would also let a second `c1m serve` (same user) join the group and silently take
-//! half the traffic, so the master first claims the port with [`claim_exclusive`].
+//! half the traffic, so the master takes its addresses with [`reserve_exclusive`].
 
 use anyhow::Context;
 use socket2::{Domain, Socket, Type};
@@ -23,7 +23,7 @@ fn reuseport_socket(addr: SocketAddr) -> anyhow::Result<Socket> {
 }
 
 /// Binds without listening; returns the socket and the actual address (port 0 resolved).
-pub fn reserve(addr: SocketAddr) -> anyhow::Result<(Socket, SocketAddr)> {
+fn reserve(addr: SocketAddr) -> anyhow::Result<(Socket, SocketAddr)> {
     let socket = reuseport_socket(addr)?;
     let local = socket
         .local_addr()?
@@ -44,17 +44,51 @@ pub fn bind_reuseport(
     Ok(socket.into())
 }
 
+/// The master's hold on one address: the bound, never-listening socket and the port claim.
+/// Dropping it gives both up.
+pub struct Reservation {
+    pub addr: SocketAddr,
+    _socket: Socket,
+    _claim: PortClaim,
+}
+
+/// Reserves `addr` for this server alone: the one place that decides who may serve a port
+/// (a live upgrade hands the reservation over instead of calling this again). Refuses, with a
+/// message saying why, a port that another `c1m serve` claimed or that another program listens
+/// on (which SO_REUSEPORT would otherwise let us join silently when it set SO_REUSEPORT too).
+/// Port 0 is resolved first and the port actually given is claimed. Our own workers bind with
+/// SO_REUSEPORT and never come here, so restarting them needs no claim.
+pub fn reserve_exclusive(addr: SocketAddr) -> anyhow::Result<Reservation> {
+    let early_claim = match addr.port() {
+        0 => None,
+        port => {
+            let claim = claim_port(port)?;
+            refuse_foreign_listener(addr)?;
+            Some(claim)
+        }
+    };
+    let (socket, addr) = reserve(addr)?;
+    let claim = match early_claim {
+        Some(claim) => claim,
+        None => claim_port(addr.port())?,
+    };
+    Ok(Reservation {
+        addr,
+        _socket: socket,
+        _claim: claim,
+    })
+}
+
 /// Proof that this process is the one `c1m serve` on a port; dropping it releases the claim.
-pub struct PortClaim {
+struct PortClaim {
     _socket: std::os::unix::net::UnixDatagram,
 }
 
 /// Claims `port` for this server: an abstract Unix socket named after the port (abstract names
 /// vanish with their last holder, so a crash leaves no stale lock, and they are per network
 /// namespace, like ports). Keyed on the port alone because a wildcard and a specific address on
-/// one port would share a SO_REUSEPORT group. Our own workers never claim; a live upgrade hands
-/// the claim over with the listeners. The one place that decides who may serve a port.
-pub fn claim_exclusive(port: u16) -> anyhow::Result<PortClaim> {
+/// one port would share a SO_REUSEPORT group.
+fn claim_port(port: u16) -> anyhow::Result<PortClaim> {
     use std::os::linux::net::SocketAddrExt;
     let name = format!("c1m-serve-port-{port}");
     let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
@@ -70,17 +104,41 @@ pub fn claim_exclusive(port: u16) -> anyhow::Result<PortClaim> {
     }
 }
 
+/// A plain bind (SO_REUSEADDR, no SO_REUSEPORT) fails while anyone listens on the address,
+/// including a program that set SO_REUSEPORT and would otherwise share its traffic with us.
+fn refuse_foreign_listener(addr: SocketAddr) -> anyhow::Result<()> {
+    let probe = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    probe.set_reuse_address(true)?;
+    match probe.bind(&addr.into()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => anyhow::bail!(
+            "{addr} is already in use by another program; c1m serve refuses to share it \
+             (SO_REUSEPORT would split the connections between the two)"
+        ),
+        Err(e) => Err(e).with_context(|| format!("binding {addr}")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn a_port_is_claimed_once_and_released_on_drop() {
-        let (_s, addr) = reserve("127.0.0.1:0".parse().unwrap()).unwrap();
-        let claim = claim_exclusive(addr.port()).unwrap();
-        let err = claim_exclusive(addr.port()).err().unwrap().to_string();
+    fn a_port_is_reserved_once_and_released_on_drop() {
+        let first = reserve_exclusive("127.0.0.1:0".parse().unwrap()).unwrap();
+        let err = reserve_exclusive(first.addr).err().unwrap().to_string();
         assert!(err.contains("already served"), "{err}");
-        drop(claim);
-        claim_exclusive(addr.port()).unwrap();
+        let addr = first.addr;
+        drop(first);
+        reserve_exclusive(addr).unwrap();
+    }
+
+    #[test]
+    fn a_foreign_reuseport_listener_is_refused() {
+        let other = reuseport_socket("127.0.0.1:0".parse().unwrap()).unwrap();
+        other.listen(16).unwrap();
+        let addr = other.local_addr().unwrap().as_socket().unwrap();
+        let err = reserve_exclusive(addr).err().unwrap().to_string();
+        assert!(err.contains("in use by another program"), "{err}");
     }
 }

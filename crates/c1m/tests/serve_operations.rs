@@ -456,3 +456,50 @@ fn item11_second_instance_refused() {
         assert_eq!(sub.next().id, Some(id.to_string()));
     }
 }
+
+#[test]
+fn item11_foreign_reuseport_listener_refused() {
+    // Another program of the same user listening with SO_REUSEPORT: joining its group would
+    // silently split its connections with it.
+    let other = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    other.set_reuse_port(true).unwrap();
+    other
+        .bind(
+            &"127.0.0.1:0"
+                .parse::<std::net::SocketAddr>()
+                .unwrap()
+                .into(),
+        )
+        .unwrap();
+    other.listen(16).unwrap();
+    let addr = other.local_addr().unwrap().as_socket().unwrap();
+    let mut serve = KillOnDrop(
+        common::c1m()
+            .args(["serve", "--workers", "1", "--listen", &addr.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let status = loop {
+        if let Some(status) = serve.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "c1m serve joined another program's port"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(2));
+    let mut err = String::new();
+    serve
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(err.contains("in use by another program"), "{err}");
+}

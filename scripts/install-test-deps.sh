@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Debian packages the tests use, installed only when missing (idempotent, quiet).
 set -euo pipefail
-# curl: an independent SSE client; iproute2 (ip), util-linux (unshare, prlimit): doctor live tests;
+# curl: an independent SSE client; iproute2 (ip), util-linux (unshare, prlimit): doctor live tests
+# (ip also builds the network namespace of serve_operations' item8_dead_peer_reaped);
 # tmux: drives `c1m top` as a terminal; python3 and gcc: bench/ helpers; chromium: the browser test;
 # haproxy: the front proxy of crates/c1m/tests/serve_smuggling_haproxy.rs (fails under CI if absent).
 needed=(curl iproute2 util-linux procps tmux python3 gcc chromium haproxy)

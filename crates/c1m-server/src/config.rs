@@ -153,7 +153,10 @@ impl Default for Config {
             ws_client_publish: false,
             ws_close_on_client_data: false,
             // A peer that vanished (power loss, NAT dropped the mapping) sends no FIN; without
-            // keepalive its socket is held forever. 60 s idle + 6 × 10 s probes = 2 min.
+            // keepalive its socket is held forever. 60 s idle + 6 × 10 s probes = 2 min. The
+            // ACKs of SSE heartbeats and WebSocket pings restart the idle clock, so probes only
+            // go to quiet connections (TCP line protocol, long-poll, idle keep-alive): at most
+            // 1M / 60 s ≈ 17K probes/s, each a bare ACK.
             tcp_keepalive: Some(Duration::from_secs(60)),
             tcp_keepalive_interval: Duration::from_secs(10),
             tcp_keepalive_count: 6,
@@ -180,7 +183,8 @@ Subscribe:  curl -N -H 'Accept: text/event-stream' http://127.0.0.1:8080/sub/new
 Publish:    curl -d 'hello' http://127.0.0.1:8080/pub/news
 Protocol:   docs/PROTOCOL.md")]
 pub struct ServeArgs {
-    /// TOML configuration file; flags and environment override its values.
+    /// TOML configuration file; flags and environment override its values. SIGHUP re-reads it
+    /// and applies the keys that can change live (see docs/PROTOCOL.md, Lifecycle).
     #[arg(long, env = "C1M_CONFIG")]
     pub config: Option<PathBuf>,
     /// HTTP listen address [default: 0.0.0.0:8080].
@@ -227,7 +231,8 @@ pub struct ServeArgs {
     /// 4008) [default: 1048576].
     #[arg(long, env = "C1M_MAX_UNSENT")]
     pub max_unsent: Option<usize>,
-    /// Shutdown grace period [default: 5s].
+    /// On SIGTERM/SIGINT, how long clients get to read what is queued for them and their
+    /// goodbye before they are closed [default: 5s].
     #[arg(long, env = "C1M_GRACE", value_parser = humantime::parse_duration)]
     pub grace: Option<Duration>,
     /// listen() backlog [default: 65535, capped by net.core.somaxconn].

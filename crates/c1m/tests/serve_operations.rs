@@ -73,6 +73,7 @@ fn item7_sigterm_flushes_queue_and_goodbye() {
     let ids: Vec<u64> = (0..128).map(|_| server.publish("full", &payload)).collect();
     server.wait_status(|s| s["messages"]["delivered"] == 128);
 
+    let workers = server.worker_pids();
     let signalled = Instant::now();
     server.signal(libc::SIGTERM);
     // The subscriber has not read: the server must wait for it (not exit in milliseconds).
@@ -104,6 +105,12 @@ fn item7_sigterm_flushes_queue_and_goodbye() {
 
     let status = server.wait_exit(Duration::from_secs(10));
     assert!(status.success(), "{status}");
+    for pid in workers {
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            "worker {pid} outlived the master"
+        );
+    }
     assert!(
         signalled.elapsed() < Duration::from_secs(8),
         "took {:?}: the drain should end as soon as everything is written",
@@ -128,7 +135,8 @@ fn item7_slow_reader_is_closed_when_grace_ends() {
         server.publish("stuck", &payload);
     }
     let signalled = Instant::now();
-    server.signal(libc::SIGTERM);
+    // SIGINT (Ctrl-C) drains like SIGTERM.
+    server.signal(libc::SIGINT);
     let status = server.wait_exit(Duration::from_secs(5));
     assert!(status.success(), "{status}");
     let took = signalled.elapsed();

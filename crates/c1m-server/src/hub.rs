@@ -354,6 +354,25 @@ mod tests {
     }
 
     #[test]
+    fn set_limits_evicts_now_and_keeps_the_byte_count_right() {
+        let mut h = hub(10);
+        let now = Instant::now();
+        for i in 0..6u8 {
+            h.publish("a", vec![i; 100].into(), now);
+        }
+        h.set_limits(2, Duration::from_secs(60), usize::MAX);
+        assert_eq!(
+            ids(&h.replay(&["a".into()], 99, ALL, now).items),
+            vec![104, 105]
+        );
+        assert_eq!(h.history_bytes(), 2 * MemoryHub::cost(&[0; 100]));
+        // A byte budget of one message keeps the newest only.
+        h.set_limits(2, Duration::from_secs(60), MemoryHub::cost(&[0; 100]));
+        assert_eq!(ids(&h.replay(&["a".into()], 99, ALL, now).items), vec![105]);
+        assert_eq!(h.history_bytes(), MemoryHub::cost(&[0; 100]));
+    }
+
+    #[test]
     fn gap_when_history_evicted_by_count() {
         let mut h = hub(2);
         let now = Instant::now();

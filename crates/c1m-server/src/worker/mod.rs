@@ -272,6 +272,7 @@ impl Worker {
             }
             if let Some(deadline) = self.shutdown_deadline {
                 if self.conns.is_empty() || deadline <= now {
+                    self.end_of_grace();
                     self.push_stats()?;
                     let _ = self.link.flush();
                     return Ok(());
@@ -580,7 +581,7 @@ impl Worker {
             Kind::PollWaiting => self.poll_timeout(idx),
             Kind::Status => self.health_timeout(idx),
             // The peer did not read its final answer within the linger time.
-            Kind::Closing => self.close(idx),
+            Kind::Closing => self.cut_unread(idx),
             _ => {}
         }
     }

@@ -7,12 +7,16 @@ use super::conn::{Kind, Sent};
 use super::Worker;
 use c1m_proto::{http, line, sse};
 use std::io;
+use std::time::Duration;
 
 impl Worker {
     /// Queues `bytes` as the connection's last words and closes once they are written, or when
     /// the linger time (the grace period) ends. `limit` caps the unsent bytes.
     pub(super) fn finish_with(&mut self, idx: usize, bytes: Vec<u8>, limit: usize) {
-        let linger = self.cfg.grace;
+        self.finish_within(idx, bytes, limit, self.cfg.grace);
+    }
+
+    fn finish_within(&mut self, idx: usize, bytes: Vec<u8>, limit: usize, linger: Duration) {
         let Some(conn) = self.conns.get_mut(idx) else {
             return;
         };
@@ -49,7 +53,10 @@ impl Worker {
             _ => return self.close(idx),
         };
         let limit = self.cfg.max_unsent.saturating_add(bytes.len());
-        self.finish_with(idx, bytes, limit);
+        // The shutdown deadline (the same grace) ends these, all at once and logged, so their
+        // own timer is only a backstop (the timer wheel may fire up to a tick early).
+        let backstop = self.cfg.grace + Duration::from_secs(1);
+        self.finish_within(idx, bytes, limit, backstop);
     }
 
     /// The peer's side ended: `error` is the socket error, if the read failed. A peer that only
@@ -67,6 +74,35 @@ impl Worker {
             return;
         }
         self.close(idx);
+    }
+
+    /// The linger time of a final answer ended before the peer read it: the rest is cut off,
+    /// counted as a slow consumer (the client stopped reading).
+    pub(super) fn cut_unread(&mut self, idx: usize) {
+        if self.conns.get(idx).is_some_and(|c| c.out.is_some()) {
+            self.counters.refused.slow_consumer += 1;
+        }
+        self.close(idx);
+    }
+
+    /// Shutdown's grace period is over (or nothing is left): whoever has not read everything
+    /// is cut off, counted and logged, so no data is dropped silently.
+    pub(super) fn end_of_grace(&mut self) {
+        let idxs: Vec<usize> = self.conns.iter().map(|(i, _)| i).collect();
+        let unread = idxs
+            .iter()
+            .filter(|&&i| self.conns[i].out.is_some())
+            .count();
+        for idx in idxs {
+            self.cut_unread(idx);
+        }
+        if unread > 0 {
+            eprintln!(
+                "c1m worker {}: grace period over; closed {unread} connections that had not read \
+                 all their data",
+                std::process::id()
+            );
+        }
     }
 
     /// A socket that failed with ETIMEDOUT was dropped by the kernel: keepalive probes or

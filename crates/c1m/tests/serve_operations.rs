@@ -422,6 +422,44 @@ fn item11_healthz_fails_while_master_stopped() {
 }
 
 #[test]
+fn item11_healthz_fails_while_a_worker_stopped() {
+    struct Continue(u32);
+    impl Drop for Continue {
+        fn drop(&mut self) {
+            let _ = c1m_sys::process::kill(self.0, libc::SIGCONT);
+        }
+    }
+    let server = Server::start(&["--workers", "2"]);
+    let stopped = server.worker_pids()[0];
+    c1m_sys::process::kill(stopped, libc::SIGSTOP).unwrap();
+    let _resume = Continue(stopped);
+    // SO_REUSEPORT sends some connections to the stopped worker (they wait in its queue), so
+    // each try is a new connection with a short timeout; the live worker must say 503.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let body = loop {
+        assert!(Instant::now() < deadline, "/healthz stayed healthy");
+        let mut c = TcpStream::connect(server.http).unwrap();
+        c.set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        c.write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut answer = String::new();
+        let _ = c.read_to_string(&mut answer);
+        if common::status_code(&answer) == 503 {
+            break answer;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(body.contains("worker 0 has not reported"), "{body}");
+    c1m_sys::process::kill(stopped, libc::SIGCONT).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while get(&server, "/healthz").0 != 200 {
+        assert!(Instant::now() < deadline, "healthz did not recover");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
 fn item11_second_instance_refused() {
     let server = Server::start(&["--workers", "1"]);
     let mut second = KillOnDrop(

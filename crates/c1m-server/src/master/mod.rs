@@ -78,6 +78,9 @@ struct Slot {
     stats: WorkerStats,
     /// Counters of this slot's dead predecessors, so `_total` figures never go down.
     retired: WorkerStats,
+    /// When the worker last reported (or was started): a worker silent for long is stuck or
+    /// stopped, and `/healthz` says so.
+    reported_at: Instant,
     restarts: u64,
     restart_at: Option<Instant>,
 }
@@ -128,6 +131,7 @@ impl Master {
                 reading_paused: false,
                 stats: WorkerStats::default(),
                 retired: WorkerStats::default(),
+                reported_at: Instant::now(),
                 restarts: 0,
                 restart_at: None,
             });
@@ -173,6 +177,7 @@ impl Master {
             ..Default::default()
         };
         slot.child = Some(child);
+        slot.reported_at = Instant::now();
         slot.link = Some(link);
         slot.reading_paused = false;
         slot.restart_at = None;
@@ -391,7 +396,10 @@ impl Master {
                 );
             }
             ToMaster::Leave { channel } => self.drop_interest(i, Some(&channel)),
-            ToMaster::Stats(stats) => self.slots[i].stats = stats,
+            ToMaster::Stats(stats) => {
+                self.slots[i].stats = stats;
+                self.slots[i].reported_at = Instant::now();
+            }
             ToMaster::StatusQuery { req, metrics } => {
                 let report = status::Report::gather(self);
                 let body = if metrics {

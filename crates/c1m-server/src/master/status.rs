@@ -11,11 +11,15 @@ use crate::ipc::WorkerStats;
 use c1m_sys::mem::ProcessMemory;
 use serde_json::json;
 use std::fmt::Write;
+use std::time::Duration;
+
+/// A worker that has not reported for this long is taken as not answering.
+const WORKER_SILENT: Duration = Duration::from_secs(2);
 
 pub struct Report {
     pid: u32,
     uptime_s: u64,
-    workers: Vec<(usize, u32, u64, u64)>, // index, pid, connections, restarts
+    workers: Vec<(usize, u32, u64, u64, bool)>, // index, pid, connections, restarts, answering
     sse: u64,
     ws: u64,
     longpoll: u64,
@@ -61,7 +65,9 @@ impl Report {
             let s = &slot.stats;
             let pid = slot.child.as_ref().map_or(0, |c| c.id());
             let conns = s.conns_sse + s.conns_ws + s.conns_longpoll + s.conns_tcp + s.conns_other;
-            r.workers.push((i, pid, conns, slot.restarts));
+            // Workers report every 250 ms; several missed reports mean stopped or stuck.
+            let answering = slot.reported_at.elapsed() < WORKER_SILENT;
+            r.workers.push((i, pid, conns, slot.restarts, answering));
             r.sse += s.conns_sse;
             r.ws += s.conns_ws;
             r.longpoll += s.conns_longpoll;
@@ -96,8 +102,9 @@ impl Report {
         json!({
             "pid": self.pid,
             "uptime_s": self.uptime_s,
-            "workers": self.workers.iter().map(|(index, pid, connections, restarts)| json!({
+            "workers": self.workers.iter().map(|(index, pid, connections, restarts, answering)| json!({
                 "index": index, "pid": pid, "connections": connections, "restarts": restarts,
+                "answering": answering,
             })).collect::<Vec<_>>(),
             "connections": {
                 "total": self.total(), "sse": self.sse, "websocket": self.ws,

@@ -1,7 +1,8 @@
 //! `/healthz`: 200 only when the whole server works. The worker asks the master (the same
 //! status query `/status` uses) and answers 503 with the reason when the master does not answer
-//! within [`MASTER_TIMEOUT`] (stopped, stuck) or a worker slot has no running process (dead,
-//! restarting). A worker answering alone proved only that this one process is alive.
+//! within [`MASTER_TIMEOUT`] (stopped, stuck), a worker slot has no running process (dead,
+//! restarting), or a worker has stopped reporting to the master (stopped, stuck). A worker
+//! answering alone proved only that this one process is alive.
 
 use super::conn::{Kind, HEALTH_CHECK};
 use super::Worker;
@@ -58,7 +59,7 @@ impl Worker {
     }
 }
 
-/// Healthy when every worker slot in the master's report has a running process.
+/// Healthy when every worker slot in the master's report has a running process that reports.
 fn judge(status_json: &str) -> Result<(), String> {
     let v: serde_json::Value = serde_json::from_str(status_json)
         .map_err(|e| format!("unhealthy: unreadable master status: {e}\n"))?;
@@ -69,6 +70,12 @@ fn judge(status_json: &str) -> Result<(), String> {
         if w["pid"].as_u64().unwrap_or(0) == 0 {
             return Err(format!(
                 "unhealthy: worker {} is not running (restarting)\n",
+                w["index"]
+            ));
+        }
+        if w["answering"] == false {
+            return Err(format!(
+                "unhealthy: worker {} has not reported to the master for 2s (stopped or stuck)\n",
                 w["index"]
             ));
         }
@@ -85,6 +92,8 @@ mod tests {
         assert!(judge(r#"{"workers":[{"index":0,"pid":5},{"index":1,"pid":6}]}"#).is_ok());
         let err = judge(r#"{"workers":[{"index":0,"pid":5},{"index":1,"pid":0}]}"#).unwrap_err();
         assert!(err.contains("worker 1"), "{err}");
+        let err = judge(r#"{"workers":[{"index":0,"pid":5,"answering":false}]}"#).unwrap_err();
+        assert!(err.contains("worker 0 has not reported"), "{err}");
         assert!(judge("not json").is_err());
     }
 }

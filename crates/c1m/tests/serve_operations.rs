@@ -213,6 +213,7 @@ struct Netns {
     host_ip: String,
     peer_ip: String,
     peer_dev: String,
+    host_dev: String,
 }
 
 fn ip(args: &[&str]) {
@@ -232,8 +233,9 @@ impl Netns {
             host_ip: format!("10.{}.{}.1", 200 + pid % 50, (pid / 50) % 250),
             peer_ip: format!("10.{}.{}.2", 200 + pid % 50, (pid / 50) % 250),
             peer_dev: format!("c1n{pid}"),
+            host_dev: format!("c1h{pid}"),
         };
-        let host_dev = format!("c1h{pid}");
+        let host_dev = n.host_dev.clone();
         ip(&["netns", "add", &n.name]);
         ip(&[
             "link",
@@ -271,6 +273,11 @@ impl Netns {
 
 impl Drop for Netns {
     fn drop(&mut self) {
+        // The pair goes first: a namespace outlives its name while a socket in it still
+        // retransmits (the vanished client's), and its veth would stay until then.
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.host_dev])
+            .status();
         let _ = Command::new("ip")
             .args(["netns", "del", &self.name])
             .status();

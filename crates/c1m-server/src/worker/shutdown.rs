@@ -3,7 +3,7 @@
 //! protocol's shutdown goodbye queued behind whatever the subscriber still has to read, and what
 //! an end-of-file or socket error from the peer means.
 
-use super::conn::{Kind, Sent};
+use super::conn::{Kind, Sent, COUNTED_SLOW};
 use super::Worker;
 use c1m_proto::{http, line, sse};
 use std::io;
@@ -79,7 +79,11 @@ impl Worker {
     /// The linger time of a final answer ended before the peer read it: the rest is cut off,
     /// counted as a slow consumer (the client stopped reading).
     pub(super) fn cut_unread(&mut self, idx: usize) {
-        if self.conns.get(idx).is_some_and(|c| c.out.is_some()) {
+        if self
+            .conns
+            .get(idx)
+            .is_some_and(|c| c.out.is_some() && c.flags & COUNTED_SLOW == 0)
+        {
             self.counters.refused.slow_consumer += 1;
         }
         self.close(idx);

@@ -3,7 +3,9 @@
 //! published), keepalive pings with a pong deadline, and the frames replayed on resume.
 //! Frame parsing and encoding live in `c1m_proto::ws`; this file only wires them to sockets.
 
-use super::conn::{Kind, Sent, WsMessage, WS_AWAITING_PONG, WS_ENVELOPE, WS_MAY_PUBLISH};
+use super::conn::{
+    Kind, Sent, WsMessage, COUNTED_SLOW, WS_AWAITING_PONG, WS_ENVELOPE, WS_MAY_PUBLISH,
+};
 use super::publish_rule;
 use super::requests::Transport;
 use super::streams::encode_replay;
@@ -258,6 +260,7 @@ impl Worker {
             return;
         };
         conn.kind = Kind::Closing;
+        conn.flags |= COUNTED_SLOW;
         conn.inbuf = None;
         conn.ws = None;
         // No shutdown(Read) as reply_and_close does: it makes the socket readable at EOF, and

@@ -229,7 +229,16 @@ fn item2_a_stalled_worker_pushes_publishers_back_and_nothing_is_lost() {
         .map(|_| Sse::connect(server.http, "/sub/flood", ""))
         .collect();
     server.wait_status(|s| s["connections"]["sse"] == 20);
-    let stalled_pid = server.worker_pids()[1];
+    // Stop the worker holding the most connections (the subscribers, give or take a status
+    // client's): it surely holds some of them.
+    let status = server.status();
+    let stalled_pid = status["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .max_by_key(|w| w["connections"].as_u64().unwrap())
+        .map(|w| w["pid"].as_u64().unwrap() as u32)
+        .unwrap();
 
     // Every subscriber reads on its own thread until the "end" message.
     let readers: Vec<_> = subs
@@ -285,7 +294,18 @@ fn item2_a_stalled_worker_pushes_publishers_back_and_nothing_is_lost() {
             }
         }
     }
-    assert_eq!(busy, 3, "no 503 after {} acked publishes", acked.len());
+    assert_eq!(
+        busy,
+        3,
+        "no 503 after {} acked publishes; stalled worker {stalled_pid} state {:?}; \
+         before the stall: {status}",
+        acked.len(),
+        std::fs::read_to_string(format!("/proc/{stalled_pid}/stat")).map(|s| s
+            .split(' ')
+            .nth(2)
+            .unwrap_or("?")
+            .to_string()),
+    );
     drop(resume); // SIGCONT: the stalled worker catches up
 
     let deadline = Instant::now() + Duration::from_secs(30);

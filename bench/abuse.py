@@ -646,6 +646,8 @@ def per_ip_limits():
                      src="127.0.0.22")[0]
         burst = [http(g.port, b"GET /healthz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
                       first=True, src="127.0.0.23")[0] for _ in range(40)]
+        # Workers push their counters every 250 ms.
+        wait_for(lambda: g.status()["refused"].get("per_ip_rate", 0) >= 1, 3)
         refused = g.status()["refused"]
         for c in held:
             c.close()

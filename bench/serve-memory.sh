@@ -12,7 +12,8 @@
 # Usage: bench/serve-memory.sh [N]   (default 100000)
 # Env: PROTOS ("sse poll tcp"), MAX_CONNS (serve --max-conns; default: serve's default,
 #      1,000,000), WORKERS (serve --workers; default auto), RATE (bench --rate, 20000),
-#      PORT (18280), C1M (binary; default: cargo build --release).
+#      PORT (18280), C1M (binary; default: cargo build --release), SERVE_FLAGS (extra serve
+#      flags), SETTLE (seconds held before measuring, 3).
 # Writes bench/out/serve-memory-N.json and prints a summary. Every step is time-bounded.
 set -euo pipefail
 N=${1:-100000}
@@ -21,6 +22,7 @@ RATE=${RATE:-20000}
 PORT=${PORT:-18280}
 WORKERS=${WORKERS:-auto}
 MAX_CONNS=${MAX_CONNS:-}
+SETTLE=${SETTLE:-3}
 source "$(dirname "$0")/lib.sh" # BENCH_DIR, ROOT, OUT, c1m_binary
 HERE=$BENCH_DIR
 TMP=$(mktemp -d)
@@ -59,6 +61,9 @@ conns() { status | python3 -c 'import json,sys; print(json.load(sys.stdin).get("
 
 SERVE_ARGS=(--listen "127.0.0.1:$PORT" --tcp-listen "127.0.0.1:$((PORT + 1))" --workers "$WORKERS")
 [ -n "$MAX_CONNS" ] && SERVE_ARGS+=(--max-conns "$MAX_CONNS")
+# Extra serve flags, split on spaces (e.g. short heartbeat and ping intervals).
+read -r -a EXTRA <<<"${SERVE_FLAGS:-}"
+SERVE_ARGS+=("${EXTRA[@]}")
 
 for PROTO in $PROTOS; do
     "$C1M" serve "${SERVE_ARGS[@]}" >"$TMP/serve-$PROTO.log" 2>&1 &
@@ -84,7 +89,7 @@ for PROTO in $PROTOS; do
         kill -0 "$BPID" 2>/dev/null || break
         sleep 0.5
     done
-    sleep 3
+    sleep "$SETTLE"
     read -r P1 NP1 < <(pss_sum)
     S1=$(status)
     C1=$(conns)

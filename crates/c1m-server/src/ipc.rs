@@ -512,6 +512,90 @@ impl ToWorker {
     }
 }
 
+/// One message of every kind in each direction: the codec's round-trip test and the seeds of
+/// the fuzz harness (crates/c1m-server/fuzz) share them.
+#[doc(hidden)]
+pub fn examples() -> (Vec<ToMaster>, Vec<ToWorker>) {
+    let to_master = vec![
+        ToMaster::Publish {
+            req: 9,
+            channel: "a".into(),
+            payload: b"x\ny".to_vec(),
+        },
+        ToMaster::Join {
+            req: 1,
+            channels: vec!["a".into(), "b".into()],
+            after: Some(5),
+        },
+        ToMaster::Join {
+            req: 2,
+            channels: vec!["a".into()],
+            after: None,
+        },
+        ToMaster::Leave {
+            channel: "a".into(),
+        },
+        ToMaster::Stats(WorkerStats {
+            pid: 4,
+            conns_sse: 3,
+            delivered: 8,
+            refused: Refused {
+                forbidden: 2,
+                ..Default::default()
+            },
+            ..Default::default()
+        }),
+        ToMaster::StatusQuery {
+            req: 3,
+            metrics: true,
+        },
+    ];
+    let to_worker = vec![
+        ToWorker::Message {
+            channel: "a".into(),
+            id: 7,
+            payload: vec![0, 1, 255],
+        },
+        ToWorker::Published {
+            req: 1,
+            channel: "a".into(),
+            id: 2,
+        },
+        ToWorker::Joined {
+            req: 1,
+            current_id: 10,
+            channels: vec!["a".into()],
+            replay: vec![
+                Replay::Gap {
+                    channel: "a".into(),
+                    after: 1,
+                    through: 3,
+                },
+                Replay::Message {
+                    channel: "a".into(),
+                    id: 4,
+                    payload: b"p".to_vec(),
+                },
+            ],
+            more: true,
+        },
+        ToWorker::Status {
+            req: 5,
+            body: "{}".into(),
+            metrics: false,
+        },
+        ToWorker::Shutdown,
+        ToWorker::PublishRefused {
+            req: 3,
+            retry_after_s: 1,
+        },
+        ToWorker::Reconfigure {
+            json: "{\"max_payload\":5}".into(),
+        },
+    ];
+    (to_master, to_worker)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -524,86 +608,10 @@ mod tests {
 
     #[test]
     fn round_trips() {
-        let to_master = [
-            ToMaster::Publish {
-                req: 9,
-                channel: "a".into(),
-                payload: b"x\ny".to_vec(),
-            },
-            ToMaster::Join {
-                req: 1,
-                channels: vec!["a".into(), "b".into()],
-                after: Some(5),
-            },
-            ToMaster::Join {
-                req: 2,
-                channels: vec!["a".into()],
-                after: None,
-            },
-            ToMaster::Leave {
-                channel: "a".into(),
-            },
-            ToMaster::Stats(WorkerStats {
-                pid: 4,
-                conns_sse: 3,
-                delivered: 8,
-                refused: Refused {
-                    forbidden: 2,
-                    ..Default::default()
-                },
-                ..Default::default()
-            }),
-            ToMaster::StatusQuery {
-                req: 3,
-                metrics: true,
-            },
-        ];
+        let (to_master, to_worker) = examples();
         for m in to_master {
             assert_eq!(ToMaster::decode(body(&m.encode())).unwrap(), m);
         }
-        let to_worker = [
-            ToWorker::Message {
-                channel: "a".into(),
-                id: 7,
-                payload: vec![0, 1, 255],
-            },
-            ToWorker::Published {
-                req: 1,
-                channel: "a".into(),
-                id: 2,
-            },
-            ToWorker::Joined {
-                req: 1,
-                current_id: 10,
-                channels: vec!["a".into()],
-                replay: vec![
-                    Replay::Gap {
-                        channel: "a".into(),
-                        after: 1,
-                        through: 3,
-                    },
-                    Replay::Message {
-                        channel: "a".into(),
-                        id: 4,
-                        payload: b"p".to_vec(),
-                    },
-                ],
-                more: true,
-            },
-            ToWorker::Status {
-                req: 5,
-                body: "{}".into(),
-                metrics: false,
-            },
-            ToWorker::Shutdown,
-            ToWorker::PublishRefused {
-                req: 3,
-                retry_after_s: 1,
-            },
-            ToWorker::Reconfigure {
-                json: "{\"max_payload\":5}".into(),
-            },
-        ];
         for m in to_worker {
             assert_eq!(ToWorker::decode(body(&m.encode())).unwrap(), m);
         }

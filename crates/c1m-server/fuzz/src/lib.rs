@@ -7,7 +7,7 @@
 //! decoder that panics, or allocates from a length it has not checked, would turn one encoder
 //! bug into a dead master. A panic here is a finding.
 
-use c1m_server::ipc::{Refused, Replay, ToMaster, ToWorker, WorkerStats};
+use c1m_server::ipc::{examples, ToMaster, ToWorker};
 
 /// Byte 0 picks the direction; the rest is a frame body (the 4-byte length prefix stripped,
 /// as `Link` hands frames over). Whatever decodes must encode back to a frame that decodes to
@@ -30,83 +30,10 @@ pub fn ipc_codec(data: &[u8]) {
     }
 }
 
-/// Valid messages of every kind, as fuzz inputs (direction byte + body): the seeds the
-/// stress test mutates.
+/// Valid messages of every kind (`ipc::examples`), as fuzz inputs (direction byte + body): the
+/// seeds the stress test mutates.
 pub fn seed_inputs() -> Vec<Vec<u8>> {
-    let to_master = [
-        ToMaster::Publish {
-            req: 9,
-            channel: "a".into(),
-            payload: b"x\ny".to_vec(),
-        },
-        ToMaster::Join {
-            req: 1,
-            channels: vec!["a".into(), "b".into()],
-            after: Some(5),
-        },
-        ToMaster::Join {
-            req: 2,
-            channels: vec!["a".into()],
-            after: None,
-        },
-        ToMaster::Leave {
-            channel: "chan".into(),
-        },
-        ToMaster::Stats(WorkerStats {
-            pid: 4,
-            conns_sse: 3,
-            delivered: 8,
-            refused: Refused {
-                forbidden: 2,
-                ..Default::default()
-            },
-            ..Default::default()
-        }),
-        ToMaster::StatusQuery {
-            req: 3,
-            metrics: true,
-        },
-    ];
-    let to_worker = [
-        ToWorker::Message {
-            channel: "a".into(),
-            id: 7,
-            payload: vec![0, 1, 255],
-        },
-        ToWorker::Published {
-            req: 1,
-            channel: "a".into(),
-            id: 2,
-        },
-        ToWorker::Joined {
-            req: 1,
-            current_id: 10,
-            channels: vec!["a".into(), "bb".into()],
-            replay: vec![
-                Replay::Gap {
-                    channel: "a".into(),
-                    after: 1,
-                    through: 3,
-                },
-                Replay::Message {
-                    channel: "a".into(),
-                    id: 4,
-                    payload: b"p".to_vec(),
-                },
-            ],
-            more: true,
-        },
-        ToWorker::Status {
-            req: 5,
-            body: "{}".into(),
-            metrics: false,
-        },
-        ToWorker::Shutdown,
-        ToWorker::PublishRefused {
-            req: 3,
-            retry_after_s: 1,
-        },
-    ];
+    let (to_master, to_worker) = examples();
     let mut out = Vec::new();
     for m in to_master {
         out.push([&[0u8][..], &m.encode()[4..]].concat());

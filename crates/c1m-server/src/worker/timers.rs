@@ -26,9 +26,11 @@ impl Wheel {
         self.now
     }
 
-    /// The tick `ms` from now (at least the next tick).
+    /// The first tick that is surely `ms` or more from now. "Now" may be late in the current
+    /// tick (the wheel advances on tick boundaries), hence one tick more than `ms` rounds up
+    /// to: a timer fires between `ms` and `ms` + one tick, never early.
     pub fn deadline_after(&self, ms: u64) -> u32 {
-        self.now + ms.div_ceil(TICK_MS).max(1) as u32
+        self.now + ms.div_ceil(TICK_MS) as u32 + 1
     }
 
     /// Schedules `token` at `deadline` (later than the wheel's span fires early and the owner
@@ -62,5 +64,18 @@ mod tests {
             }
         }
         assert_eq!(fired_at, Some(d));
+    }
+
+    #[test]
+    fn never_fires_before_the_delay_even_when_armed_late_in_a_tick() {
+        let w = Wheel::default();
+        for ms in [1, 99, 100, 101, 250, 450, 500, 30_000] {
+            // Armed just before the next advance: only (deadline - now - 1) whole ticks pass.
+            let whole_ticks = u64::from(w.deadline_after(ms) - w.now() - 1);
+            assert!(
+                whole_ticks * TICK_MS >= ms,
+                "{ms} ms could fire after {whole_ticks} ticks"
+            );
+        }
     }
 }

@@ -429,6 +429,38 @@ fn item11_healthz_fails_while_master_stopped() {
 }
 
 #[test]
+fn status_answers_503_while_master_stopped() {
+    struct Continue(u32);
+    impl Drop for Continue {
+        fn drop(&mut self) {
+            let _ = c1m_sys::process::kill(self.0, libc::SIGCONT);
+        }
+    }
+    let server = Server::start(&["--workers", "1"]);
+    assert_eq!(get(&server, "/status").0, 200);
+    server.signal(libc::SIGSTOP);
+    let _resume = Continue(server.child.id());
+    let asked = Instant::now();
+    for path in ["/status", "/metrics"] {
+        let (code, body) = get(&server, path);
+        assert_eq!(code, 503, "{path}: {body}");
+        assert!(body.contains("master did not answer"), "{body}");
+    }
+    // 3 s each (STATUS_TIMEOUT), not a hang until the client gives up.
+    assert!(
+        asked.elapsed() < Duration::from_secs(9),
+        "{:?}",
+        asked.elapsed()
+    );
+    server.signal(libc::SIGCONT);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while get(&server, "/status").0 != 200 {
+        assert!(Instant::now() < deadline, "/status did not recover");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
 fn item11_healthz_fails_while_a_worker_stopped() {
     struct Continue(u32);
     impl Drop for Continue {

@@ -1,4 +1,5 @@
-//! `/healthz`: 200 only when the whole server works. The worker asks the master (the same
+//! `/healthz`, and the wait of `/status` and `/metrics` for the master. `/healthz`: 200 only
+//! when the whole server works. The worker asks the master (the same
 //! status query `/status` uses) and answers 503 with the reason when the master does not answer
 //! within [`MASTER_TIMEOUT`] (stopped, stuck), a worker slot has no running process (dead,
 //! restarting), or a worker has stopped reporting to the master (stopped, stuck). A worker
@@ -11,6 +12,9 @@ use std::time::Duration;
 
 /// How long a health check waits for the master.
 pub const MASTER_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long `/status` and `/metrics` wait for the master before a 503: a monitor polling a
+/// stopped master gets an answer, not a connection that hangs until its own timeout.
+pub const STATUS_TIMEOUT: Duration = Duration::from_secs(3);
 
 impl Worker {
     pub(super) fn health_request(&mut self, idx: usize) {
@@ -42,18 +46,30 @@ impl Worker {
         true
     }
 
-    /// The master did not answer in time. (A late answer finds the connection no longer
-    /// waiting and is ignored.)
-    pub(super) fn health_timeout(&mut self, idx: usize) {
+    /// A `/status` or `/metrics` request, answered by the master or, past [`STATUS_TIMEOUT`],
+    /// with a 503.
+    pub(super) fn status_request(&mut self, idx: usize, metrics: bool) {
         let conn = &mut self.conns[idx];
-        if conn.flags & HEALTH_CHECK == 0 {
-            return;
-        }
+        conn.kind = Kind::Status;
+        let token = super::token_of(idx, conn.generation);
+        self.arm_timer(idx, STATUS_TIMEOUT);
+        self.send_to_master(ToMaster::StatusQuery {
+            req: token,
+            metrics,
+        });
+    }
+
+    /// The master did not answer a health check or a status request in time. (A late answer
+    /// finds the connection no longer waiting and is ignored.)
+    pub(super) fn status_timeout(&mut self, idx: usize) {
+        let conn = &mut self.conns[idx];
+        let health = conn.flags & HEALTH_CHECK != 0;
         conn.flags &= !HEALTH_CHECK;
-        let reason = format!(
-            "unhealthy: master did not answer within {:?}\n",
-            MASTER_TIMEOUT
-        );
+        let reason = if health {
+            format!("unhealthy: master did not answer within {MASTER_TIMEOUT:?}\n")
+        } else {
+            format!("master did not answer within {STATUS_TIMEOUT:?}\n")
+        };
         self.respond(idx, 503, "text/plain", "", reason.as_bytes());
         self.resume_input(idx);
     }

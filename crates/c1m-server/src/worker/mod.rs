@@ -579,7 +579,7 @@ impl Worker {
                 self.reply_and_close(idx, reply);
             }
             Kind::PollWaiting => self.poll_timeout(idx),
-            Kind::Status => self.health_timeout(idx),
+            Kind::Status => self.status_timeout(idx),
             // The peer did not read its final answer within the linger time.
             Kind::Closing => self.cut_unread(idx),
             _ => {}

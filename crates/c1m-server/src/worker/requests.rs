@@ -187,13 +187,7 @@ impl Worker {
                 Some(used)
             }
             "/status" | "/metrics" => {
-                self.conns[idx].kind = Kind::Status;
-                self.conns[idx].deadline = 0;
-                let token = super::token_of(idx, self.conns[idx].generation);
-                self.send_to_master(ToMaster::StatusQuery {
-                    req: token,
-                    metrics: route == "/metrics",
-                });
+                self.status_request(idx, route == "/metrics");
                 Some(used)
             }
             _ => {

@@ -389,6 +389,7 @@ impl Worker {
         if conn.kind != Kind::Status || self.health_answer(idx, &body) {
             return;
         }
+        self.conns[idx].deadline = 0; // answered: the status timeout is void
         let ctype = if metrics {
             "text/plain; version=0.0.4"
         } else {

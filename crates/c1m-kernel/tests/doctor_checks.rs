@@ -64,6 +64,7 @@ impl Tree {
         t.put("proc/sys/net/ipv4/tcp_retries2", "15\n");
         t.put("proc/sys/net/ipv4/tcp_orphan_retries", "0\n");
         t.put("proc/sys/net/ipv4/tcp_notsent_lowat", "4294967295\n");
+        t.put("proc/sys/net/ipv4/tcp_slow_start_after_idle", "0\n");
         t.put("proc/sys/net/ipv4/ip_local_reserved_ports", "\n");
         for stat in [
             "rx_dropped",
@@ -774,6 +775,29 @@ fn dead_peer_timers_and_notsent_lowat() {
     let f = t.check("tcp.notsent-lowat");
     assert_status(&f, Status::Warn);
     assert_eq!(f.fix, vec!["sysctl -w net.ipv4.tcp_notsent_lowat=16384"]);
+}
+
+/// Seed 003: the kernel default 1 restarts slow start after idle; doctor warns with tune's value.
+#[test]
+fn slow_start_after_idle() {
+    let t = Tree::healthy();
+    assert_status(&t.check("tcp.slow-start-after-idle"), Status::Pass);
+    t.put("proc/sys/net/ipv4/tcp_slow_start_after_idle", "1\n");
+    let f = t.check("tcp.slow-start-after-idle");
+    assert_status(&f, Status::Warn);
+    assert_eq!(
+        f.fix,
+        vec!["sysctl -w net.ipv4.tcp_slow_start_after_idle=0"]
+    );
+    for role in [Role::Server, Role::Proxy] {
+        let ctx = Ctx::begin(&Root::new(t.root()))
+            .unwrap()
+            .finish_as(None, role)
+            .unwrap();
+        assert_status(&one(&ctx, "tcp.slow-start-after-idle"), Status::Warn);
+    }
+    fs::remove_file(t.root().join("proc/sys/net/ipv4/tcp_slow_start_after_idle")).unwrap();
+    assert_status(&t.check("tcp.slow-start-after-idle"), Status::Skipped);
 }
 
 /// No fix ever carries a placeholder: with every check failing at once, each fix is a

@@ -53,6 +53,8 @@ pub struct Ctx {
     pub root: Root,
     pub live: bool,
     pub target_conns: Option<u64>,
+    /// What the box does; role-specific recommendations are judged for it.
+    pub role: Role,
     pub interval: Duration,
     pub before: Sample,
     pub after: Sample,
@@ -155,6 +157,7 @@ impl Pending {
             root,
             live,
             target_conns,
+            role,
             before: self.before,
             after,
             listeners,

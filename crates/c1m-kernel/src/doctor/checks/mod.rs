@@ -6,6 +6,7 @@
 
 mod fd;
 pub mod fixes;
+mod idle;
 mod limits;
 mod log;
 mod mem;
@@ -87,6 +88,11 @@ pub static REGISTRY: &[Check] = &[
         name: "tcp.notsent-lowat",
         about: "tcp_notsent_lowat: unsent bytes a slow reader may pile up",
         run: timers::notsent_lowat,
+    },
+    Check {
+        name: "tcp.slow-start-after-idle",
+        about: "tcp_slow_start_after_idle: whether a push after a quiet spell restarts from the initial window",
+        run: idle::slow_start_after_idle,
     },
     Check {
         name: "tcp.ehash",

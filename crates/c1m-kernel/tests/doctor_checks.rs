@@ -615,11 +615,23 @@ fn ephemeral_ports_cliff_at_half_the_range() {
     assert!(f.summary.contains("uses 10 of 20"), "{}", f.summary);
     let fx = fixes(&f);
     assert!(fx.contains("IP_BIND_ADDRESS_NO_PORT set, so the port is chosen at connect() when the destination is known"), "{fx}");
-    // 55536 ports × 45 % = 24991 per source: 10 connections need 1 source address.
+    // Widening the range to 55536 ports (24991 per source at 45 %) makes 1 source enough;
+    // keeping 20 ports (9 per source) needs 2 for the 10 connections.
     assert!(
-        fx.contains("use 1 source addresses towards 127.0.0.1:8080 (24991 connections each"),
+        fx.contains("then 1 source address for 10 connections to 127.0.0.1:8080"),
         "{fx}"
     );
+    assert!(
+        fx.contains("or, keeping this range, use 2 source addresses towards 127.0.0.1:8080 (9 connections each"),
+        "{fx}"
+    );
+    // The how-to follows the role: a proxy is told about its `server ... source` lines.
+    let ctx = Ctx::begin(&Root::new(t.root()))
+        .unwrap()
+        .finish_as(None, Role::Proxy)
+        .unwrap();
+    let fx = fixes(&one(&ctx, "net.ephemeral-ports"));
+    assert!(fx.contains("`source ADDR`"), "{fx}");
     // 9 of 20 = 45 %: the planning margin, a warning.
     t.tcp(&[], 8080, 9);
     assert_status(&t.check("net.ephemeral-ports"), Status::Warn);
@@ -628,7 +640,7 @@ fn ephemeral_ports_cliff_at_half_the_range() {
     // With a target, the number of sources follows it: 1M needs 41.
     t.tcp(&[], 8080, 10);
     let f = one(&t.ctx(Some(1_000_000)), "net.ephemeral-ports");
-    assert!(fixes(&f).contains("use 41 source addresses"), "{f:#?}");
+    assert!(fixes(&f).contains("then 41 source addresses"), "{f:#?}");
 }
 
 #[test]

@@ -6,6 +6,7 @@
 use super::{fixes, over, pct, ratio_status, skipped, with_target};
 use crate::doctor::recommend::recommended;
 use crate::doctor::{Ctx, Finding, Status};
+use crate::params::Role;
 use c1m_proto::ports;
 
 /// Destinations listed in a port-use finding.
@@ -120,23 +121,57 @@ pub fn ephemeral_ports(ctx: &Ctx) -> Finding {
                 let (plo, phi) = crate::tune::calc::PORT_RANGE;
                 format!("{} {}", plo.min(lo), phi.max(hi))
             });
-        let wide = crate::tune::calc::PORT_RANGE.1 - crate::tune::calc::PORT_RANGE.0 + 1;
-        let per = ports::per_pair(wide.max(size), false);
+        let wide =
+            (crate::tune::calc::PORT_RANGE.1 - crate::tune::calc::PORT_RANGE.0 + 1).max(size);
         let total: u64 = uses
             .iter()
             .filter(|u| u.dest == top.dest)
             .map(|u| u.used)
             .sum();
         let want = ctx.target_conns.unwrap_or(total).max(total);
-        f = f
-            .fix(format!("sysctl -w net.ipv4.ip_local_port_range=\"{range}\""))
-            .fix(format!(
-                "use {} source addresses towards {} ({per} connections each, under half of the range): c1m bench --source 127.0.0.0/24 on loopback; in your client, bind() each socket to its source address with IP_BIND_ADDRESS_NO_PORT set, so the port is chosen at connect() when the destination is known and one port can serve several destinations",
-                ports::sources_needed(want, wide.max(size), false),
+        if wide > size {
+            f = f.fix(format!(
+                "sysctl -w net.ipv4.ip_local_port_range=\"{range}\"  # {} ports; then {} for {want} connections to {}",
+                wide,
+                sources(ports::sources_needed(want, wide, false)),
                 top.dest
             ));
+        }
+        let (keep, per) = (
+            ports::sources_needed(want, size, false),
+            ports::per_pair(size, false),
+        );
+        f = f.fix(format!(
+            "{}use {} towards {} ({per} connections each, under half of the range): {}",
+            if wide > size {
+                "or, keeping this range, "
+            } else {
+                ""
+            },
+            sources(keep),
+            top.dest,
+            how_to_add_sources(ctx.role)
+        ));
     }
     f
+}
+
+fn sources(n: u64) -> String {
+    if n == 1 {
+        "1 source address".to_string()
+    } else {
+        format!("{n} source addresses")
+    }
+}
+
+/// Where the extra source addresses go, for the program that opens the connections.
+fn how_to_add_sources(role: Role) -> String {
+    const BIND: &str = "bind() each socket to its source address with IP_BIND_ADDRESS_NO_PORT set, so the port is chosen at connect() when the destination is known and one port can serve several destinations";
+    match role {
+        Role::Proxy => format!("add the addresses to this host, then in HAProxy repeat each `server` line once per address with `source ADDR` (bench/proxy-ports.sh), in nginx use `proxy_bind` over them; a proxy of your own should {BIND}"),
+        Role::Client => format!("c1m bench --source 127.0.0.0/24 on loopback (or a range of this host's addresses); in your own client, {BIND}"),
+        Role::Server => format!("in the program that opens these connections, {BIND}"),
+    }
 }
 
 /// Listening ports inside the ephemeral range that ip_local_reserved_ports does not hold back:

@@ -183,6 +183,14 @@ Subscribe:  curl -N -H 'Accept: text/event-stream' http://127.0.0.1:8080/sub/new
 Publish:    curl -d 'hello' http://127.0.0.1:8080/pub/news
 Protocol:   docs/PROTOCOL.md")]
 pub struct ServeArgs {
+    /// Check the configuration (file, environment and flags together) and exit: 0 when it is
+    /// valid, 2 with every problem listed.
+    #[arg(long)]
+    pub check_config: bool,
+    /// Print the effective configuration as TOML, each key with where its value came from
+    /// (default, file, env, flag), and exit.
+    #[arg(long)]
+    pub print_config: bool,
     /// TOML configuration file; flags and environment override its values. SIGHUP re-reads it
     /// and applies the keys that can change live (see docs/PROTOCOL.md, Lifecycle).
     #[arg(long, env = "C1M_CONFIG")]
@@ -288,8 +296,15 @@ pub struct ServeArgs {
 }
 
 impl ServeArgs {
-    /// Defaults, then the TOML file, then flags/environment.
+    /// Defaults, then the TOML file, then flags/environment, checked.
     pub fn resolve(&self) -> anyhow::Result<Config> {
+        let c = self.resolve_unchecked()?;
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// [`ServeArgs::resolve`] without the checks (`--check-config` lists every problem).
+    pub fn resolve_unchecked(&self) -> anyhow::Result<Config> {
         let mut c = match &self.config {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
@@ -334,7 +349,6 @@ impl ServeArgs {
             per_ip_limit_loopback
         );
         c.normalize_off_values();
-        c.validate()?;
         Ok(c)
     }
 }
@@ -364,29 +378,44 @@ impl Config {
         }
     }
 
-    /// The checks every configuration passes, at start and at each reload (SIGHUP).
+    /// The checks every configuration passes, at start and at each reload (SIGHUP): every
+    /// problem found, in one error.
     pub(crate) fn validate(&self) -> anyhow::Result<()> {
+        let problems = self.problems();
+        if problems.is_empty() {
+            return Ok(());
+        }
+        bail!("{}", problems.join("; "))
+    }
+
+    /// Every way this configuration contradicts itself or a hard limit (`--check-config` lists
+    /// them all; start and reload refuse any).
+    pub fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        macro_rules! problem {
+            ($($arg:tt)*) => { problems.push(format!($($arg)*)) };
+        }
         if self.max_conns == 0 {
-            bail!("--max-conns must be at least 1");
+            problem!("--max-conns must be at least 1");
         }
         if self.max_channels_per_sub == 0 {
-            bail!("--max-channels-per-sub must be at least 1");
+            problem!("--max-channels-per-sub must be at least 1");
         }
         if self.history_size == 0 {
-            bail!("--history-size must be at least 1 (resume needs history)");
+            problem!("--history-size must be at least 1 (resume needs history)");
         }
         if self.max_channels_per_sub > MAX_CHANNELS_PER_SUB {
-            bail!("--max-channels-per-sub must be at most {MAX_CHANNELS_PER_SUB}");
+            problem!("--max-channels-per-sub must be at most {MAX_CHANNELS_PER_SUB}");
         }
         if self.max_payload > MAX_PAYLOAD_LIMIT {
-            bail!(
+            problem!(
                 "--max-payload {} is over the largest supported payload ({MAX_PAYLOAD_LIMIT} bytes): \
                  every message crosses the master-worker link in one frame",
                 self.max_payload
             );
         }
         if self.history_max_bytes < self.max_payload + crate::hub::STORED_OVERHEAD {
-            bail!(
+            problem!(
                 "--history-max-bytes {} cannot hold one message of --max-payload {}; \
                  raise it to at least {}",
                 self.history_max_bytes,
@@ -398,39 +427,41 @@ impl Config {
             .sse_heartbeat
             .is_some_and(|d| d < Duration::from_millis(100))
         {
-            bail!("--sse-heartbeat must be at least 100ms");
+            problem!("--sse-heartbeat must be at least 100ms");
         }
         if let Some(every) = self.ws_ping_interval {
             if every < Duration::from_millis(100) || self.ws_pong_timeout >= every {
-                bail!(
+                problem!(
                     "--ws-ping-interval must be at least 100ms and longer than --ws-pong-timeout"
                 );
             }
         }
         if self.ws_max_message == 0 {
-            bail!("--ws-max-message must be at least 1");
+            problem!("--ws-max-message must be at least 1");
         }
         if self.publish_key.as_deref() == Some("") {
-            bail!("--publish-key must not be empty");
+            problem!("--publish-key must not be empty");
         }
         // The kernel takes these in whole seconds (TCP_KEEPIDLE ≤ 32767, TCP_KEEPCNT ≤ 127).
         let secs = |d: Duration| (1..=32767).contains(&d.as_secs());
         if self.tcp_keepalive.is_some_and(|d| !secs(d)) || !secs(self.tcp_keepalive_interval) {
-            bail!("--tcp-keepalive and --tcp-keepalive-interval must be 1s..32767s (or 0 = off)");
+            problem!(
+                "--tcp-keepalive and --tcp-keepalive-interval must be 1s..32767s (or 0 = off)"
+            );
         }
         if !(1..=127).contains(&self.tcp_keepalive_count) {
-            bail!("--tcp-keepalive-count must be 1..127");
+            problem!("--tcp-keepalive-count must be 1..127");
         }
         if self.max_conns_per_ip == Some(0) {
-            bail!("--max-conns-per-ip must be at least 1 (leave it out to turn the limit off)");
+            problem!("--max-conns-per-ip must be at least 1 (leave it out to turn the limit off)");
         }
         if !matches!(
             self.max_new_conns_per_ip_per_sec,
             None | Some(1..=1_000_000)
         ) {
-            bail!("--max-new-conns-per-ip-per-sec must be between 1 and 1000000");
+            problem!("--max-new-conns-per-ip-per-sec must be between 1 and 1000000");
         }
-        Ok(())
+        problems
     }
 }
 

@@ -11,6 +11,7 @@
 //! Must not touch: raw syscalls (they live in `c1m-sys`) or wire-format details (`c1m-proto`).
 
 pub mod config;
+pub mod config_report;
 mod hub;
 // Public only so the fuzz harness (crates/c1m-server/fuzz) can reach the codec.
 mod ip_table;
@@ -23,9 +24,25 @@ mod worker;
 
 pub use config::{Config, ServeArgs};
 
-/// Entry point of `c1m serve`.
-pub fn run(args: ServeArgs) -> anyhow::Result<u8> {
+/// Entry point of `c1m serve`. `matches` (the parsed command line) tells `--print-config`
+/// which values came from flags and which from the environment.
+pub fn run(args: ServeArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result<u8> {
+    if args.check_config {
+        let problems = config_report::check(&args);
+        for p in &problems {
+            eprintln!("c1m: config: {p}");
+        }
+        if problems.is_empty() {
+            println!("c1m: config is valid");
+            return Ok(0);
+        }
+        return Ok(2);
+    }
     let mut cfg = args.resolve()?;
+    if args.print_config {
+        print!("{}", config_report::print(&args, &cfg, matches));
+        return Ok(0);
+    }
     let limit = c1m_sys::rlimit::raise_nofile_to_hard()?;
     let plan = master::plan(
         cfg.workers,

@@ -3,7 +3,7 @@
 //!
 //! Exit codes: 0 ok, 1 findings (doctor, tune --check), 2 error.
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -40,9 +40,11 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // Parsed in two steps so `serve --print-config` can ask clap where each value came from.
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let result = match cli.command {
-        Command::Serve(args) => c1m_server::run(*args),
+        Command::Serve(args) => c1m_server::run(*args, matches.subcommand_matches("serve")),
         Command::ServeWorker => c1m_server::run_worker_from_env(),
         Command::Bench(args) => c1m_bench::run(args),
         Command::BenchWorker => c1m_bench::run_worker_from_env(),

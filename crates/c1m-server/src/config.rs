@@ -38,6 +38,16 @@ impl std::str::FromStr for Workers {
     }
 }
 
+/// How log lines are written to stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// `2026-11-23T13:40:00.123456Z  INFO worker{n=0 pid=123}: message key=value`
+    Text,
+    /// One JSON object per line: timestamp, level, fields (message and values), span.
+    Json,
+}
+
 /// The resolved configuration. Field docs are the TOML keys' docs.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -113,6 +123,10 @@ pub struct Config {
     /// Apply the per-IP limits to loopback peers too (exempt by default: local proxies and
     /// tests connect from there).
     pub per_ip_limit_loopback: bool,
+    // ---- logs ----
+    pub log_format: LogFormat,
+    /// A level (error, warn, info, debug, trace) or a tracing filter (`info,c1m_server=debug`).
+    pub log_level: String,
 }
 
 impl Config {
@@ -164,6 +178,8 @@ impl Default for Config {
             max_conns_per_ip: None,
             max_new_conns_per_ip_per_sec: None,
             per_ip_limit_loopback: false,
+            log_format: LogFormat::Text,
+            log_level: "info".to_string(),
         }
     }
 }
@@ -293,6 +309,15 @@ pub struct ServeArgs {
     /// Apply the per-IP limits to loopback peers too [default: loopback exempt].
     #[arg(long, env = "C1M_PER_IP_LIMIT_LOOPBACK", num_args = 0..=1, default_missing_value = "true")]
     pub per_ip_limit_loopback: Option<bool>,
+    // ---- logs ----
+    /// Log line format on stderr: text or json (one object per line) [default: text].
+    #[arg(long, env = "C1M_LOG_FORMAT", value_enum)]
+    pub log_format: Option<LogFormat>,
+    /// Log level (error, warn, info, debug, trace) or a tracing filter such as
+    /// `info,c1m_server::worker=debug`. At info: one line per lifecycle event, never one per
+    /// message or connection; refusals are summed in one warning per 10 s [default: info].
+    #[arg(long, env = "C1M_LOG_LEVEL")]
+    pub log_level: Option<String>,
 }
 
 impl ServeArgs {
@@ -346,7 +371,9 @@ impl ServeArgs {
             tcp_user_timeout,
             max_conns_per_ip,
             max_new_conns_per_ip_per_sec,
-            per_ip_limit_loopback
+            per_ip_limit_loopback,
+            log_format,
+            log_level
         );
         c.normalize_off_values();
         Ok(c)
@@ -460,6 +487,9 @@ impl Config {
             None | Some(1..=1_000_000)
         ) {
             problem!("--max-new-conns-per-ip-per-sec must be between 1 and 1000000");
+        }
+        if let Err(e) = crate::log::filter(&self.log_level) {
+            problem!("--log-level {:?}: {e}", self.log_level);
         }
         problems
     }

@@ -19,6 +19,7 @@ mod ip_table;
 pub mod ipc;
 mod link;
 mod listener;
+mod log;
 mod master;
 mod worker;
 
@@ -43,6 +44,8 @@ pub fn run(args: ServeArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Resul
         print!("{}", config_report::print(&args, &cfg, matches));
         return Ok(0);
     }
+    log::init(&cfg);
+    let _span = tracing::info_span!("master", pid = std::process::id()).entered();
     let limit = c1m_sys::rlimit::raise_nofile_to_hard()?;
     let plan = master::plan(
         cfg.workers,
@@ -69,9 +72,17 @@ pub fn run(args: ServeArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Resul
         "c1m serve: listening on http {}{tcp}; {} workers x {} connections (fd limit {})",
         cfg.listen, plan.workers, plan.per_worker, limit.hard
     );
+    tracing::info!(
+        http = %cfg.listen,
+        tcp = %cfg.tcp_listen.map_or("off".to_string(), |a| a.to_string()),
+        workers = plan.workers,
+        per_worker = plan.per_worker,
+        fd_limit = limit.hard,
+        "listening"
+    );
     master.run()?;
     drop((http_reservation, tcp_reservation));
-    eprintln!("c1m: stopped");
+    tracing::info!("stopped");
     Ok(0)
 }
 

@@ -97,6 +97,8 @@ pub struct Master {
     /// Publishes refused because a worker that must deliver them is behind.
     publish_refused: u64,
     restarts: u64,
+    /// One warning per 10 s summing the refusals that rose.
+    refusal_log: crate::log::RefusalSummary,
     started: Instant,
     shutdown_deadline: Option<Instant>,
     memory: memory::Sampler,
@@ -118,6 +120,7 @@ impl Master {
             published: 0,
             publish_refused: 0,
             restarts: 0,
+            refusal_log: crate::log::RefusalSummary::new(Instant::now()),
             started: Instant::now(),
             shutdown_deadline: None,
             memory: memory::Sampler::start()?,
@@ -171,6 +174,7 @@ impl Master {
             Token(i),
             Interest::READABLE | Interest::WRITABLE,
         )?;
+        tracing::debug!(worker = i, pid = child.id(), "worker started");
         let slot = &mut self.slots[i];
         slot.stats = WorkerStats {
             pid: child.id(),
@@ -235,6 +239,8 @@ impl Master {
             if now >= next_expire {
                 self.hub.expire(now);
                 next_expire = now + Duration::from_secs(1);
+                let refused = status::refused_totals(self);
+                self.refusal_log.tick(now, &refused);
             }
             self.reap();
             if let Some(deadline) = self.shutdown_deadline {
@@ -256,7 +262,7 @@ impl Master {
             for i in 0..self.slots.len() {
                 if self.slots[i].restart_at.is_some_and(|t| t <= now) {
                     if let Err(e) = self.spawn(i) {
-                        eprintln!("c1m: restarting worker {i} failed: {e:#}; retrying");
+                        tracing::error!(worker = i, error = %format!("{e:#}"), "restarting worker failed; retrying in 1 s");
                         self.slots[i].restart_at = Some(now + Duration::from_secs(1));
                     }
                 }
@@ -294,7 +300,7 @@ impl Master {
             match frame {
                 Ok(frame) => self.on_frame(i, frame),
                 Err(e) => {
-                    eprintln!("c1m: bad frame from worker {i}: {e}");
+                    tracing::error!(worker = i, error = %e, "bad frame from worker");
                     return self.worker_gone(i);
                 }
             }
@@ -317,7 +323,7 @@ impl Master {
             return;
         };
         if let Err(e) = link.send(frame) {
-            eprintln!("c1m: worker {i} link: {e}; restarting it");
+            tracing::error!(worker = i, error = %e, "worker link failed; restarting the worker");
             self.worker_gone(i);
         }
     }
@@ -459,7 +465,7 @@ impl Master {
                 self.restarts += 1;
                 self.slots[i].restarts += 1;
                 self.slots[i].restart_at = Some(Instant::now() + RESTART_DELAY);
-                eprintln!("c1m: worker {i} (pid {pid}) exited ({status}); restarting");
+                tracing::warn!(worker = i, pid, status = %status, "worker exited; restarting");
             }
         }
     }
@@ -468,7 +474,7 @@ impl Master {
         if self.shutdown_deadline.is_some() {
             return;
         }
-        eprintln!("c1m: shutting down (grace {:?})", self.cfg.grace);
+        tracing::info!(grace = ?self.cfg.grace, "shutting down");
         self.shutdown_deadline = Some(Instant::now() + self.cfg.grace + Duration::from_secs(1));
         for i in 0..self.slots.len() {
             self.send(i, ToWorker::Shutdown.encode());

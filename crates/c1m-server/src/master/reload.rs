@@ -65,34 +65,31 @@ impl Master {
 
     pub(super) fn reload(&mut self) {
         let Some(args) = &self.reload_source else {
-            eprintln!("c1m: SIGHUP: no configuration source; nothing reloaded");
+            tracing::warn!("SIGHUP: no configuration source; nothing reloaded");
             return;
         };
         let new = match args.resolve() {
             Ok(new) => new,
             Err(e) => {
-                eprintln!("c1m: SIGHUP: configuration rejected, keeping the running one: {e:#}");
+                tracing::error!(error = %format!("{e:#}"), "SIGHUP: configuration rejected, keeping the running one");
                 return;
             }
         };
         let (merged, live, restart) = match merge(&self.cfg, &new) {
             Ok(m) => m,
             Err(e) => {
-                eprintln!("c1m: SIGHUP: configuration rejected, keeping the running one: {e:#}");
+                tracing::error!(error = %format!("{e:#}"), "SIGHUP: configuration rejected, keeping the running one");
                 return;
             }
         };
         if !restart.is_empty() {
-            eprintln!(
-                "c1m: SIGHUP: changed but needs a restart (kept): {}",
-                restart.join(", ")
-            );
+            tracing::warn!(keys = %restart.join(", "), "SIGHUP: changed but needs a restart (kept)");
         }
         if live.is_empty() {
-            eprintln!("c1m: SIGHUP: configuration re-read; nothing to change live");
+            tracing::info!("SIGHUP: configuration re-read; nothing to change live");
             return;
         }
-        eprintln!("c1m: SIGHUP: applied {}", live.join(", "));
+        tracing::info!(keys = %live.join(", "), "SIGHUP: applied");
         self.hub.set_limits(
             merged.history_size,
             merged.history_age,
@@ -100,7 +97,7 @@ impl Master {
         );
         let json = match serde_json::to_string(&merged) {
             Ok(json) => json,
-            Err(e) => return eprintln!("c1m: SIGHUP: encoding the configuration: {e}"),
+            Err(e) => return tracing::error!(error = %e, "SIGHUP: encoding the configuration"),
         };
         self.cfg = merged;
         let frame = ToWorker::Reconfigure { json }.encode();

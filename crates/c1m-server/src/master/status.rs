@@ -219,6 +219,16 @@ impl Report {
 
 /// Folds a dead worker's last counters into its slot's retired figures (connection gauges are
 /// not counters: they are not carried over).
+/// Refusals over every worker, live and retired (what the refusal summary log watches).
+pub fn refused_totals(m: &Master) -> Refused {
+    let mut total = Refused::default();
+    for slot in &m.slots {
+        total.add(&slot.stats.refused);
+        total.add(&slot.retired.refused);
+    }
+    total
+}
+
 pub fn retire(retired: &mut WorkerStats, last: &WorkerStats) {
     retired.delivered += last.delivered;
     retired.dropped += last.dropped;

@@ -86,6 +86,9 @@ pub struct Worker {
     /// Per-worker read buffer: every read lands here first, so idle connections own none.
     scratch: Vec<u8>,
     accept_paused_until: Option<Instant>,
+    /// Log lines that could repeat per connection, each at most once per 10 s.
+    accept_errors: crate::log::Limited,
+    socket_errors: crate::log::Limited,
     shutdown_deadline: Option<Instant>,
     ws_policy: c1m_proto::ws::handshake::OriginPolicy,
     /// Connections (by token) in the middle of a chunked replay: `Some(id)` = ask for the
@@ -108,6 +111,10 @@ pub fn run_from_env() -> anyhow::Result<u8> {
             .with_context(|| format!("{name} not set (workers are started by `c1m serve`)"))
     };
     let cfg: Config = serde_json::from_str(&var(ENV_CONFIG)?).context("worker config")?;
+    crate::log::init(&cfg);
+    let index: usize = var(ENV_INDEX)?.parse().context("worker index")?;
+    // Every line this worker writes carries its index and pid.
+    let _span = tracing::info_span!("worker", n = index, pid = std::process::id()).entered();
     let fd: i32 = var(ENV_FD)?.parse().context("worker fd")?;
     let master_pid: u32 = var(ENV_MASTER_PID)?.parse().context("master pid")?;
     let max_conns: usize = var(ENV_MAX_CONNS)?.parse().context("worker max conns")?;
@@ -117,7 +124,6 @@ pub fn run_from_env() -> anyhow::Result<u8> {
     let link = std::os::unix::net::UnixStream::from(c1m_sys::fd::adopt_inherited(fd)?);
     link.set_nonblocking(true)?;
     let link = UnixStream::from_std(link);
-    let index: usize = var(ENV_INDEX)?.parse().context("worker index")?;
     let ip_limits = ip_limits::IpLimits::from_env(&cfg, index)?;
     let mut worker = Worker::new(cfg, link, max_conns)?;
     worker.ip_limits = ip_limits;
@@ -167,6 +173,8 @@ impl Worker {
             max_conns,
             scratch: Vec::with_capacity(64 * 1024),
             accept_paused_until: None,
+            accept_errors: crate::log::Limited::every(Duration::from_secs(10)),
+            socket_errors: crate::log::Limited::every(Duration::from_secs(10)),
             shutdown_deadline: None,
             replays: HashMap::new(),
             chunked_bodies: HashMap::new(),
@@ -206,10 +214,7 @@ impl Worker {
                         // The master is gone (it also kills us via PR_SET_PDEATHSIG): so are we.
                         Ok(false) => return Ok(()),
                         Err(e) => {
-                            eprintln!(
-                                "c1m worker {}: master link lost ({e:#}); exiting",
-                                std::process::id()
-                            );
+                            tracing::error!(error = %format!("{e:#}"), "master link lost; exiting");
                             return Ok(());
                         }
                     },
@@ -225,10 +230,7 @@ impl Worker {
                 }
             }
             if let Some(e) = self.link_failed.take() {
-                eprintln!(
-                    "c1m worker {}: master link failed ({e}); exiting",
-                    std::process::id()
-                );
+                tracing::error!(error = %e, "master link failed; exiting");
                 return Ok(());
             }
             let now = Instant::now();
@@ -308,7 +310,9 @@ impl Worker {
                     if e.kind() == io::ErrorKind::Interrupted
                         || e.kind() == io::ErrorKind::ConnectionAborted => {}
                 Err(e) => {
-                    eprintln!("c1m worker {}: accept: {e}", std::process::id());
+                    if let Some(held_back) = self.accept_errors.allow(Instant::now()) {
+                        tracing::warn!(error = %e, held_back, "accept failed; pausing accepts");
+                    }
                     self.accept_paused_until = Some(Instant::now() + ACCEPT_BACKOFF);
                     return;
                 }
@@ -353,7 +357,9 @@ impl Worker {
         let entry = self.conns.vacant_entry();
         let token = token_of(entry.key(), generation);
         if let Err(e) = keepalive::apply(&stream, &self.cfg) {
-            eprintln!("c1m worker: keepalive options: {e}");
+            if let Some(held_back) = self.socket_errors.allow(Instant::now()) {
+                tracing::warn!(error = %e, held_back, "setting keepalive options failed");
+            }
         }
         let mut conn = Conn::new(stream, generation, kind);
         conn.ip_slot = ip_slot;
@@ -362,7 +368,9 @@ impl Worker {
             Token(token as usize),
             Interest::READABLE | Interest::WRITABLE,
         ) {
-            eprintln!("c1m worker: register: {e}");
+            if let Some(held_back) = self.socket_errors.allow(Instant::now()) {
+                tracing::warn!(error = %e, held_back, "registering a connection failed");
+            }
             if let Some(limits) = &self.ip_limits {
                 limits.release(ip_slot);
             }

@@ -15,9 +15,9 @@ impl Worker {
                 self.ws_policy = origin_policy(&cfg);
                 self.cfg = cfg;
             }
-            Err(e) => eprintln!(
-                "c1m worker {}: new configuration unreadable, keeping the old one: {e}",
-                std::process::id()
+            Err(e) => tracing::error!(
+                error = %e,
+                "new configuration unreadable, keeping the old one"
             ),
         }
     }

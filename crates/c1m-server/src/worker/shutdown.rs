@@ -101,10 +101,9 @@ impl Worker {
             self.cut_unread(idx);
         }
         if unread > 0 {
-            eprintln!(
-                "c1m worker {}: grace period over; closed {unread} connections that had not read \
-                 all their data",
-                std::process::id()
+            tracing::warn!(
+                connections = unread,
+                "grace period over; closed connections that had not read all their data"
             );
         }
     }

@@ -26,10 +26,29 @@ impl Server {
         Server::spawn(cmd)
     }
 
-    pub fn spawn(mut cmd: Command) -> Server {
+    pub fn spawn(cmd: Command) -> Server {
+        Server::spawn_with(cmd, Stdio::inherit())
+    }
+
+    /// Like [`Server::spawn`], with the server's stderr collected line by line (its logs).
+    pub fn spawn_capturing_stderr(cmd: Command) -> (Server, LogLines) {
+        let mut server = Server::spawn_with(cmd, Stdio::piped());
+        let stderr = server.child.stderr.take().unwrap();
+        let lines = LogLines::default();
+        let sink = lines.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                eprintln!("serve: {line}");
+                sink.0.lock().unwrap().push(line);
+            }
+        });
+        (server, lines)
+    }
+
+    fn spawn_with(mut cmd: Command, stderr: Stdio) -> Server {
         let mut child = cmd
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .expect("spawn c1m serve");
         let mut line = String::new();
@@ -131,6 +150,30 @@ impl Drop for Server {
         // Workers die with the master (PR_SET_PDEATHSIG).
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// The lines a server wrote to stderr so far, collected by a thread.
+#[derive(Clone, Default)]
+pub struct LogLines(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+impl LogLines {
+    pub fn snapshot(&self) -> Vec<String> {
+        self.0.lock().unwrap().clone()
+    }
+
+    /// Waits (at most `limit`) for a line containing `needle`; returns it.
+    pub fn wait_for(&self, needle: &str, limit: Duration) -> Option<String> {
+        let end = Instant::now() + limit;
+        loop {
+            if let Some(l) = self.snapshot().into_iter().find(|l| l.contains(needle)) {
+                return Some(l);
+            }
+            if Instant::now() >= end {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 }
 

@@ -113,6 +113,40 @@ pub struct Config {
     /// Apply the per-IP limits to loopback peers too (exempt by default: local proxies and
     /// tests connect from there).
     pub per_ip_limit_loopback: bool,
+    // ---- auth, CORS and the admin listener (issue #11) ------------------------------------
+    /// Who may subscribe: `off` (anyone), `optional` (a token, when given, must be valid and
+    /// grant the channels), `required` (every subscriber shows a token).
+    pub auth: AuthMode,
+    /// JWT verification key: an HS256/384/512 secret (the file's bytes, ≥ 32), an RSA, EC or
+    /// Ed25519 public key in PEM, or a JWKS (`{"keys": [...]}`). Also lets publishers show a
+    /// JWT with a `publish` claim.
+    pub jwt_key: Option<PathBuf>,
+    /// Cookie that may carry the subscriber's token (besides `Authorization: Bearer`,
+    /// `?token=` and the WebSocket subprotocol `c1m.token.<JWT>`); none = cookies not read.
+    pub auth_cookie: Option<String>,
+    /// Origins allowed to use the server from a browser (comma-separated, or `*`): CORS for
+    /// subscribe and publish, and the WebSocket Origin check (one allow-list with
+    /// `ws_origins`); none = no CORS headers.
+    pub cors_origins: Option<String>,
+    /// Separate listener for `/status`, `/metrics`, `/healthz` (and `/pub` with
+    /// `admin_publish`); the public listener then answers 404 for them.
+    pub admin_listen: Option<SocketAddr>,
+    /// With `admin_listen`: publishing moves to the admin listener too.
+    pub admin_publish: bool,
+}
+
+/// `--auth`: whether subscribers must show a token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum AuthMode {
+    /// No token is read (the embedded default: loopback demos keep working).
+    #[default]
+    Off,
+    /// Anonymous subscribers are let in; a token that is shown must be valid and grant the
+    /// channels.
+    Optional,
+    /// Every subscriber shows a valid token granting its channels.
+    Required,
 }
 
 impl Config {
@@ -164,6 +198,12 @@ impl Default for Config {
             max_conns_per_ip: None,
             max_new_conns_per_ip_per_sec: None,
             per_ip_limit_loopback: false,
+            auth: AuthMode::Off,
+            jwt_key: None,
+            auth_cookie: None,
+            cors_origins: None,
+            admin_listen: None,
+            admin_publish: false,
         }
     }
 }
@@ -285,6 +325,35 @@ pub struct ServeArgs {
     /// Apply the per-IP limits to loopback peers too [default: loopback exempt].
     #[arg(long, env = "C1M_PER_IP_LIMIT_LOOPBACK", num_args = 0..=1, default_missing_value = "true")]
     pub per_ip_limit_loopback: Option<bool>,
+    // ---- auth, CORS and the admin listener (issue #11) ------------------------------------
+    /// Subscriber auth: off, optional (a token that is shown must be valid) or required. No
+    /// or bad token: 401 (refused.unauthorized); channel not in the token's `channels`: 403
+    /// (refused.forbidden); a held stream whose token expires ends with SSE `event: expired`
+    /// or WebSocket close 4001 (refused.expired) [default: off].
+    #[arg(long, env = "C1M_AUTH", value_enum)]
+    pub auth: Option<AuthMode>,
+    /// JWT key file: an HMAC secret (HS256/384/512, at least 32 bytes), an RSA/EC/Ed25519
+    /// public key in PEM, or a JWKS; tokens need `exp`, and `channels` (subscribe) or
+    /// `publish` (publish) with `*` segment wildcards. Re-read on SIGHUP [default: none].
+    #[arg(long, env = "C1M_JWT_KEY")]
+    pub jwt_key: Option<PathBuf>,
+    /// Cookie that may carry the subscriber's JWT (also read: Authorization: Bearer,
+    /// ?token=, WebSocket subprotocol c1m.token.JWT) [default: none].
+    #[arg(long, env = "C1M_AUTH_COOKIE")]
+    pub auth_cookie: Option<String>,
+    /// Browser origins allowed (comma-separated, or `*`): CORS headers and OPTIONS preflight
+    /// for /sub and /pub, and the WebSocket Origin check (shares the list with --ws-origins).
+    /// A list allows credentials (cookies); `*` does not [default: none].
+    #[arg(long, env = "C1M_CORS_ORIGINS")]
+    pub cors_origins: Option<String>,
+    /// Admin listener (e.g. 127.0.0.1:9180) for /status, /metrics, /healthz; the public
+    /// listener then answers 404 for them [default: none, served on --listen].
+    #[arg(long, env = "C1M_ADMIN_LISTEN")]
+    pub admin_listen: Option<SocketAddr>,
+    /// With --admin-listen: /pub is served only on the admin listener (public: 404)
+    /// [default: /pub stays on --listen].
+    #[arg(long, env = "C1M_ADMIN_PUBLISH", num_args = 0..=1, default_missing_value = "true")]
+    pub admin_publish: Option<bool>,
 }
 
 impl ServeArgs {
@@ -332,6 +401,15 @@ impl ServeArgs {
             max_conns_per_ip,
             max_new_conns_per_ip_per_sec,
             per_ip_limit_loopback
+        );
+        // auth, CORS and the admin listener (issue #11)
+        overlay!(
+            auth,
+            jwt_key,
+            auth_cookie,
+            cors_origins,
+            admin_listen,
+            admin_publish
         );
         c.normalize_off_values();
         c.validate()?;
@@ -429,6 +507,54 @@ impl Config {
             None | Some(1..=1_000_000)
         ) {
             bail!("--max-new-conns-per-ip-per-sec must be between 1 and 1000000");
+        }
+        self.validate_auth()
+    }
+
+    /// The origin allow-list shared by CORS and the WebSocket Origin check: `--cors-origins`,
+    /// else `--ws-origins` (the older, WebSocket-only name of the same list).
+    pub fn origin_list(&self) -> Option<&str> {
+        self.cors_origins.as_deref().or(self.ws_origins.as_deref())
+    }
+
+    /// auth, CORS and the admin listener (issue #11). The key file itself is read by
+    /// `crate::auth::Auth::from_config`, at start and on every reload.
+    fn validate_auth(&self) -> anyhow::Result<()> {
+        if self.auth != AuthMode::Off && self.jwt_key.is_none() {
+            bail!(
+                "--auth {:?} needs --jwt-key FILE to verify tokens",
+                self.auth
+            );
+        }
+        if self.auth == AuthMode::Required && self.tcp_listen.is_some() {
+            bail!(
+                "--auth required cannot be combined with --tcp-listen: the raw TCP line protocol \
+                 carries no token, so it would let anyone subscribe"
+            );
+        }
+        if let (Some(cors), Some(ws)) = (&self.cors_origins, &self.ws_origins) {
+            if cors != ws {
+                bail!(
+                    "--cors-origins and --ws-origins are one allow-list; give only --cors-origins"
+                );
+            }
+        }
+        if self.auth_cookie.as_deref().is_some_and(|c| {
+            c.is_empty()
+                || !c
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+        }) {
+            bail!("--auth-cookie must be a cookie name of letters, digits and -_.");
+        }
+        if self.admin_publish && self.admin_listen.is_none() {
+            bail!("--admin-publish needs --admin-listen");
+        }
+        if self
+            .admin_listen
+            .is_some_and(|a| a == self.listen && a.port() != 0)
+        {
+            bail!("--admin-listen must differ from --listen");
         }
         Ok(())
     }

@@ -18,6 +18,8 @@ const RESTART_KEYS: &[&str] = &[
     "max_conns_per_ip",
     "max_new_conns_per_ip_per_sec",
     "per_ip_limit_loopback",
+    // A listening socket, bound by each worker at start.
+    "admin_listen",
 ];
 
 /// The running configuration with `new`'s live values, the live keys that changed, and the
@@ -90,6 +92,10 @@ impl Master {
         }
         if live.is_empty() {
             eprintln!("c1m: SIGHUP: configuration re-read; nothing to change live");
+            return;
+        }
+        if let Err(e) = crate::auth::Auth::from_config(&merged) {
+            eprintln!("c1m: SIGHUP: configuration rejected, keeping the running one: {e:#}");
             return;
         }
         eprintln!("c1m: SIGHUP: applied {}", live.join(", "));

@@ -648,4 +648,62 @@ mod tests {
         })
         .is_ok());
     }
+
+    #[test]
+    fn auth_flags_that_cannot_work_together_are_refused() {
+        let check = |args: ServeArgs| args.resolve().map(|_| ()).map_err(|e| e.to_string());
+        let key = Some(PathBuf::from("/any/key"));
+        let err = check(ServeArgs {
+            auth: Some(AuthMode::Required),
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert!(err.contains("--jwt-key"), "{err}");
+        let err = check(ServeArgs {
+            auth: Some(AuthMode::Required),
+            jwt_key: key.clone(),
+            tcp_listen: Some("127.0.0.1:0".parse().unwrap()),
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert!(err.contains("--tcp-listen"), "{err}");
+        // Optional auth lets the line protocol's anonymous subscribers in.
+        assert!(check(ServeArgs {
+            auth: Some(AuthMode::Optional),
+            jwt_key: key,
+            tcp_listen: Some("127.0.0.1:0".parse().unwrap()),
+            ..Default::default()
+        })
+        .is_ok());
+        let err = check(ServeArgs {
+            cors_origins: Some("https://a.example".into()),
+            ws_origins: Some("https://b.example".into()),
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert!(err.contains("one allow-list"), "{err}");
+        let err = check(ServeArgs {
+            admin_publish: Some(true),
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert!(err.contains("--admin-listen"), "{err}");
+        let err = check(ServeArgs {
+            auth_cookie: Some("bad name;".into()),
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert!(err.contains("--auth-cookie"), "{err}");
+        let c: Config = toml::from_str(
+            "auth = \"optional\"\njwt_key = \"/k\"\nadmin_listen = \"127.0.0.1:9180\"",
+        )
+        .unwrap();
+        assert_eq!(c.auth, AuthMode::Optional);
+        // The WebSocket check follows --cors-origins; --ws-origins alone still works.
+        let c = Config {
+            ws_origins: Some("https://w.example".into()),
+            ..Config::default()
+        };
+        assert_eq!(c.origin_list(), Some("https://w.example"));
+    }
 }

@@ -180,3 +180,74 @@ fn jwks(json: &str) -> anyhow::Result<Vec<Key>> {
     }
     Ok(keys)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jsonwebtoken::{encode, EncodingKey, Header};
+    use serde_json::json;
+
+    const SECRET: &[u8] = b"0123456789abcdef0123456789abcdef";
+
+    fn now() -> u64 {
+        jsonwebtoken::get_current_timestamp()
+    }
+
+    fn hs256(claims: serde_json::Value, kid: Option<&str>, secret: &[u8]) -> String {
+        let mut header = Header::new(Algorithm::HS256);
+        header.kid = kid.map(str::to_string);
+        encode(&header, &claims, &EncodingKey::from_secret(secret)).unwrap()
+    }
+
+    #[test]
+    fn exp_is_required_and_judged_without_leeway() {
+        let v = Verifier::from_bytes(SECRET).unwrap();
+        let ok = hs256(json!({"exp": now() + 60, "channels": "a"}), None, SECRET);
+        assert_eq!(
+            v.verify(&ok).unwrap().channels,
+            Some(Grants::One("a".into()))
+        );
+        let no_exp = hs256(json!({"channels": "a"}), None, SECRET);
+        assert_eq!(v.verify(&no_exp).unwrap_err(), Invalid::Malformed);
+        // Two seconds past: jsonwebtoken's default 60 s leeway would still take it.
+        let just_expired = hs256(json!({"exp": now() - 2}), None, SECRET);
+        assert_eq!(v.verify(&just_expired).unwrap_err(), Invalid::Expired);
+        let other = hs256(
+            json!({"exp": now() + 60}),
+            None,
+            b"another secret, also 32 bytes long!",
+        );
+        assert_eq!(v.verify(&other).unwrap_err(), Invalid::BadSignature);
+        assert_eq!(v.verify("garbage").unwrap_err(), Invalid::Malformed);
+    }
+
+    #[test]
+    fn short_secrets_and_private_keys_are_refused() {
+        let err = Verifier::from_bytes(b"short\n").err().unwrap().to_string();
+        assert!(err.contains("at least 32 bytes"), "{err}");
+        let err =
+            Verifier::from_bytes(b"-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n")
+                .err()
+                .unwrap()
+                .to_string();
+        assert!(err.contains("private key"), "{err}");
+    }
+
+    #[test]
+    fn a_jwks_picks_the_key_by_kid() {
+        use base64::Engine;
+        let k = |s: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+        let second = b"the second secret of the set, 32+ bytes";
+        let jwks = json!({"keys": [
+            {"kty": "oct", "kid": "one", "alg": "HS256", "k": k(SECRET)},
+            {"kty": "oct", "kid": "two", "alg": "HS256", "k": k(second)},
+        ]});
+        let v = Verifier::from_bytes(jwks.to_string().as_bytes()).unwrap();
+        let by_two = hs256(json!({"exp": now() + 60}), Some("two"), second);
+        assert!(v.verify(&by_two).is_ok());
+        let wrong_kid = hs256(json!({"exp": now() + 60}), Some("one"), second);
+        assert_eq!(v.verify(&wrong_kid).unwrap_err(), Invalid::BadSignature);
+        let unknown = hs256(json!({"exp": now() + 60}), Some("three"), second);
+        assert_eq!(v.verify(&unknown).unwrap_err(), Invalid::UnknownKey);
+    }
+}

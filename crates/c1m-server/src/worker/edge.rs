@@ -36,11 +36,9 @@ impl Worker {
         }
         let admin = self.conns[idx].edge & ADMIN != 0;
         let publish = route.starts_with("/pub/");
-        let served = if admin {
-            is_admin_route(route) || (publish && self.cfg.admin_publish)
-        } else {
-            !is_admin_route(route) && !(publish && self.cfg.admin_publish)
-        };
+        // The routes that moved to the admin listener: served there and only there.
+        let moved = is_admin_route(route) || (publish && self.cfg.admin_publish);
+        let served = moved == admin;
         if !served {
             let why = if admin {
                 "the admin listener serves /status, /metrics, /healthz (and /pub with --admin-publish)"

@@ -278,7 +278,8 @@ pub struct ServeArgs {
     /// listen() backlog [default: 65535, capped by net.core.somaxconn].
     #[arg(long, env = "C1M_BACKLOG")]
     pub backlog: Option<i32>,
-    /// WebSocket Origins allowed, comma-separated (others get 403) [default: any].
+    /// WebSocket Origins allowed, comma-separated (others get 403); the same list as
+    /// --cors-origins, which sets it too [default: any].
     #[arg(long, env = "C1M_WS_ORIGINS")]
     pub ws_origins: Option<String>,
     /// Largest WebSocket message from a client in bytes; larger closes with 1009 [default: 65536].

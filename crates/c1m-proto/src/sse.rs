@@ -10,6 +10,10 @@ pub const HEARTBEAT: &[u8] = b":\n\n";
 /// Sent to every stream when the server shuts down.
 pub const SHUTDOWN: &[u8] = b"event: shutdown\ndata: \n\n";
 
+/// Sent to a stream whose token expired, just before the server closes it: the client
+/// subscribes again with a new token and its last id (`?last_id=` or `Last-Event-ID`).
+pub const EXPIRED: &[u8] = b"event: expired\ndata: token expired\n\n";
+
 /// Encodes one message. `event` is the channel name when the stream has several channels.
 /// Payload lines split on `\n`, `\r\n` or `\r` (the line ends SSE itself recognises), so a
 /// multi-line payload cannot end the event early or inject fields.

@@ -127,6 +127,40 @@ pub struct Config {
     pub log_format: LogFormat,
     /// A level (error, warn, info, debug, trace) or a tracing filter (`info,c1m_server=debug`).
     pub log_level: String,
+    // ---- auth, CORS and the admin listener (issue #11) ------------------------------------
+    /// Who may subscribe: `off` (anyone), `optional` (a token, when given, must be valid and
+    /// grant the channels), `required` (every subscriber shows a token).
+    pub auth: AuthMode,
+    /// JWT verification key: an HS256/384/512 secret (the file's bytes, ≥ 32), an RSA, EC or
+    /// Ed25519 public key in PEM, or a JWKS (`{"keys": [...]}`). Also lets publishers show a
+    /// JWT with a `publish` claim.
+    pub jwt_key: Option<PathBuf>,
+    /// Cookie that may carry the subscriber's token (besides `Authorization: Bearer`,
+    /// `?token=` and the WebSocket subprotocol `c1m.token.<JWT>`); none = cookies not read.
+    pub auth_cookie: Option<String>,
+    /// Origins allowed to use the server from a browser (comma-separated, or `*`): CORS for
+    /// subscribe and publish, and the WebSocket Origin check (one allow-list with
+    /// `ws_origins`); none = no CORS headers.
+    pub cors_origins: Option<String>,
+    /// Separate listener for `/status`, `/metrics`, `/healthz` (and `/pub` with
+    /// `admin_publish`); the public listener then answers 404 for them.
+    pub admin_listen: Option<SocketAddr>,
+    /// With `admin_listen`: publishing moves to the admin listener too.
+    pub admin_publish: bool,
+}
+
+/// `--auth`: whether subscribers must show a token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum AuthMode {
+    /// No token is read (the embedded default: loopback demos keep working).
+    #[default]
+    Off,
+    /// Anonymous subscribers are let in; a token that is shown must be valid and grant the
+    /// channels.
+    Optional,
+    /// Every subscriber shows a valid token granting its channels.
+    Required,
 }
 
 impl Config {
@@ -180,6 +214,12 @@ impl Default for Config {
             per_ip_limit_loopback: false,
             log_format: LogFormat::Text,
             log_level: "info".to_string(),
+            auth: AuthMode::Off,
+            jwt_key: None,
+            auth_cookie: None,
+            cors_origins: None,
+            admin_listen: None,
+            admin_publish: false,
         }
     }
 }
@@ -262,7 +302,8 @@ pub struct ServeArgs {
     /// listen() backlog [default: 65535, capped by net.core.somaxconn].
     #[arg(long, env = "C1M_BACKLOG")]
     pub backlog: Option<i32>,
-    /// WebSocket Origins allowed, comma-separated (others get 403) [default: any].
+    /// WebSocket Origins allowed, comma-separated (others get 403); the same list as
+    /// --cors-origins, which sets it too [default: any].
     #[arg(long, env = "C1M_WS_ORIGINS")]
     pub ws_origins: Option<String>,
     /// Largest WebSocket message from a client in bytes; larger closes with 1009 [default: 65536].
@@ -318,6 +359,35 @@ pub struct ServeArgs {
     /// message or connection; refusals are summed in one warning per 10 s [default: info].
     #[arg(long, env = "C1M_LOG_LEVEL")]
     pub log_level: Option<String>,
+    // ---- auth, CORS and the admin listener (issue #11) ------------------------------------
+    /// Subscriber auth: off, optional (a token that is shown must be valid) or required. No
+    /// or bad token: 401 (refused.unauthorized); channel not in the token's `channels`: 403
+    /// (refused.forbidden); a held stream whose token expires ends with SSE `event: expired`
+    /// or WebSocket close 4001 (refused.expired) [default: off].
+    #[arg(long, env = "C1M_AUTH", value_enum)]
+    pub auth: Option<AuthMode>,
+    /// JWT key file: an HMAC secret (HS256/384/512, at least 32 bytes), an RSA/EC/Ed25519
+    /// public key in PEM, or a JWKS; tokens need `exp`, and `channels` (subscribe) or
+    /// `publish` (publish) with `*` segment wildcards. Re-read on SIGHUP [default: none].
+    #[arg(long, env = "C1M_JWT_KEY")]
+    pub jwt_key: Option<PathBuf>,
+    /// Cookie that may carry the subscriber's JWT (also read: Authorization: Bearer,
+    /// ?token=, WebSocket subprotocol c1m.token.JWT) [default: none].
+    #[arg(long, env = "C1M_AUTH_COOKIE")]
+    pub auth_cookie: Option<String>,
+    /// Browser origins allowed (comma-separated, or `*`): CORS headers and OPTIONS preflight
+    /// for /sub and /pub, and the WebSocket Origin check (shares the list with --ws-origins).
+    /// A list allows credentials (cookies); `*` does not [default: none].
+    #[arg(long, env = "C1M_CORS_ORIGINS")]
+    pub cors_origins: Option<String>,
+    /// Admin listener (e.g. 127.0.0.1:9180) for /status, /metrics, /healthz; the public
+    /// listener then answers 404 for them [default: none, served on --listen].
+    #[arg(long, env = "C1M_ADMIN_LISTEN")]
+    pub admin_listen: Option<SocketAddr>,
+    /// With --admin-listen: /pub is served only on the admin listener (public: 404)
+    /// [default: /pub stays on --listen].
+    #[arg(long, env = "C1M_ADMIN_PUBLISH", num_args = 0..=1, default_missing_value = "true")]
+    pub admin_publish: Option<bool>,
 }
 
 impl ServeArgs {
@@ -374,6 +444,15 @@ impl ServeArgs {
             per_ip_limit_loopback,
             log_format,
             log_level
+        );
+        // auth, CORS and the admin listener (issue #11)
+        overlay!(
+            auth,
+            jwt_key,
+            auth_cookie,
+            cors_origins,
+            admin_listen,
+            admin_publish
         );
         c.normalize_off_values();
         Ok(c)
@@ -491,7 +570,58 @@ impl Config {
         if let Err(e) = crate::log::filter(&self.log_level) {
             problem!("--log-level {:?}: {e}", self.log_level);
         }
+        self.auth_problems(&mut problems);
         problems
+    }
+
+    /// The origin allow-list shared by CORS and the WebSocket Origin check: `--cors-origins`,
+    /// else `--ws-origins` (the older, WebSocket-only name of the same list).
+    pub fn origin_list(&self) -> Option<&str> {
+        self.cors_origins.as_deref().or(self.ws_origins.as_deref())
+    }
+
+    /// auth, CORS and the admin listener (issue #11). The key file itself is read by
+    /// `crate::auth::Auth::from_config`, at start and on every reload.
+    fn auth_problems(&self, problems: &mut Vec<String>) {
+        macro_rules! problem {
+            ($($arg:tt)*) => { problems.push(format!($($arg)*)) };
+        }
+        if self.auth != AuthMode::Off && self.jwt_key.is_none() {
+            problem!(
+                "--auth {:?} needs --jwt-key FILE to verify tokens",
+                self.auth
+            );
+        }
+        if self.auth == AuthMode::Required && self.tcp_listen.is_some() {
+            problem!(
+                "--auth required cannot be combined with --tcp-listen: the raw TCP line protocol \
+                 carries no token, so it would let anyone subscribe"
+            );
+        }
+        if let (Some(cors), Some(ws)) = (&self.cors_origins, &self.ws_origins) {
+            if cors != ws {
+                problem!(
+                    "--cors-origins and --ws-origins are one allow-list; give only --cors-origins"
+                );
+            }
+        }
+        if self.auth_cookie.as_deref().is_some_and(|c| {
+            c.is_empty()
+                || !c
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+        }) {
+            problem!("--auth-cookie must be a cookie name of letters, digits and -_.");
+        }
+        if self.admin_publish && self.admin_listen.is_none() {
+            problem!("--admin-publish needs --admin-listen");
+        }
+        if self
+            .admin_listen
+            .is_some_and(|a| a == self.listen && a.port() != 0)
+        {
+            problem!("--admin-listen must differ from --listen");
+        }
     }
 }
 
@@ -582,5 +712,63 @@ mod tests {
             ..Default::default()
         })
         .is_ok());
+    }
+
+    #[test]
+    fn auth_flags_that_cannot_work_together_are_refused() {
+        let check = |args: ServeArgs| args.resolve().map(|_| ()).map_err(|e| e.to_string());
+        let key = Some(PathBuf::from("/any/key"));
+        let err = check(ServeArgs {
+            auth: Some(AuthMode::Required),
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert!(err.contains("--jwt-key"), "{err}");
+        let err = check(ServeArgs {
+            auth: Some(AuthMode::Required),
+            jwt_key: key.clone(),
+            tcp_listen: Some("127.0.0.1:0".parse().unwrap()),
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert!(err.contains("--tcp-listen"), "{err}");
+        // Optional auth lets the line protocol's anonymous subscribers in.
+        assert!(check(ServeArgs {
+            auth: Some(AuthMode::Optional),
+            jwt_key: key,
+            tcp_listen: Some("127.0.0.1:0".parse().unwrap()),
+            ..Default::default()
+        })
+        .is_ok());
+        let err = check(ServeArgs {
+            cors_origins: Some("https://a.example".into()),
+            ws_origins: Some("https://b.example".into()),
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert!(err.contains("one allow-list"), "{err}");
+        let err = check(ServeArgs {
+            admin_publish: Some(true),
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert!(err.contains("--admin-listen"), "{err}");
+        let err = check(ServeArgs {
+            auth_cookie: Some("bad name;".into()),
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert!(err.contains("--auth-cookie"), "{err}");
+        let c: Config = toml::from_str(
+            "auth = \"optional\"\njwt_key = \"/k\"\nadmin_listen = \"127.0.0.1:9180\"",
+        )
+        .unwrap();
+        assert_eq!(c.auth, AuthMode::Optional);
+        // The WebSocket check follows --cors-origins; --ws-origins alone still works.
+        let c = Config {
+            ws_origins: Some("https://w.example".into()),
+            ..Config::default()
+        };
+        assert_eq!(c.origin_list(), Some("https://w.example"));
     }
 }

@@ -55,6 +55,10 @@ pub struct Refused {
     /// Connections refused (429) because their source address passed
     /// `--max-new-conns-per-ip-per-sec`.
     pub per_ip_rate: u64,
+    /// Subscribes or JWT publishes refused (401): no token, or one that does not verify.
+    pub unauthorized: u64,
+    /// Held streams ended because their token expired (SSE `event: expired`, close 4001).
+    pub expired: u64,
 }
 
 impl Refused {
@@ -78,13 +82,15 @@ impl Refused {
             ("dead_peer", self.dead_peer),
             ("per_ip_conns", self.per_ip_conns),
             ("per_ip_rate", self.per_ip_rate),
+            ("unauthorized", self.unauthorized),
+            ("expired", self.expired),
         ]
     }
 
-    const COUNT: usize = 17;
+    const COUNT: usize = 19;
 
     fn from_values(v: [u64; Refused::COUNT]) -> Refused {
-        let [max_conns, fd_limit, head_too_large, head_timeout, bad_request, not_found, method, slow_consumer, forbidden, payload_too_large, ws_protocol, ws_pong_timeout, ws_client_data, busy, dead_peer, per_ip_conns, per_ip_rate] =
+        let [max_conns, fd_limit, head_too_large, head_timeout, bad_request, not_found, method, slow_consumer, forbidden, payload_too_large, ws_protocol, ws_pong_timeout, ws_client_data, busy, dead_peer, per_ip_conns, per_ip_rate, unauthorized, expired] =
             v;
         Refused {
             max_conns,
@@ -104,6 +110,8 @@ impl Refused {
             dead_peer,
             per_ip_conns,
             per_ip_rate,
+            unauthorized,
+            expired,
         }
     }
 

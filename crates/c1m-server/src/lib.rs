@@ -10,6 +10,7 @@
 //!
 //! Must not touch: raw syscalls (they live in `c1m-sys`) or wire-format details (`c1m-proto`).
 
+mod auth;
 pub mod config;
 pub mod config_report;
 mod hub;
@@ -46,6 +47,8 @@ pub fn run(args: ServeArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Resul
     }
     log::init(&cfg);
     let _span = tracing::info_span!("master", pid = std::process::id()).entered();
+    // The key file is read now so a bad one stops the start with its reason (workers re-read it).
+    auth::Auth::from_config(&cfg)?;
     let limit = c1m_sys::rlimit::raise_nofile_to_hard()?;
     let plan = master::plan(
         cfg.workers,
@@ -62,14 +65,24 @@ pub fn run(args: ServeArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Resul
         None => None,
     };
     cfg.tcp_listen = tcp_reservation.as_ref().map(|r| r.addr);
+    let admin_reservation = match cfg.admin_listen {
+        Some(addr) => Some(listener::reserve_exclusive(addr)?),
+        None => None,
+    };
+    cfg.admin_listen = admin_reservation.as_ref().map(|r| r.addr);
     let mut master = master::Master::new(cfg.clone(), plan)?;
     master.set_reload_source(args);
     let tcp = cfg
         .tcp_listen
         .map(|a| format!(", tcp {a}"))
         .unwrap_or_default();
+    // The admin address goes last, after the fields tools already parse.
+    let admin = cfg
+        .admin_listen
+        .map(|a| format!("; admin http {a}"))
+        .unwrap_or_default();
     println!(
-        "c1m serve: listening on http {}{tcp}; {} workers x {} connections (fd limit {})",
+        "c1m serve: listening on http {}{tcp}; {} workers x {} connections (fd limit {}){admin}",
         cfg.listen, plan.workers, plan.per_worker, limit.hard
     );
     tracing::info!(
@@ -81,7 +94,7 @@ pub fn run(args: ServeArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Resul
         "listening"
     );
     master.run()?;
-    drop((http_reservation, tcp_reservation));
+    drop((http_reservation, tcp_reservation, admin_reservation));
     tracing::info!("stopped");
     Ok(0)
 }

@@ -21,6 +21,11 @@ pub const TRY_AGAIN_LATER: CloseCode = 1013;
 /// server buffers for it. Not an error of the client's making: reconnect with `last_id` and the
 /// history replay (or a gap notice) covers what it missed.
 pub const SLOW_CONSUMER: CloseCode = 4008;
+/// Private use (RFC 6455 7.4.2), c1m's: the connection's token expired, or a refresh token did
+/// not verify. Reconnect (or refresh earlier) with a new token and the last id read.
+pub const UNAUTHORIZED: CloseCode = 4001;
+/// Private use, c1m's: a refresh token that does not grant the connection's channels.
+pub const FORBIDDEN: CloseCode = 4003;
 
 /// May `code` appear in a Close frame? RFC 6455 7.4.1 defines 1000-1003 and 1007-1011
 /// (1004 is reserved; 1005, 1006 and 1015 are reserved for local use and MUST NOT be sent);

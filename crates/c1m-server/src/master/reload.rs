@@ -18,6 +18,8 @@ const RESTART_KEYS: &[&str] = &[
     "max_conns_per_ip",
     "max_new_conns_per_ip_per_sec",
     "per_ip_limit_loopback",
+    // A listening socket, bound by each worker at start.
+    "admin_listen",
 ];
 
 /// The running configuration with `new`'s live values, the live keys that changed, and the
@@ -28,9 +30,14 @@ pub fn merge(current: &Config, new: &Config) -> anyhow::Result<(Config, Vec<Stri
     if new.listen.port() == 0 && new.listen.ip() == current.listen.ip() {
         new.listen = current.listen;
     }
-    if let (Some(n), Some(c)) = (&mut new.tcp_listen, current.tcp_listen) {
-        if n.port() == 0 && n.ip() == c.ip() {
-            *n = c;
+    for (n, c) in [
+        (&mut new.tcp_listen, current.tcp_listen),
+        (&mut new.admin_listen, current.admin_listen),
+    ] {
+        if let (Some(n), Some(c)) = (n, c) {
+            if n.port() == 0 && n.ip() == c.ip() {
+                *n = c;
+            }
         }
     }
     let serde_json::Value::Object(mut merged) = serde_json::to_value(current)? else {
@@ -89,6 +96,10 @@ impl Master {
             tracing::info!("SIGHUP: configuration re-read; nothing to change live");
             return;
         }
+        if let Err(e) = crate::auth::Auth::from_config(&merged) {
+            tracing::error!(error = %format!("{e:#}"), "SIGHUP: configuration rejected, keeping the running one");
+            return;
+        }
         tracing::info!(keys = %live.join(", "), "SIGHUP: applied");
         self.hub.set_limits(
             merged.history_size,
@@ -132,5 +143,36 @@ mod tests {
         assert_eq!(merged.max_payload, 10);
         assert_eq!(merged.max_conns, current.max_conns);
         assert_eq!(merged.listen, current.listen);
+    }
+
+    #[test]
+    fn an_admin_listener_on_port_0_is_not_a_change_and_moving_it_needs_a_restart() {
+        let current = Config {
+            admin_listen: Some("127.0.0.1:9180".parse().unwrap()),
+            ..Config::default()
+        };
+        let same = Config {
+            admin_listen: Some("127.0.0.1:0".parse().unwrap()),
+            ..Config::default()
+        };
+        let (_, live, restart) = merge(&current, &same).unwrap();
+        assert!(
+            live.is_empty() && restart.is_empty(),
+            "{live:?} {restart:?}"
+        );
+        let moved = Config {
+            admin_listen: Some("127.0.0.1:9181".parse().unwrap()),
+            admin_publish: true,
+            ..Config::default()
+        };
+        let (merged, live, restart) = merge(&current, &moved).unwrap();
+        assert_eq!(
+            (live, restart),
+            (
+                vec!["admin_publish".to_string()],
+                vec!["admin_listen".to_string()]
+            )
+        );
+        assert_eq!(merged.admin_listen, current.admin_listen);
     }
 }

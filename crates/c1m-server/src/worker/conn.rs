@@ -156,6 +156,12 @@ pub const WS_MAY_PUBLISH: u8 = 64;
 /// must not count it a second time.
 pub const COUNTED_SLOW: u8 = 128;
 
+/// `Conn::edge` bits (auth, CORS and the admin listener; `flags` has no bit left).
+/// The connection came in on `--admin-listen`.
+pub const ADMIN: u8 = 1;
+/// The stream's `deadline` is its token's expiry (it ends with `event: expired` / close 4001).
+pub const EXPIRES: u8 = 2;
+
 /// Outcome of a send.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Sent {
@@ -183,6 +189,8 @@ pub struct Conn {
     /// What this connection holds in the per-IP table (bucket + 1; 0 = nothing), given back
     /// on close.
     pub ip_slot: u32,
+    /// [`ADMIN`], [`EXPIRES`]: one byte that fits the padding (Conn stays 64 bytes).
+    pub edge: u8,
 }
 
 impl Conn {
@@ -199,6 +207,7 @@ impl Conn {
             out: None,
             ws: None,
             ip_slot: 0,
+            edge: 0,
         }
     }
 

@@ -5,10 +5,12 @@
 //! Files: `conn` (the per-connection struct and its send queue), `channels` (local subscriber
 //! lists), `timers` (the wheel), `message` (encode-once messages), `requests` (HTTP and line
 //! protocol input), `streams` (subscribe, join, fan-out, long-poll answers), `ip_limits`
-//! (per-source-address admission).
+//! (per-source-address admission), `edge` (JWT auth, token expiry and refresh, CORS, the
+//! admin listener).
 
 mod channels;
 mod conn;
+mod edge;
 mod health;
 mod ip_limits;
 mod keepalive;
@@ -45,6 +47,7 @@ const HTTP_LISTENER: Token = Token(usize::MAX - 1);
 const TCP_LISTENER: Token = Token(usize::MAX - 2);
 const MASTER_LINK: Token = Token(usize::MAX - 3);
 const SIGNALS: Token = Token(usize::MAX - 4);
+const ADMIN_LISTENER: Token = Token(usize::MAX - 5);
 
 /// Environment variables through which the master hands a worker its setup.
 pub const ENV_FD: &str = "C1M_WORKER_FD";
@@ -102,6 +105,13 @@ pub struct Worker {
     link_failed: Option<io::Error>,
     /// `--max-conns-per-ip` / `--max-new-conns-per-ip-per-sec`, when on.
     ip_limits: Option<ip_limits::IpLimits>,
+    /// `--admin-listen`, when set.
+    admin_listener: Option<TcpListener>,
+    /// JWT verification and CORS (rebuilt on reload).
+    auth: crate::auth::Auth,
+    /// Connections (by token) whose next answer carries CORS headers (a subscribe or publish
+    /// from an allowed Origin, until its response head is written).
+    cors_pending: HashMap<u64, std::rc::Rc<str>>,
 }
 
 /// Entry point of `c1m __serve-worker`.
@@ -157,8 +167,21 @@ impl Worker {
             MASTER_LINK,
             Interest::READABLE | Interest::WRITABLE,
         )?;
+        let admin = match cfg.admin_listen {
+            Some(addr) => {
+                let mut l = listen(addr, cfg.backlog)?;
+                poll.registry()
+                    .register(&mut l, ADMIN_LISTENER, Interest::READABLE)?;
+                Some(l)
+            }
+            None => None,
+        };
         let ws_policy = reload::origin_policy(&cfg);
+        let auth = crate::auth::Auth::from_config(&cfg)?;
         Ok(Worker {
+            admin_listener: admin,
+            auth,
+            cors_pending: HashMap::new(),
             ws_policy,
             cfg,
             poll,
@@ -208,7 +231,7 @@ impl Worker {
             }
             for event in events.iter() {
                 match event.token() {
-                    HTTP_LISTENER | TCP_LISTENER => self.accept_all(event.token()),
+                    HTTP_LISTENER | TCP_LISTENER | ADMIN_LISTENER => self.accept_all(event.token()),
                     MASTER_LINK => match self.on_master_event(event.is_writable()) {
                         Ok(true) => {}
                         // The master is gone (it also kills us via PR_SET_PDEATHSIG): so are we.
@@ -247,6 +270,7 @@ impl Worker {
                 self.accept_paused_until = None;
                 self.accept_all(HTTP_LISTENER);
                 self.accept_all(TCP_LISTENER);
+                self.accept_all(ADMIN_LISTENER);
             }
             if let (Some(at), Some(every)) = (next_heartbeat, self.cfg.sse_heartbeat) {
                 if at <= now {
@@ -290,14 +314,16 @@ impl Worker {
             return;
         }
         loop {
-            let listener = if which == HTTP_LISTENER {
-                self.http_listener.as_ref()
-            } else {
-                self.tcp_listener.as_ref()
+            let listener = match which {
+                HTTP_LISTENER => self.http_listener.as_ref(),
+                ADMIN_LISTENER => self.admin_listener.as_ref(),
+                _ => self.tcp_listener.as_ref(),
             };
             let Some(listener) = listener else { return };
             match listener.accept() {
-                Ok((stream, peer)) => self.admit(stream, peer, which == TCP_LISTENER),
+                Ok((stream, peer)) => {
+                    self.admit(stream, peer, which == TCP_LISTENER, which == ADMIN_LISTENER)
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if is_fd_exhaustion(&e) => {
                     // The backlog keeps the waiting connections; retry after a pause instead of
@@ -320,7 +346,7 @@ impl Worker {
         }
     }
 
-    fn admit(&mut self, mut stream: TcpStream, peer: SocketAddr, raw_tcp: bool) {
+    fn admit(&mut self, mut stream: TcpStream, peer: SocketAddr, raw_tcp: bool, admin: bool) {
         if self.conns.len() >= self.max_conns {
             self.counters.refused.max_conns += 1;
             let msg: &[u8] = if raw_tcp {
@@ -363,6 +389,9 @@ impl Worker {
         }
         let mut conn = Conn::new(stream, generation, kind);
         conn.ip_slot = ip_slot;
+        if admin {
+            conn.edge |= conn::ADMIN;
+        }
         if let Err(e) = self.poll.registry().register(
             &mut conn.stream,
             Token(token as usize),
@@ -513,6 +542,9 @@ impl Worker {
         if !self.chunked_bodies.is_empty() {
             self.chunked_bodies.remove(&token_of(idx, conn.generation));
         }
+        if !self.cors_pending.is_empty() {
+            self.cors_pending.remove(&token_of(idx, conn.generation));
+        }
         for (chan, pos) in conn.subs.take() {
             self.leave_channel(chan, pos);
         }
@@ -564,7 +596,7 @@ impl Worker {
             return;
         }
         conn.deadline = 0;
-        let kind = conn.kind;
+        let (kind, edge) = (conn.kind, conn.edge);
         match kind {
             Kind::Http | Kind::TcpCommand => {
                 let started = conn.inbuf.is_some();
@@ -587,6 +619,11 @@ impl Worker {
                 self.reply_and_close(idx, reply);
             }
             Kind::PollWaiting => self.poll_timeout(idx),
+            Kind::Sse | Kind::SseJoining | Kind::Ws | Kind::WsJoining
+                if edge & conn::EXPIRES != 0 =>
+            {
+                self.token_expired(idx)
+            }
             Kind::Status => self.status_timeout(idx),
             // The peer did not read its final answer within the linger time.
             Kind::Closing => self.cut_unread(idx),
@@ -700,9 +737,13 @@ impl Worker {
             return;
         }
         self.shutdown_deadline = Some(Instant::now() + self.cfg.grace);
-        for mut l in [self.http_listener.take(), self.tcp_listener.take()]
-            .into_iter()
-            .flatten()
+        for mut l in [
+            self.http_listener.take(),
+            self.tcp_listener.take(),
+            self.admin_listener.take(),
+        ]
+        .into_iter()
+        .flatten()
         {
             let _ = self.poll.registry().deregister(&mut l);
         }

@@ -6,7 +6,13 @@
 //! cannot set headers on a WebSocket). The key is never accepted in the query string: URLs end
 //! up in access logs, proxy logs and browser history. Without a key, only loopback peers may
 //! publish.
+//!
+//! With `--jwt-key`, a publisher may instead show a JWT (`Authorization: Bearer JWT`, or on a
+//! WebSocket upgrade the subprotocol `c1m.token.JWT`) whose `publish` claim covers the
+//! channel. A JWT that is shown is judged even where the key or loopback would let the request
+//! in: a bad token is a plain 401, not silently ignored.
 
+use crate::auth::{Auth, Refusal};
 use c1m_proto::http::Request;
 use c1m_proto::ws::handshake;
 use std::net::IpAddr;
@@ -16,30 +22,53 @@ pub const WS_NEEDS_KEY: &str =
     "publishing needs the key: Authorization: Bearer KEY or subprotocol c1m.publish-key.KEY";
 
 /// Why a publisher is turned away.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Denied {
     /// A key is configured and the request did not carry it (HTTP 401).
     NeedsKey,
     /// No key is configured and the peer is not on loopback (HTTP 403).
     LoopbackOnly,
+    /// A JWT was shown and does not verify (401) or does not grant the channel (403).
+    Token(Refusal),
 }
 
 impl Denied {
-    pub fn http_status(self) -> u16 {
+    pub fn http_status(&self) -> u16 {
         match self {
             Denied::NeedsKey => 401,
             Denied::LoopbackOnly => 403,
+            Denied::Token(r) => r.status(),
         }
     }
 
     /// The reason, short enough for a WebSocket close frame (≤ 123 bytes).
-    pub fn message(self) -> &'static str {
+    pub fn message(&self) -> &str {
         match self {
+            Denied::Token(r) => r.message(),
             Denied::NeedsKey => "publishing needs Authorization: Bearer <publish key>",
             Denied::LoopbackOnly => {
                 "publishing is allowed from loopback only unless --publish-key is set"
             }
         }
+    }
+}
+
+/// Judges a publish to `channels`, or a WebSocket upgrade for the right to publish later to
+/// the channels it subscribes: a JWT when one is shown, else the key or loopback rule.
+pub fn check_with_token(
+    key: Option<&str>,
+    auth: &Auth,
+    req: &Request<'_>,
+    peer: Option<IpAddr>,
+    channels: &[&str],
+) -> Result<(), Denied> {
+    if key.is_some() && check(key, req, None).is_ok() {
+        return Ok(());
+    }
+    match auth.publish(req, channels) {
+        Some(Ok(())) => Ok(()),
+        Some(Err(refusal)) => Err(Denied::Token(refusal)),
+        None => check(key, req, peer),
     }
 }
 

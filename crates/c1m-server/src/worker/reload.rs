@@ -12,6 +12,15 @@ impl Worker {
     pub(super) fn reconfigure(&mut self, json: &str) {
         match serde_json::from_str::<Config>(json) {
             Ok(cfg) => {
+                // The key file is re-read (key rotation); the master checked it loads, but it
+                // may have changed since: an unreadable one keeps the running auth.
+                match crate::auth::Auth::from_config(&cfg) {
+                    Ok(auth) => self.auth = auth,
+                    Err(e) => tracing::error!(
+                        error = %format!("{e:#}"),
+                        "keeping the running auth configuration"
+                    ),
+                }
                 self.ws_policy = origin_policy(&cfg);
                 self.cfg = cfg;
             }
@@ -24,7 +33,9 @@ impl Worker {
 }
 
 pub(super) fn origin_policy(cfg: &Config) -> OriginPolicy {
-    match &cfg.ws_origins {
+    // One allow-list for CORS and WebSocket Origins (`--cors-origins`, or `--ws-origins`).
+    match cfg.origin_list() {
+        Some(list) if list.trim() == "*" => OriginPolicy::Any,
         // Non-browser clients send no Origin; the allow-list guards browsers, which always do.
         Some(list) => OriginPolicy::from_list(list, true),
         None => OriginPolicy::Any,

@@ -88,10 +88,17 @@ impl Worker {
         body: &[u8],
     ) {
         let keep_alive = self.conns[idx].keep_alive;
-        self.reply(
-            idx,
-            http::response(status, content_type, extra, body, keep_alive),
-        );
+        let answer = match self.take_cors(idx) {
+            Some(cors) => http::response(
+                status,
+                content_type,
+                &format!("{cors}{extra}"),
+                body,
+                keep_alive,
+            ),
+            None => http::response(status, content_type, extra, body, keep_alive),
+        };
+        self.reply(idx, answer);
     }
 
     /// Answers a request and keeps the connection for the next one, unless the request asked
@@ -122,7 +129,8 @@ impl Worker {
             431 => r.head_too_large += 1,
             _ => {}
         }
-        self.reply_and_close(idx, http::error(status, message));
+        let answer = self.error_answer(idx, status, message, "");
+        self.reply_and_close(idx, answer);
     }
 
     /// One HTTP request. Returns the bytes it used, or None when it needs more input.
@@ -155,6 +163,22 @@ impl Worker {
         let is_publish = req.method == "POST" && route.starts_with("/pub/");
         if !is_publish && !matches!(framing, BodyFraming::None | BodyFraming::Length(0)) {
             self.refuse(idx, 400, "only POST /pub/{channel} takes a request body");
+            return Some(data.len());
+        }
+        if !self.route_served(idx, route) {
+            return Some(data.len());
+        }
+        let sub_or_pub = route.starts_with("/sub/") || route.starts_with("/pub/");
+        if sub_or_pub && req.method == "OPTIONS" && self.auth.cors.is_on() {
+            let method = if route.starts_with("/sub/") {
+                "GET"
+            } else {
+                "POST"
+            };
+            self.preflight(idx, &req, method);
+            return Some(used);
+        }
+        if sub_or_pub && !self.cors_admit(idx, &req) {
             return Some(data.len());
         }
         if let Some(channels) = route.strip_prefix("/sub/") {
@@ -235,8 +259,12 @@ impl Worker {
                 }
             },
         };
+        let Some(grant) = self.auth_subscribe(idx, req, &channels) else {
+            return;
+        };
         if req.header("Upgrade").is_some() {
-            return self.ws_upgrade(idx, req, &channels, last_id);
+            self.ws_upgrade(idx, req, &channels, last_id);
+            return self.arm_expiry(idx, grant);
         }
         let sse = req
             .header_str("Accept")
@@ -247,6 +275,7 @@ impl Worker {
             Transport::LongPoll
         };
         self.subscribe(idx, &channels, last_id, transport);
+        self.arm_expiry(idx, grant);
     }
 
     fn publish_request(
@@ -257,7 +286,7 @@ impl Worker {
         channel: &str,
         data: &[u8],
     ) -> Option<usize> {
-        if !self.publish_allowed(idx, req) {
+        if !self.publish_allowed(idx, req, channel) {
             return Some(data.len());
         }
         if !channel::is_valid_name(channel) {
@@ -341,10 +370,15 @@ impl Worker {
     }
 
     /// The publish rule (`publish_rule`), shared with WebSocket client publish.
-    fn publish_allowed(&mut self, idx: usize, req: &Request<'_>) -> bool {
+    fn publish_allowed(&mut self, idx: usize, req: &Request<'_>, channel: &str) -> bool {
         let peer = self.conns[idx].stream.peer_addr().ok().map(|a| a.ip());
-        match super::publish_rule::check(self.cfg.publish_key.as_deref(), req, peer) {
+        let key = self.cfg.publish_key.as_deref();
+        match super::publish_rule::check_with_token(key, &self.auth, req, peer, &[channel]) {
             Ok(()) => true,
+            Err(super::publish_rule::Denied::Token(refusal)) => {
+                self.refuse_auth(idx, &refusal);
+                false
+            }
             Err(denied) => {
                 self.refuse(idx, denied.http_status(), denied.message());
                 false

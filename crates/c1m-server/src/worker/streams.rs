@@ -54,7 +54,8 @@ impl Worker {
             match transport {
                 Transport::Sse => {
                     conn.kind = Kind::Sse;
-                    self.send_or_close(idx, sse::RESPONSE_HEAD.to_vec());
+                    let head = self.sse_head(idx);
+                    self.send_or_close(idx, head);
                 }
                 Transport::Tcp => {
                     conn.kind = Kind::TcpStream;
@@ -108,7 +109,7 @@ impl Worker {
         match kind {
             Kind::SseJoining => {
                 let head = if first {
-                    sse::RESPONSE_HEAD.to_vec()
+                    self.sse_head(idx)
                 } else {
                     Vec::new()
                 };
@@ -265,7 +266,8 @@ impl Worker {
                 Kind::Ws => conn.send_shared(msg.ws(conn.flags & WS_ENVELOPE != 0), max),
                 Kind::PollWaiting => {
                     self.counters.delivered += 1;
-                    if conn.keep_alive {
+                    // The shared answer carries no per-request CORS headers.
+                    if conn.keep_alive && !self.owes_cors(idx) {
                         let answer = msg.poll_answer().clone();
                         self.reply_shared(idx, &answer);
                     } else {
@@ -327,8 +329,10 @@ impl Worker {
         let keep_alive = self.conns[idx].keep_alive;
         self.poll_leave(idx);
         let conn = if keep_alive { "keep-alive" } else { "close" };
+        let cors = self.take_cors(idx);
+        let cors = cors.as_deref().unwrap_or("");
         let bytes = format!(
-            "HTTP/1.1 204 No Content\r\nConnection: {conn}\r\nCache-Control: no-cache\r\n\r\n"
+            "HTTP/1.1 204 No Content\r\nConnection: {conn}\r\nCache-Control: no-cache\r\n{cors}\r\n"
         )
         .into_bytes();
         self.reply(idx, bytes);

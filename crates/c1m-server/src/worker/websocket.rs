@@ -74,13 +74,18 @@ impl Worker {
         // rule as POST /pub (a WebSocket must not be a way around the publish key).
         if self.cfg.ws_client_publish {
             let peer = self.conns[idx].stream.peer_addr().ok().map(|a| a.ip());
-            if publish_rule::check(self.cfg.publish_key.as_deref(), req, peer).is_ok() {
+            let key = self.cfg.publish_key.as_deref();
+            if publish_rule::check_with_token(key, &self.auth, req, peer, channels).is_ok() {
                 flags |= WS_MAY_PUBLISH;
             }
         }
         // A browser that sent its key as a subprotocol entry must get one of its entries back.
         if handshake::offered_protocols(req).any(|p| p == handshake::PROTOCOL) {
             accept.select_protocol(handshake::PROTOCOL);
+        } else if let Some(entry) = crate::auth::token::offered_token_protocol(req) {
+            // Only the token entry was offered: answering none would fail the browser's
+            // handshake, so it is echoed (the client's own token, over the same connection).
+            accept.select_protocol(entry);
         }
         self.conns[idx].flags = flags;
         self.send_or_close(idx, accept.response);
@@ -160,6 +165,23 @@ impl Worker {
     /// A piece of a client data message: ignored (counted), refused with 1003, refused with 1008
     /// when the upgrade did not pass the publish rule, or published.
     fn ws_client_data(&mut self, idx: usize, state: &mut WsMessage, piece: &[u8], fin: bool) {
+        if self.auth.mode != crate::config::AuthMode::Off {
+            // A message may be a token refresh: judged whole (bounded by --ws-max-message).
+            state.data.extend_from_slice(piece);
+            if !fin {
+                return;
+            }
+            let message = std::mem::take(&mut state.data);
+            if self.ws_refresh(idx, &message) {
+                return;
+            }
+            return self.ws_client_piece(idx, state, &message, true);
+        }
+        self.ws_client_piece(idx, state, piece, fin);
+    }
+
+    /// Client data that is not a refresh: ignored, refused or published.
+    fn ws_client_piece(&mut self, idx: usize, state: &mut WsMessage, piece: &[u8], fin: bool) {
         if !self.cfg.ws_client_publish {
             if self.cfg.ws_close_on_client_data {
                 self.counters.refused.ws_client_data += 1;

@@ -1,0 +1,157 @@
+//! The edge checks that run in the worker before a subscription joins the hub or a publish
+//! reaches it: JWT verification and channel grants (`key`, `grants`, `token`), and CORS
+//! (`cors`). Owns the decisions and their wire answers' wording; the worker owns the sockets,
+//! the counters and the expiry timers.
+//!
+//! A held connection keeps only its expiry: the token is verified once, at subscribe (or at a
+//! WebSocket refresh), and its expiry becomes the connection's timer-wheel deadline.
+
+pub mod cors;
+pub mod grants;
+pub mod key;
+pub mod token;
+
+use crate::config::{AuthMode, Config};
+use anyhow::Context;
+use c1m_proto::http::Request;
+use key::{Claims, Verifier};
+
+/// A subscribe or publish turned away.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// No token, or one that does not verify (HTTP 401, WebSocket close 4001).
+    Unauthorized(&'static str),
+    /// A valid token that does not grant this channel (HTTP 403, WebSocket close 4003).
+    Forbidden(String),
+}
+
+impl Refusal {
+    pub fn status(&self) -> u16 {
+        match self {
+            Refusal::Unauthorized(_) => 401,
+            Refusal::Forbidden(_) => 403,
+        }
+    }
+
+    pub fn message(&self) -> &str {
+        match self {
+            Refusal::Unauthorized(m) => m,
+            Refusal::Forbidden(m) => m,
+        }
+    }
+}
+
+/// What a subscriber proved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Grant {
+    /// Auth is off, or optional and no token was shown: no expiry.
+    Anonymous,
+    /// A valid token: the connection ends at `exp` (Unix seconds) unless refreshed.
+    Until(u64),
+}
+
+/// The worker's auth configuration, built from `Config` at start and on every reload.
+pub struct Auth {
+    pub mode: AuthMode,
+    verifier: Option<Verifier>,
+    cookie: Option<String>,
+    pub cors: cors::Cors,
+}
+
+impl Auth {
+    pub fn from_config(cfg: &Config) -> anyhow::Result<Auth> {
+        let verifier = match &cfg.jwt_key {
+            Some(path) => Some(Verifier::load(path).context("loading the JWT key")?),
+            None => None,
+        };
+        Ok(Auth {
+            mode: cfg.auth,
+            verifier,
+            cookie: cfg.auth_cookie.clone(),
+            cors: cors::Cors::from_config(cfg),
+        })
+    }
+
+    /// Judges a subscribe to `channels`.
+    pub fn subscribe(&self, req: &Request<'_>, channels: &[&str]) -> Result<Grant, Refusal> {
+        if self.mode == AuthMode::Off {
+            return Ok(Grant::Anonymous);
+        }
+        match token::find(req, self.cookie.as_deref()) {
+            None if self.mode == AuthMode::Optional => Ok(Grant::Anonymous),
+            None => Err(Refusal::Unauthorized(
+                "a token is required: Authorization: Bearer, ?token=, or subprotocol c1m.token.JWT",
+            )),
+            Some(t) => self.grant(t, channels).map(Grant::Until),
+        }
+    }
+
+    /// Judges a token shown to renew a held subscription (WebSocket refresh).
+    pub fn refresh(&self, token: &str, channels: &[&str]) -> Result<u64, Refusal> {
+        self.grant(token, channels)
+    }
+
+    fn verify(&self, token: &str) -> Result<Claims, Refusal> {
+        let verifier = self.verifier.as_ref().ok_or(Refusal::Unauthorized(
+            "this server verifies no tokens (no --jwt-key)",
+        ))?;
+        verifier
+            .verify(token)
+            .map_err(|e| Refusal::Unauthorized(e.message()))
+    }
+
+    fn grant(&self, token: &str, channels: &[&str]) -> Result<u64, Refusal> {
+        let claims = self.verify(token)?;
+        let uncovered = match &claims.channels {
+            Some(g) => g.first_uncovered(channels),
+            None => channels.first().copied(),
+        };
+        match uncovered {
+            Some(ch) => Err(Refusal::Forbidden(format!(
+                "the token does not grant channel {ch}"
+            ))),
+            None => Ok(claims.exp),
+        }
+    }
+
+    /// A publisher's JWT (`publish` claim), when a key is configured and the request shows a
+    /// token (Bearer, or on a WebSocket upgrade the `c1m.token.` subprotocol). None: no JWT
+    /// to judge, so the publish key / loopback rule decides alone.
+    pub fn publish(&self, req: &Request<'_>, channels: &[&str]) -> Option<Result<(), Refusal>> {
+        self.verifier.as_ref()?;
+        let shown = token::bearer(req)
+            .filter(|t| looks_like_jwt(t))
+            .or_else(|| {
+                c1m_proto::ws::handshake::is_upgrade(req.headers.iter().copied())
+                    .then(|| token::offered_token_protocol(req))
+                    .flatten()
+                    .and_then(|p| p.strip_prefix(token::TOKEN_PROTOCOL))
+            })?;
+        Some(self.verify(shown).and_then(|claims| {
+            let uncovered = match &claims.publish {
+                Some(g) => g.first_uncovered(channels),
+                None => channels.first().copied(),
+            };
+            match uncovered {
+                Some(ch) => Err(Refusal::Forbidden(format!(
+                    "the token does not grant publishing to {ch}"
+                ))),
+                None => Ok(()),
+            }
+        }))
+    }
+}
+
+/// Three dot-separated parts: a JWS compact serialization (a publish key never is one).
+fn looks_like_jwt(t: &str) -> bool {
+    t.split('.').count() == 3
+}
+
+/// Milliseconds from now until `exp` (Unix seconds); 0 when already past.
+pub fn millis_until(exp: u64) -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    exp.saturating_mul(1000).saturating_sub(now)
+}

@@ -113,6 +113,12 @@ pub struct Config {
     /// Apply the per-IP limits to loopback peers too (exempt by default: local proxies and
     /// tests connect from there).
     pub per_ip_limit_loopback: bool,
+    // ---- TLS (issue #11) ----
+    /// PEM certificate chain (leaf first) served on the HTTP and raw TCP listeners; with
+    /// `tls_key`, turns TLS on for both. Re-read on SIGHUP (new handshakes get the new one).
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of `tls_cert` (PKCS#8, PKCS#1 or SEC1).
+    pub tls_key: Option<PathBuf>,
 }
 
 impl Config {
@@ -164,6 +170,8 @@ impl Default for Config {
             max_conns_per_ip: None,
             max_new_conns_per_ip_per_sec: None,
             per_ip_limit_loopback: false,
+            tls_cert: None,
+            tls_key: None,
         }
     }
 }
@@ -285,6 +293,17 @@ pub struct ServeArgs {
     /// Apply the per-IP limits to loopback peers too [default: loopback exempt].
     #[arg(long, env = "C1M_PER_IP_LIMIT_LOOPBACK", num_args = 0..=1, default_missing_value = "true")]
     pub per_ip_limit_loopback: Option<bool>,
+    // ---- TLS (issue #11) ----
+    /// PEM certificate chain (leaf first): TLS (rustls; ALPN http/1.1 on the HTTP port) on the
+    /// HTTP and raw TCP listeners; needs --tls-key. SIGHUP re-reads both files: new handshakes
+    /// get the new certificate, established connections stay. A plaintext client on a TLS port
+    /// gets 400 (raw TCP: ERR) and is closed; a handshake not done within --head-timeout is
+    /// closed; /status `tls` counts both [default: off].
+    #[arg(long, env = "C1M_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key for --tls-cert (PKCS#8, PKCS#1 or SEC1) [default: off].
+    #[arg(long, env = "C1M_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
 }
 
 impl ServeArgs {
@@ -331,7 +350,9 @@ impl ServeArgs {
             tcp_user_timeout,
             max_conns_per_ip,
             max_new_conns_per_ip_per_sec,
-            per_ip_limit_loopback
+            per_ip_limit_loopback,
+            tls_cert,
+            tls_key
         );
         c.normalize_off_values();
         c.validate()?;
@@ -430,7 +451,20 @@ impl Config {
         ) {
             bail!("--max-new-conns-per-ip-per-sec must be between 1 and 1000000");
         }
+        self.validate_tls()?;
         Ok(())
+    }
+}
+
+impl Config {
+    /// TLS needs both files, readable and matching (checked at start: exit 2; and on SIGHUP:
+    /// the reload is refused and the running certificate stays).
+    fn validate_tls(&self) -> anyhow::Result<()> {
+        match (&self.tls_cert, &self.tls_key) {
+            (None, None) => Ok(()),
+            (Some(cert), Some(key)) => crate::tls::load(cert, key).map(|_| ()),
+            _ => bail!("--tls-cert and --tls-key go together: give both or neither"),
+        }
     }
 }
 

@@ -7,6 +7,7 @@
 //! - `worker`: one process per SO_REUSEPORT listener, one edge-triggered loop over a slab of
 //!   small connection structs. All client traffic is here.
 //! - `ipc` / `link`: the framed Unix-socket protocol between them.
+//! - `tls`: certificate loading for `--tls-cert` (the TLS byte paths are in the worker).
 //!
 //! Must not touch: raw syscalls (they live in `c1m-sys`) or wire-format details (`c1m-proto`).
 
@@ -19,6 +20,7 @@ pub mod ipc;
 mod link;
 mod listener;
 mod master;
+mod tls;
 mod worker;
 
 pub use config::{Config, ServeArgs};
@@ -48,8 +50,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<u8> {
         .tcp_listen
         .map(|a| format!(", tcp {a}"))
         .unwrap_or_default();
+    let tls = if cfg.tls_cert.is_some() {
+        "; TLS on every listener"
+    } else {
+        ""
+    };
     println!(
-        "c1m serve: listening on http {}{tcp}; {} workers x {} connections (fd limit {})",
+        "c1m serve: listening on http {}{tcp}; {} workers x {} connections (fd limit {}){tls}",
         cfg.listen, plan.workers, plan.per_worker, limit.hard
     );
     master.run()?;

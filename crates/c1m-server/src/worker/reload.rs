@@ -13,6 +13,7 @@ impl Worker {
         match serde_json::from_str::<Config>(json) {
             Ok(cfg) => {
                 self.ws_policy = origin_policy(&cfg);
+                reload_tls(&cfg);
                 self.cfg = cfg;
             }
             Err(e) => eprintln!(
@@ -20,6 +21,24 @@ impl Worker {
                 std::process::id()
             ),
         }
+    }
+}
+
+/// Re-reads the certificate files (SIGHUP): the next handshakes use them; established
+/// connections keep their session. Unreadable files keep the running certificate.
+fn reload_tls(cfg: &Config) {
+    let (Some(cert), Some(key)) = (&cfg.tls_cert, &cfg.tls_key) else {
+        return;
+    };
+    if !super::tls_session::enabled() {
+        return; // turning TLS on needs a restart (the master keeps it off)
+    }
+    match crate::tls::load(cert, key) {
+        Ok(configs) => super::tls_session::set_configs(Some(configs)),
+        Err(e) => eprintln!(
+            "c1m worker {}: TLS certificate not reloaded, keeping the running one: {e:#}",
+            std::process::id()
+        ),
     }
 }
 

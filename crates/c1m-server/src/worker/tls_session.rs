@@ -378,7 +378,8 @@ impl Session {
         if self.peer_closed || !matches!(self.flush_outgoing(stream), Ok(true)) {
             return;
         }
-        let UnbufferedStatus { state, .. } = self.tls.process_tls_records(&mut []);
+        // The same buffer rustls has seen (see `fail`); bytes it has not finished with stay.
+        let UnbufferedStatus { state, .. } = self.tls.process_tls_records(&mut self.incoming);
         if let Ok(ConnectionState::WriteTraffic(mut traffic)) = state {
             let queued = encode_into(&mut self.outgoing, |out| {
                 traffic.queue_close_notify(out).map_err(|e| match e {
@@ -398,20 +399,28 @@ impl Session {
         if self.handshake_started.take().is_some() {
             stats.handshake_failed += 1;
         }
+        // rustls keeps its place in the buffer it was given (a half-joined handshake message):
+        // it must be handed the same bytes again, never a fresh or empty slice, or it indexes
+        // past the end (it panicked on exactly that: serve_tls's garbage-handshake case).
         for _ in 0..4 {
-            let UnbufferedStatus { state, .. } = self.tls.process_tls_records(&mut []);
-            match state {
+            let UnbufferedStatus { discard, state } =
+                self.tls.process_tls_records(&mut self.incoming);
+            let go_on = match state {
                 Ok(ConnectionState::EncodeTlsData(mut encode)) => {
-                    if encode_into(&mut self.outgoing, |out| {
+                    encode_into(&mut self.outgoing, |out| {
                         encode.encode(out).map_err(Grow::from)
                     })
-                    .is_err()
-                    {
-                        break;
-                    }
+                    .is_ok()
                 }
-                Ok(ConnectionState::TransmitTlsData(transmit)) => transmit.done(),
-                _ => break,
+                Ok(ConnectionState::TransmitTlsData(transmit)) => {
+                    transmit.done();
+                    true
+                }
+                _ => false,
+            };
+            drop(self.incoming.drain(..discard));
+            if !go_on {
+                break;
             }
         }
         let _ = self.flush_outgoing(stream);

@@ -53,6 +53,7 @@ for RUN in $RUNS; do
     OUTL=$(timeout $((SECS + 90)) python3 "$BENCH_DIR/tls-hold.py" handshakes 127.0.0.1 "$PORT" \
         "$SECS" --ca "$TMP/cert.pem" --procs "$PROCS")
     C1=$(cpu_ticks "$WORKER")
+    sleep 1   # workers push their counters every 250 ms
     S1=$(curl -ks -m 5 "https://127.0.0.1:$PORT/status" || echo '{}')
     stop_pid "$ROOT_PID"
     python3 - "$RUN" "$SECS" "$C0" "$C1" "$TICK" "$OUTL" "$S0" "$S1" >>"$TMP/results.jsonl" <<'PY'

@@ -372,3 +372,49 @@ fn large_messages_to_a_slow_tls_reader_arrive_whole_and_in_order() {
     let st = srv.status(&pki);
     assert_eq!(st["refused"]["slow_consumer"], 0, "{st}");
 }
+
+/// The memory budget, scaled down: 2000 idle TLS subscribers that have each received a 2 KB
+/// message (so every one of them encrypted and wrote) cost the worker under 4 KB apiece. A
+/// connection that kept its ciphertext, plaintext or receive buffer after use would pass it.
+#[test]
+fn idle_tls_subscribers_cost_under_4kb_each_after_use() {
+    const N: usize = 2000;
+    c1m_sys::rlimit::raise_nofile_to_hard().unwrap();
+    let pki = TestPki::new("mem");
+    let leaf = pki.leaf("server");
+    // Heartbeats and pings off: nothing but the one message touches the connections.
+    let srv = TlsServer::start(
+        &leaf,
+        &pki,
+        &["--workers", "1", "--sse-heartbeat", "0", "--ws-ping-interval", "0"],
+    );
+    let worker = srv.status(&pki)["workers"][0]["pid"].as_u64().unwrap() as u32;
+    // Warm the worker's one-off allocations (tables, first buffers) before the baseline.
+    let mut warm: Vec<_> = (0..50).map(|_| subscribe(&pki, srv.http)).collect();
+    srv.publish(&pki, "mem", &[b'x'; 2048]);
+    for s in &mut warm {
+        read_until(s, "xxxx\n");
+    }
+    drop(warm);
+    srv.wait_status(&pki, |s| s["connections"]["sse"] == 0);
+    let before = c1m_sys::mem::process_memory(worker).unwrap().pss_bytes;
+    let mut subs: Vec<_> = (0..N).map(|_| subscribe(&pki, srv.http)).collect();
+    srv.wait_status(&pki, |s| s["connections"]["sse"] == N);
+    srv.publish(&pki, "mem", &[b'y'; 2048]);
+    for s in &mut subs {
+        read_until(s, "yyyy\n");
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let after = c1m_sys::mem::process_memory(worker).unwrap().pss_bytes;
+    let per = (after.saturating_sub(before)) as usize / N;
+    eprintln!("worker PSS {before} -> {after}: {per} B per idle TLS subscriber");
+    assert!(per <= 4096, "{per} B per idle TLS subscriber (budget 4096)");
+}
+
+fn subscribe(pki: &TestPki, addr: std::net::SocketAddr) -> tls_support::TlsStream {
+    let mut s = pki.connect(addr);
+    s.write_all(b"GET /sub/mem HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n")
+        .unwrap();
+    read_until(&mut s, "200 OK");
+    s
+}

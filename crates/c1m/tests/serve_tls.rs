@@ -386,7 +386,14 @@ fn idle_tls_subscribers_cost_under_4kb_each_after_use() {
     let srv = TlsServer::start(
         &leaf,
         &pki,
-        &["--workers", "1", "--sse-heartbeat", "0", "--ws-ping-interval", "0"],
+        &[
+            "--workers",
+            "1",
+            "--sse-heartbeat",
+            "0",
+            "--ws-ping-interval",
+            "0",
+        ],
     );
     let worker = srv.status(&pki)["workers"][0]["pid"].as_u64().unwrap() as u32;
     // Warm the worker's one-off allocations (tables, first buffers) before the baseline.

@@ -81,8 +81,7 @@ fn websocket_over_tls_with_tungstenite() {
     let (mut ws, resp) = tungstenite::client::client(url.as_str(), stream).expect("ws upgrade");
     assert_eq!(resp.status(), 101);
     srv.wait_status(&pki, |s| s["connections"]["websocket"] == 1);
-    // Larger than one TLS record (16 KiB) and than one encryption step is not needed here;
-    // a few records' worth checks that framing survives record boundaries.
+    // Larger than one TLS record (16 KiB): the WebSocket frame spans three records.
     let payload = "w".repeat(40_000);
     let id = srv.publish(&pki, "room", payload.as_bytes());
     let msg = ws.read().expect("ws message");

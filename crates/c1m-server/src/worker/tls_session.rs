@@ -499,3 +499,36 @@ fn encode_into(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tls_record_types_and_plaintext_first_bytes_are_told_apart() {
+        assert!(looks_like_tls(22)); // handshake: a ClientHello
+        for b in b"GPOSUH" {
+            assert!(!looks_like_tls(*b), "{}", *b as char); // GET, POST, OPTIONS, SUB, ...
+        }
+    }
+
+    #[test]
+    fn encoder_output_grows_to_the_size_asked_and_appends() {
+        let mut out = b"ab".to_vec();
+        let mut calls = 0;
+        encode_into(&mut out, |buf| {
+            calls += 1;
+            if buf.len() < 3000 {
+                return Err(Grow::To(3000));
+            }
+            buf[..3].copy_from_slice(b"xyz");
+            Ok(3)
+        })
+        .unwrap();
+        assert_eq!((out.as_slice(), calls), (&b"abxyz"[..], 2));
+        // An encoder that asks for the room it already had fails instead of looping.
+        let err = encode_into(&mut out, |_| Err(Grow::To(1))).unwrap_err();
+        assert!(err.to_string().contains("again"), "{err}");
+        assert_eq!(out, b"abxyz");
+    }
+}

@@ -5,7 +5,8 @@ set -euo pipefail
 # (ip also builds the network namespace of serve_operations' item8_dead_peer_reaped);
 # tmux: drives `c1m top` as a terminal; python3 and gcc: bench/ helpers; chromium: the browser test;
 # haproxy: the front proxy of crates/c1m/tests/serve_smuggling_haproxy.rs (fails under CI if absent).
-# openssl: generates keys and signs RS256/ES256/EdDSA tokens for crates/c1m/tests/serve_auth.rs
+# openssl: `openssl s_client`, the raw-TCP-over-TLS client of crates/c1m/tests/serve_tls.rs
+# (curl there is the HTTPS client); it also generates keys and signs RS256/ES256/EdDSA tokens for crates/c1m/tests/serve_auth.rs
 # (with python3, through tests/auth/mint.py: an implementation independent of the server's).
 needed=(curl iproute2 util-linux procps tmux python3 gcc chromium haproxy openssl)
 missing=()

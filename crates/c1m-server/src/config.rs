@@ -147,6 +147,12 @@ pub struct Config {
     pub admin_listen: Option<SocketAddr>,
     /// With `admin_listen`: publishing moves to the admin listener too.
     pub admin_publish: bool,
+    // ---- TLS (issue #11) ----
+    /// PEM certificate chain (leaf first) served on the HTTP and raw TCP listeners; with
+    /// `tls_key`, turns TLS on for both. Re-read on SIGHUP (new handshakes get the new one).
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of `tls_cert` (PKCS#8, PKCS#1 or SEC1).
+    pub tls_key: Option<PathBuf>,
 }
 
 /// `--auth`: whether subscribers must show a token.
@@ -220,6 +226,8 @@ impl Default for Config {
             cors_origins: None,
             admin_listen: None,
             admin_publish: false,
+            tls_cert: None,
+            tls_key: None,
         }
     }
 }
@@ -388,6 +396,17 @@ pub struct ServeArgs {
     /// [default: /pub stays on --listen].
     #[arg(long, env = "C1M_ADMIN_PUBLISH", num_args = 0..=1, default_missing_value = "true")]
     pub admin_publish: Option<bool>,
+    // ---- TLS (issue #11) ----
+    /// PEM certificate chain (leaf first): TLS (rustls; ALPN http/1.1 on the HTTP port) on the
+    /// HTTP and raw TCP listeners; needs --tls-key. SIGHUP re-reads both files: new handshakes
+    /// get the new certificate, established connections stay. A plaintext client on a TLS port
+    /// gets 400 (raw TCP: ERR) and is closed; a handshake not done within --head-timeout is
+    /// closed; /status `tls` counts both [default: off].
+    #[arg(long, env = "C1M_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key for --tls-cert (PKCS#8, PKCS#1 or SEC1) [default: off].
+    #[arg(long, env = "C1M_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
 }
 
 impl ServeArgs {
@@ -443,7 +462,9 @@ impl ServeArgs {
             max_new_conns_per_ip_per_sec,
             per_ip_limit_loopback,
             log_format,
-            log_level
+            log_level,
+            tls_cert,
+            tls_key
         );
         // auth, CORS and the admin listener (issue #11)
         overlay!(
@@ -571,6 +592,9 @@ impl Config {
             problem!("--log-level {:?}: {e}", self.log_level);
         }
         self.auth_problems(&mut problems);
+        if let Err(e) = self.validate_tls() {
+            problems.push(format!("{e:#}"));
+        }
         problems
     }
 
@@ -621,6 +645,18 @@ impl Config {
             .is_some_and(|a| a == self.listen && a.port() != 0)
         {
             problem!("--admin-listen must differ from --listen");
+        }
+    }
+}
+
+impl Config {
+    /// TLS needs both files, readable and matching (checked at start: exit 2; and on SIGHUP:
+    /// the reload is refused and the running certificate stays).
+    fn validate_tls(&self) -> anyhow::Result<()> {
+        match (&self.tls_cert, &self.tls_key) {
+            (None, None) => Ok(()),
+            (Some(cert), Some(key)) => crate::tls::load(cert, key).map(|_| ()),
+            _ => bail!("--tls-cert and --tls-key go together: give both or neither"),
         }
     }
 }

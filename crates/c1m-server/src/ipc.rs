@@ -24,6 +24,59 @@ pub struct WorkerStats {
     /// WebSocket client data messages ignored (client publish off).
     pub client_ignored: u64,
     pub refused: Refused,
+    pub tls: TlsStats,
+}
+
+/// TLS handshake counters of one worker (all zero without `--tls-cert`). `/status` key `tls`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TlsStats {
+    /// Handshakes completed.
+    pub handshakes: u64,
+    /// Their summed duration (first byte accepted to handshake done), for the mean.
+    pub handshake_micros: u64,
+    /// Handshakes rustls refused (no common version or cipher, bad message); an alert was sent.
+    pub handshake_failed: u64,
+    /// Handshakes not done within `--head-timeout`: closed.
+    pub handshake_timeout: u64,
+    /// Clients that left before their handshake was done (health checks that only connect).
+    pub handshake_abandoned: u64,
+    /// Plaintext clients on a TLS port: told so (HTTP 400 / `ERR`) and closed.
+    pub plaintext_refused: u64,
+}
+
+impl TlsStats {
+    /// (status key, value) pairs in a fixed order, as sent over the link and shown in /status.
+    pub fn fields(&self) -> [(&'static str, u64); 6] {
+        [
+            ("handshakes", self.handshakes),
+            ("handshake_micros", self.handshake_micros),
+            ("handshake_failed", self.handshake_failed),
+            ("handshake_timeout", self.handshake_timeout),
+            ("handshake_abandoned", self.handshake_abandoned),
+            ("plaintext_refused", self.plaintext_refused),
+        ]
+    }
+
+    fn from_values(v: [u64; 6]) -> TlsStats {
+        let [handshakes, handshake_micros, handshake_failed, handshake_timeout, handshake_abandoned, plaintext_refused] =
+            v;
+        TlsStats {
+            handshakes,
+            handshake_micros,
+            handshake_failed,
+            handshake_timeout,
+            handshake_abandoned,
+            plaintext_refused,
+        }
+    }
+
+    pub fn add(&mut self, other: &TlsStats) {
+        let mut v = self.fields().map(|(_, v)| v);
+        for (slot, (_, x)) in v.iter_mut().zip(other.fields()) {
+            *slot += x;
+        }
+        *self = TlsStats::from_values(v);
+    }
 }
 
 /// Connections refused or closed for cause, by cause. The names are the `/status` keys.
@@ -332,6 +385,9 @@ impl ToMaster {
                 for (_, v) in s.refused.fields() {
                     w.u64(v);
                 }
+                for (_, v) in s.tls.fields() {
+                    w.u64(v);
+                }
                 w.finish()
             }
             ToMaster::StatusQuery { req, metrics } => {
@@ -373,6 +429,10 @@ impl ToMaster {
                 for slot in &mut refused {
                     *slot = r.u64()?;
                 }
+                let mut tls = [0u64; 6];
+                for slot in &mut tls {
+                    *slot = r.u64()?;
+                }
                 ToMaster::Stats(WorkerStats {
                     pid,
                     conns_sse: v[0],
@@ -384,6 +444,7 @@ impl ToMaster {
                     dropped: v[6],
                     client_ignored: v[7],
                     refused: Refused::from_values(refused),
+                    tls: TlsStats::from_values(tls),
                 })
             }
             5 => ToMaster::StatusQuery {
@@ -549,6 +610,11 @@ pub fn examples() -> (Vec<ToMaster>, Vec<ToWorker>) {
             delivered: 8,
             refused: Refused {
                 forbidden: 2,
+                ..Default::default()
+            },
+            tls: TlsStats {
+                handshakes: 5,
+                plaintext_refused: 1,
                 ..Default::default()
             },
             ..Default::default()

@@ -7,6 +7,7 @@
 //! - `worker`: one process per SO_REUSEPORT listener, one edge-triggered loop over a slab of
 //!   small connection structs. All client traffic is here.
 //! - `ipc` / `link`: the framed Unix-socket protocol between them.
+//! - `tls`: certificate loading for `--tls-cert` (the TLS byte paths are in the worker).
 //!
 //! Must not touch: raw syscalls (they live in `c1m-sys`) or wire-format details (`c1m-proto`).
 
@@ -22,6 +23,7 @@ mod link;
 mod listener;
 mod log;
 mod master;
+mod tls;
 mod worker;
 
 pub use config::{Config, ServeArgs};
@@ -76,13 +78,19 @@ pub fn run(args: ServeArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Resul
         .tcp_listen
         .map(|a| format!(", tcp {a}"))
         .unwrap_or_default();
+    let tls = if cfg.tls_cert.is_some() {
+        "; TLS on http and tcp"
+    } else {
+        ""
+    };
+
     // The admin address goes last, after the fields tools already parse.
     let admin = cfg
         .admin_listen
         .map(|a| format!("; admin http {a}"))
         .unwrap_or_default();
     println!(
-        "c1m serve: listening on http {}{tcp}; {} workers x {} connections (fd limit {}){admin}",
+        "c1m serve: listening on http {}{tcp}; {} workers x {} connections (fd limit {}){tls}{admin}",
         cfg.listen, plan.workers, plan.per_worker, limit.hard
     );
     tracing::info!(

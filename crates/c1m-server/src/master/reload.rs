@@ -47,11 +47,15 @@ pub fn merge(current: &Config, new: &Config) -> anyhow::Result<(Config, Vec<Stri
         anyhow::bail!("configuration is not a JSON object");
     };
     let (mut live, mut restart) = (Vec::new(), Vec::new());
+    // TLS on or off changes what the listeners speak: that needs a restart. New files for a
+    // TLS server apply live (new handshakes use them).
+    let tls_switched = current.tls_cert.is_some() != new.tls_cert.is_some();
     for (key, value) in wanted {
         if merged.get(&key) == Some(&value) {
             continue;
         }
-        if RESTART_KEYS.contains(&key.as_str()) {
+        let tls_key = key == "tls_cert" || key == "tls_key";
+        if RESTART_KEYS.contains(&key.as_str()) || (tls_key && tls_switched) {
             restart.push(key);
         } else {
             merged.insert(key.clone(), value);
@@ -92,7 +96,10 @@ impl Master {
         if !restart.is_empty() {
             tracing::warn!(keys = %restart.join(", "), "SIGHUP: changed but needs a restart (kept)");
         }
-        if live.is_empty() {
+        // The certificate files may have new contents under the same names (renewal): with
+        // TLS on, every SIGHUP makes the workers re-read them (merge checked that they load).
+        let tls_reload = merged.tls_cert.is_some();
+        if live.is_empty() && !tls_reload {
             tracing::info!("SIGHUP: configuration re-read; nothing to change live");
             return;
         }
@@ -100,7 +107,11 @@ impl Master {
             tracing::error!(error = %format!("{e:#}"), "SIGHUP: configuration rejected, keeping the running one");
             return;
         }
-        tracing::info!(keys = %live.join(", "), "SIGHUP: applied");
+        if live.is_empty() {
+            tracing::info!("SIGHUP: TLS certificate re-read");
+        } else {
+            tracing::info!(keys = %live.join(", "), "SIGHUP: applied");
+        }
         self.hub.set_limits(
             merged.history_size,
             merged.history_age,

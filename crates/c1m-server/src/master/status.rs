@@ -7,6 +7,7 @@
 use super::Master;
 use crate::hub::Hub;
 use crate::ipc::Refused;
+use crate::ipc::TlsStats;
 use crate::ipc::WorkerStats;
 use c1m_sys::mem::ProcessMemory;
 use serde_json::json;
@@ -36,6 +37,7 @@ pub struct Report {
     channels: usize,
     publish_refused: u64,
     history_bytes: usize,
+    tls: Option<TlsStats>,
 }
 
 impl Report {
@@ -60,6 +62,7 @@ impl Report {
             channels: m.hub.channel_count(),
             publish_refused: m.publish_refused,
             history_bytes: m.hub.history_bytes(),
+            tls: m.cfg.tls_cert.is_some().then(TlsStats::default),
         };
         for (i, slot) in m.slots.iter().enumerate() {
             let s = &slot.stats;
@@ -82,6 +85,10 @@ impl Report {
             r.dropped += old.dropped;
             r.client_ignored += old.client_ignored;
             r.refused.add(&old.refused);
+            if let Some(tls) = &mut r.tls {
+                tls.add(&s.tls);
+                tls.add(&old.tls);
+            }
         }
         let pids = r.workers.iter().map(|w| w.1).filter(|&p| p != 0).collect();
         (r.memory, r.processes) = m.memory.latest(pids);
@@ -90,6 +97,25 @@ impl Report {
 
     fn total(&self) -> u64 {
         self.sse + self.ws + self.longpoll + self.tcp + self.other
+    }
+
+    /// `/status` `tls`: the counters and the mean handshake time; null when TLS is off.
+    fn tls_json(&self) -> serde_json::Value {
+        let Some(tls) = &self.tls else {
+            return serde_json::Value::Null;
+        };
+        let mut map: serde_json::Map<String, serde_json::Value> = tls
+            .fields()
+            .iter()
+            .filter(|(k, _)| *k != "handshake_micros")
+            .map(|(k, v)| (k.to_string(), json!(v)))
+            .collect();
+        let mean_us = tls
+            .handshake_micros
+            .checked_div(tls.handshakes)
+            .unwrap_or(0);
+        map.insert("handshake_mean_us".into(), json!(mean_us));
+        serde_json::Value::Object(map)
     }
 
     pub fn json(&self) -> String {
@@ -122,6 +148,7 @@ impl Report {
             "refused": refused,
             "worker_restarts": self.restarts,
             "channels": self.channels,
+            "tls": self.tls_json(),
         })
         .to_string()
     }
@@ -213,6 +240,31 @@ impl Report {
             "Channels with history.",
             &[("", self.channels as u64)],
         );
+        if let Some(tls) = &self.tls {
+            metric(
+                "tls_handshakes_total",
+                "counter",
+                "TLS handshakes by outcome.",
+                &[
+                    ("{result=\"done\"}", tls.handshakes),
+                    ("{result=\"failed\"}", tls.handshake_failed),
+                    ("{result=\"timeout\"}", tls.handshake_timeout),
+                    ("{result=\"abandoned\"}", tls.handshake_abandoned),
+                    ("{result=\"plaintext\"}", tls.plaintext_refused),
+                ],
+            );
+            metric(
+                "tls_handshake_seconds_total",
+                "counter",
+                "Time spent in completed TLS handshakes (first byte to done), summed.",
+                &[],
+            );
+            let _ = writeln!(
+                out,
+                "c1m_tls_handshake_seconds_total {:.6}",
+                tls.handshake_micros as f64 / 1e6
+            );
+        }
         out
     }
 }
@@ -234,4 +286,5 @@ pub fn retire(retired: &mut WorkerStats, last: &WorkerStats) {
     retired.dropped += last.dropped;
     retired.client_ignored += last.client_ignored;
     retired.refused.add(&last.refused);
+    retired.tls.add(&last.tls);
 }

@@ -1,11 +1,13 @@
 //! One client connection: a small struct in the worker's slab. An idle subscriber owns no
 //! buffer: `inbuf` exists only while a request head or command line is half-read, and `out`
 //! only while the socket refuses writes (uWebSockets' cork habit). Queued data is shared
-//! (`Rc`) with every other subscriber of the same message.
+//! (`Rc`) with every other subscriber of the same message. On a TLS connection the byte paths
+//! go through `tls_session` (which keeps that connection's TLS state beside, not in, `Conn`).
 
+use super::tls_session;
 use mio::net::TcpStream;
 use std::collections::VecDeque;
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::rc::Rc;
 
 /// What a connection is doing now.
@@ -225,8 +227,10 @@ impl Conn {
             return Sent::Done;
         }
         match write_some(&mut self.stream, data) {
-            Ok(n) if n == data.len() => Sent::Done,
+            Ok(n) if n == data.len() && !tls_session::owes_bytes(&self.stream) => Sent::Done,
             Ok(n) => {
+                // The rest waits for writability; so does TLS ciphertext the socket refused
+                // (then the queue holds a fully taken chunk until the ciphertext is out).
                 let mut q = Box::<OutQueue>::default();
                 q.bytes = data.len() - n;
                 q.chunks.push_back((data.clone(), n));
@@ -241,7 +245,9 @@ impl Conn {
     pub fn send_owned(&mut self, data: Vec<u8>, max_unsent: usize) -> Sent {
         if self.out.is_none() {
             match write_some(&mut self.stream, &data) {
-                Ok(n) if n == data.len() => return Sent::Done,
+                Ok(n) if n == data.len() && !tls_session::owes_bytes(&self.stream) => {
+                    return Sent::Done
+                }
                 Ok(n) => return self.send_shared(&Rc::from(&data[n..]), max_unsent),
                 Err(_) => return Sent::Failed,
             }
@@ -263,15 +269,40 @@ impl Conn {
             }
             q.chunks.pop_front();
         }
+        if tls_session::flush(&mut self.stream).transpose()? == Some(false) {
+            return Ok(false);
+        }
         self.out = None;
         Ok(true)
+    }
+
+    /// Reads what the peer sent (decrypted on a TLS connection): `Read::read`'s contract.
+    pub fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match tls_session::read(&mut self.stream, buf) {
+            Some(result) => result,
+            None => self.stream.read(buf),
+        }
     }
 }
 
 /// Writes until done or WouldBlock; returns bytes written. Errors other than WouldBlock and
-/// Interrupted mean the connection is gone.
+/// Interrupted mean the connection is gone. On a TLS connection: plaintext bytes taken
+/// (encrypted and written, or encrypted and owed: see `tls_session::owes_bytes`).
 fn write_some(stream: &mut TcpStream, data: &[u8]) -> io::Result<usize> {
     let mut done = 0;
+    if tls_session::enabled_for(stream) {
+        while done < data.len() {
+            match tls_session::write(stream, &data[done..]) {
+                Some(Ok(0)) | None => break,
+                Some(Ok(n)) => done += n,
+                Some(Err(e)) => return Err(e),
+            }
+            if tls_session::owes_bytes(stream) {
+                break;
+            }
+        }
+        return Ok(done);
+    }
     while done < data.len() {
         match stream.write(&data[done..]) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),

@@ -6,7 +6,7 @@
 //! lists), `timers` (the wheel), `message` (encode-once messages), `requests` (HTTP and line
 //! protocol input), `streams` (subscribe, join, fan-out, long-poll answers), `ip_limits`
 //! (per-source-address admission), `edge` (JWT auth, token expiry and refresh, CORS, the
-//! admin listener).
+//! admin listener), `tls_session` (TLS handshake and record layer).
 
 mod channels;
 mod conn;
@@ -21,6 +21,7 @@ mod requests;
 mod shutdown;
 mod streams;
 mod timers;
+mod tls_session;
 mod websocket;
 
 use crate::config::Config;
@@ -178,6 +179,9 @@ impl Worker {
         };
         let ws_policy = reload::origin_policy(&cfg);
         let auth = crate::auth::Auth::from_config(&cfg)?;
+        if let (Some(cert), Some(key)) = (&cfg.tls_cert, &cfg.tls_key) {
+            tls_session::set_configs(Some(crate::tls::load(cert, key)?));
+        }
         Ok(Worker {
             admin_listener: admin,
             auth,
@@ -354,7 +358,10 @@ impl Worker {
             } else {
                 b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 26\r\nConnection: close\r\n\r\nserver at max connections\n"
             };
-            let _ = io::Write::write(&mut stream, msg);
+            // A TLS client would take plaintext for a broken record: it is only closed.
+            if !tls_session::enabled() {
+                let _ = io::Write::write(&mut stream, msg);
+            }
             return;
         }
         let ip_slot = match self.ip_limits.as_ref().map(|l| l.admit(peer.ip())) {
@@ -365,6 +372,9 @@ impl Worker {
                 match refusal {
                     ip_limits::Refusal::Conns => r.per_ip_conns += 1,
                     ip_limits::Refusal::Rate { .. } => r.per_ip_rate += 1,
+                }
+                if tls_session::enabled() {
+                    return; // closed: a plaintext answer means nothing to a TLS client
                 }
                 return refuse_at_accept(stream, &refusal.response(raw_tcp));
             }
@@ -405,8 +415,19 @@ impl Worker {
             }
             return;
         }
+        if let Err(e) = tls_session::begin(&conn.stream, raw_tcp) {
+            if let Some(held_back) = self.socket_errors.allow(Instant::now()) {
+                tracing::warn!(error = %e, held_back, "starting a TLS session failed");
+            }
+            let _ = self.poll.registry().deregister(&mut conn.stream);
+            if let Some(limits) = &self.ip_limits {
+                limits.release(ip_slot);
+            }
+            return;
+        }
         let idx = entry.key();
         entry.insert(conn);
+        // On a TLS port this also bounds the handshake.
         self.arm_head_timer(idx);
     }
 
@@ -425,6 +446,13 @@ impl Worker {
         let Some((idx, conn)) = self.conn_mut(token) else {
             return;
         };
+        if writable && conn.out.is_none() {
+            // TLS handshake bytes the socket refused earlier.
+            if let Some(Err(e)) = tls_session::flush(&mut conn.stream) {
+                self.count_lost_peer(&e);
+                return self.close(idx);
+            }
+        }
         if writable && conn.out.is_some() {
             match conn.flush() {
                 Ok(true) if conn.kind == Kind::Closing => return self.close(idx),
@@ -481,7 +509,7 @@ impl Worker {
             let Some(conn) = self.conns.get_mut(idx) else {
                 break;
             };
-            match conn.stream.read(&mut chunk) {
+            match conn.read(&mut chunk) {
                 Ok(0) => {
                     eof = true;
                     break;
@@ -549,6 +577,7 @@ impl Worker {
             self.leave_channel(chan, pos);
         }
         let _ = self.poll.registry().deregister(&mut conn.stream);
+        tls_session::end(&mut conn.stream);
         if let Some(limits) = &self.ip_limits {
             limits.release(conn.ip_slot);
         }
@@ -600,6 +629,9 @@ impl Worker {
         match kind {
             Kind::Http | Kind::TcpCommand => {
                 let started = conn.inbuf.is_some();
+                if tls_session::count_handshake_timeout(&conn.stream) {
+                    return self.close(idx);
+                }
                 if !started {
                     // Nothing of a request arrived: close quietly. An unsolicited 408 on an idle
                     // keep-alive connection would be read as the answer to the client's next
@@ -724,6 +756,7 @@ impl Worker {
         s.dropped = self.counters.dropped;
         s.client_ignored = self.counters.client_ignored;
         s.refused = self.counters.refused;
+        s.tls = tls_session::stats();
         self.send_to_master(ToMaster::Stats(s));
         Ok(())
     }

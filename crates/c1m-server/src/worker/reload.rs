@@ -22,6 +22,7 @@ impl Worker {
                     ),
                 }
                 self.ws_policy = origin_policy(&cfg);
+                reload_tls(&cfg);
                 self.cfg = cfg;
             }
             Err(e) => tracing::error!(
@@ -29,6 +30,24 @@ impl Worker {
                 "new configuration unreadable, keeping the old one"
             ),
         }
+    }
+}
+
+/// Re-reads the certificate files (SIGHUP): the next handshakes use them; established
+/// connections keep their session. Unreadable files keep the running certificate.
+fn reload_tls(cfg: &Config) {
+    let (Some(cert), Some(key)) = (&cfg.tls_cert, &cfg.tls_key) else {
+        return;
+    };
+    if !super::tls_session::enabled() {
+        return; // turning TLS on needs a restart (the master keeps it off)
+    }
+    match crate::tls::load(cert, key) {
+        Ok(configs) => super::tls_session::set_configs(Some(configs)),
+        Err(e) => tracing::error!(
+            error = %format!("{e:#}"),
+            "TLS certificate not reloaded, keeping the running one"
+        ),
     }
 }
 

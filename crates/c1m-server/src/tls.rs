@@ -1,0 +1,80 @@
+//! TLS set-up (`--tls-cert`, `--tls-key`): reads the PEM files and builds the rustls server
+//! configurations the workers hand to each new connection. The master calls [`load`] at start
+//! and on SIGHUP to check the files (a bad file is a start-up error, or a refused reload); each
+//! worker calls it again to take the new certificate for its next handshakes, while connections
+//! already established keep the keys they negotiated. The byte paths (handshake, encryption)
+//! live in `worker::tls_session`.
+//!
+//! rustls with the `ring` provider: a well-kept, memory-safe TLS stack whose unbuffered API lets
+//! the worker own every buffer (and drop it while a connection is idle), which OpenSSL's or
+//! rustls' own buffered connection would keep allocated per connection.
+
+use anyhow::{bail, Context};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::ServerConfig;
+use std::path::Path;
+use std::sync::Arc;
+
+/// ALPN protocol offered on the HTTP listener (SSE, WebSocket and long-poll all ride HTTP/1.1).
+pub const ALPN_HTTP1: &[u8] = b"http/1.1";
+
+/// The two listeners' TLS configurations: the same certificate, ALPN `http/1.1` on the HTTP
+/// listener and no ALPN on the raw TCP line-protocol listener (it speaks no HTTP).
+#[derive(Clone)]
+pub struct Configs {
+    pub http: Arc<ServerConfig>,
+    pub tcp: Arc<ServerConfig>,
+}
+
+/// Reads and checks the certificate chain and private key, and builds both configurations.
+/// Errors name the file and what is wrong with it.
+pub fn load(cert: &Path, key: &Path) -> anyhow::Result<Configs> {
+    let chain = CertificateDer::pem_file_iter(cert)
+        .map_err(|e| anyhow::anyhow!("{e}"))
+        .with_context(|| {
+            format!(
+                "--tls-cert {}: cannot read PEM certificates",
+                cert.display()
+            )
+        })?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| anyhow::anyhow!("{e}"))
+        .with_context(|| format!("--tls-cert {}: malformed PEM", cert.display()))?;
+    if chain.is_empty() {
+        bail!(
+            "--tls-cert {}: no CERTIFICATE block found (expected a PEM certificate chain, leaf \
+             first)",
+            cert.display()
+        );
+    }
+    let private = PrivateKeyDer::from_pem_file(key)
+        .map_err(|e| anyhow::anyhow!("{e}"))
+        .with_context(|| {
+            format!(
+                "--tls-key {}: no usable PEM private key (PKCS#8, PKCS#1 or SEC1)",
+                key.display()
+            )
+        })?;
+    let build = |alpn: Option<&[u8]>| -> anyhow::Result<Arc<ServerConfig>> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut config = ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .context("TLS protocol versions")?
+            .with_no_client_auth()
+            .with_single_cert(chain.clone(), private.clone_key())
+            .with_context(|| {
+                format!(
+                    "--tls-cert {} with --tls-key {}: certificate and key are not a usable pair",
+                    cert.display(),
+                    key.display()
+                )
+            })?;
+        config.alpn_protocols = alpn.into_iter().map(<[u8]>::to_vec).collect();
+        Ok(Arc::new(config))
+    };
+    Ok(Configs {
+        http: build(Some(ALPN_HTTP1))?,
+        tcp: build(None)?,
+    })
+}

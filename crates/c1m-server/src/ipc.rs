@@ -211,7 +211,8 @@ pub enum ToMaster {
     Leave {
         channel: String,
     },
-    Stats(WorkerStats),
+    /// Boxed: the figures are several times larger than any other message.
+    Stats(Box<WorkerStats>),
     StatusQuery {
         req: u64,
         metrics: bool,
@@ -433,7 +434,7 @@ impl ToMaster {
                 for slot in &mut tls {
                     *slot = r.u64()?;
                 }
-                ToMaster::Stats(WorkerStats {
+                ToMaster::Stats(Box::new(WorkerStats {
                     pid,
                     conns_sse: v[0],
                     conns_ws: v[1],
@@ -445,7 +446,7 @@ impl ToMaster {
                     client_ignored: v[7],
                     refused: Refused::from_values(refused),
                     tls: TlsStats::from_values(tls),
-                })
+                }))
             }
             5 => ToMaster::StatusQuery {
                 req: r.u64()?,
@@ -604,7 +605,7 @@ pub fn examples() -> (Vec<ToMaster>, Vec<ToWorker>) {
         ToMaster::Leave {
             channel: "a".into(),
         },
-        ToMaster::Stats(WorkerStats {
+        ToMaster::Stats(Box::new(WorkerStats {
             pid: 4,
             conns_sse: 3,
             delivered: 8,
@@ -618,7 +619,7 @@ pub fn examples() -> (Vec<ToMaster>, Vec<ToWorker>) {
                 ..Default::default()
             },
             ..Default::default()
-        }),
+        })),
         ToMaster::StatusQuery {
             req: 3,
             metrics: true,

@@ -403,7 +403,7 @@ impl Master {
             }
             ToMaster::Leave { channel } => self.drop_interest(i, Some(&channel)),
             ToMaster::Stats(stats) => {
-                self.slots[i].stats = stats;
+                self.slots[i].stats = *stats;
                 self.slots[i].reported_at = Instant::now();
             }
             ToMaster::StatusQuery { req, metrics } => {

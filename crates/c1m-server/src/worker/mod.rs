@@ -757,7 +757,7 @@ impl Worker {
         s.client_ignored = self.counters.client_ignored;
         s.refused = self.counters.refused;
         s.tls = tls_session::stats();
-        self.send_to_master(ToMaster::Stats(s));
+        self.send_to_master(ToMaster::Stats(Box::new(s)));
         Ok(())
     }
 

@@ -5,7 +5,10 @@ set -euo pipefail
 # (ip also builds the network namespace of serve_operations' item8_dead_peer_reaped);
 # tmux: drives `c1m top` as a terminal; python3 and gcc: bench/ helpers; chromium: the browser test;
 # haproxy: the front proxy of crates/c1m/tests/serve_smuggling_haproxy.rs (fails under CI if absent).
-needed=(curl iproute2 util-linux procps tmux python3 gcc chromium haproxy)
+# systemd (systemd-analyze verify), dpkg-dev (cargo-deb's dpkg-shlibdeps): the packaging tests of
+# crates/c1m/tests/serve_packaging.rs; nodejs (node 20 + npm): clients/js unit tests and build,
+# whose output crates/c1m/tests/serve_js_client.rs loads into chromium.
+needed=(curl iproute2 util-linux procps tmux python3 gcc chromium haproxy systemd dpkg-dev nodejs)
 missing=()
 for pkg in "${needed[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
@@ -15,3 +18,8 @@ if ((${#missing[@]})); then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+
+# cargo-deb builds the .deb that crates/c1m/tests/serve_packaging.rs installs and removes.
+# Installed once per machine (skipped when present, like cargo-fuzz in scripts/fuzz.sh);
+# measured: 11m37s wall on the shared 2-core dev box while a release build ran beside it.
+command -v cargo-deb >/dev/null || cargo install cargo-deb --locked

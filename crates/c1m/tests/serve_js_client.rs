@@ -29,7 +29,7 @@ const params = new URLSearchParams(location.search);
 const server = params.get("server");
 const want = Number(params.get("want"));
 const results = {};
-const report = (body) => fetch(server + "/pub/e2e-report", { method: "POST", body });
+const report = (body) => fetch(server + "/pub/e2e-report", { method: "POST", body }).catch(() => {});
 function progress() {
   const counts = ["sse", "websocket"].map((t) => results[t].messages.length);
   report(counts.join(","));

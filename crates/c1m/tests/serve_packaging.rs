@@ -118,7 +118,7 @@ fn deb_installs_runs_and_removes() {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     // --no-build: the release binary this test run was built with (target/release/c1m).
     let out = Command::new(cargo)
-        .args(["deb", "-p", "c1m", "--no-build", "--output"])
+        .args(["deb", "-p", "c1m", "--no-build", "--fast", "--output"])
         .arg(&out_dir.0)
         .current_dir(repo())
         .output()

@@ -2,6 +2,7 @@
 //! outside any git checkout (a source tarball) says "unknown" instead of failing.
 
 #[path = "../build_support/git_commit.rs"]
+#[allow(dead_code)] // OVERRIDE_ENV is build.rs's
 mod git_commit;
 
 use std::path::Path;

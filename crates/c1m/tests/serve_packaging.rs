@@ -146,6 +146,17 @@ fn deb_installs_runs_and_removes() {
         );
     }
 
+    // cargo-deb's systemd snippets: daemon-reload on install, stop before removal.
+    let info = Command::new("dpkg-deb")
+        .arg("-I")
+        .arg(&deb)
+        .output()
+        .unwrap();
+    let info = String::from_utf8_lossy(&info.stdout);
+    for script in ["postinst", "prerm", "postrm"] {
+        assert!(info.contains(script), "no {script} in the package:\n{info}");
+    }
+
     let _installed = Installed;
     let out = Command::new("dpkg").arg("-i").arg(&deb).output().unwrap();
     assert!(

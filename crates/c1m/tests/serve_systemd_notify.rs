@@ -107,3 +107,29 @@ fn workers_do_not_inherit_notify_socket() {
         assert!(!has, "worker {pid} inherited NOTIFY_SOCKET");
     }
 }
+
+#[test]
+fn abstract_notify_socket_gets_ready() {
+    // systemd may hand out an abstract socket (`@name`), e.g. in containers.
+    use std::os::linux::net::SocketAddrExt;
+    let name = format!("c1m-notify-test-{}", std::process::id());
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+    let socket = UnixDatagram::bind_addr(&addr).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut cmd = c1m();
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--workers", "1"])
+        .env("NOTIFY_SOCKET", format!("@{name}"))
+        .env_remove("WATCHDOG_USEC")
+        .stdin(Stdio::null());
+    let _server = Server::spawn(cmd);
+    let ready = recv(&socket);
+    assert!(ready.starts_with("READY=1\n"), "{ready:?}");
+    // No watchdog configured: no pings follow.
+    socket
+        .set_read_timeout(Some(Duration::from_millis(600)))
+        .unwrap();
+    let mut buf = [0u8; 64];
+    assert!(socket.recv(&mut buf).is_err(), "unexpected notification");
+}

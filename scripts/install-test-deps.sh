@@ -21,5 +21,6 @@ fi
 
 # cargo-deb builds the .deb that crates/c1m/tests/serve_packaging.rs installs and removes.
 # Installed once per machine (skipped when present, like cargo-fuzz in scripts/fuzz.sh);
-# measured: 11m37s wall on the shared 2-core dev box while a release build ran beside it.
+# measured: 11m05s to compile its 69 crates on the shared 2-core dev box (load average ~27:
+# five engineers building); not measured on an idle box. The packaging tests then take ~7 s.
 command -v cargo-deb >/dev/null || cargo install cargo-deb --locked

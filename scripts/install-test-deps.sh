@@ -8,7 +8,10 @@ set -euo pipefail
 # openssl: `openssl s_client`, the raw-TCP-over-TLS client of crates/c1m/tests/serve_tls.rs
 # (curl there is the HTTPS client); it also generates keys and signs RS256/ES256/EdDSA tokens for crates/c1m/tests/serve_auth.rs
 # (with python3, through tests/auth/mint.py: an implementation independent of the server's).
-needed=(curl iproute2 util-linux procps tmux python3 gcc chromium haproxy openssl)
+# systemd (systemd-analyze verify), dpkg-dev (cargo-deb's dpkg-shlibdeps): the packaging tests of
+# crates/c1m/tests/serve_packaging.rs; nodejs (node 20 + npm): clients/js unit tests and build,
+# whose output crates/c1m/tests/serve_js_client.rs loads into chromium.
+needed=(curl iproute2 util-linux procps tmux python3 gcc chromium haproxy openssl systemd dpkg-dev nodejs)
 missing=()
 for pkg in "${needed[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
@@ -18,3 +21,13 @@ if ((${#missing[@]})); then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+# Debian's own nodejs comes without npm (nodesource's includes it): add Debian's npm then.
+if ! command -v npm >/dev/null; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null
+fi
+
+# cargo-deb builds the .deb that crates/c1m/tests/serve_packaging.rs installs and removes.
+# Installed once per machine (skipped when present, like cargo-fuzz in scripts/fuzz.sh);
+# measured: 11m05s to compile its 69 crates on the shared 2-core dev box (load average ~27:
+# five engineers building); not measured on an idle box. The packaging tests then take ~7 s.
+command -v cargo-deb >/dev/null || cargo install cargo-deb --locked

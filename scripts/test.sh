@@ -6,6 +6,10 @@ cd "$(dirname "$0")/.."
 
 bash scripts/install-test-deps.sh
 
+# The JavaScript client: exact dependencies from package-lock.json, typecheck + build (tsc),
+# unit tests (node --test); its dist/ is what the browser test serve_js_client.rs loads.
+(cd clients/js && npm ci --no-audit --no-fund --loglevel=error && npm test)
+
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --release -- -D warnings
 cargo test --workspace --release -- --test-threads=2

@@ -6,10 +6,19 @@
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::process::ExitCode;
 
+/// `c1m --version`: the crate version and the git commit it was built from ("unknown" when
+/// built outside a git checkout; see build.rs).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("C1M_GIT_COMMIT"),
+    ")"
+);
+
 #[derive(Parser)]
 #[command(
     name = "c1m",
-    version,
+    version = VERSION,
     about = "Hold a million long-lived connections on one Linux box and prove it."
 )]
 struct Cli {

@@ -6,6 +6,7 @@
 
 mod memory;
 mod reload;
+mod sd_notify;
 mod status;
 
 use crate::config::{Config, Workers};
@@ -83,6 +84,9 @@ struct Slot {
     reported_at: Instant,
     restarts: u64,
     restart_at: Option<Instant>,
+    /// This worker process has reported since it was spawned, so its listeners are bound
+    /// (it reports from its loop, which starts after binding): it takes connections.
+    listening: bool,
 }
 
 pub struct Master {
@@ -105,6 +109,10 @@ pub struct Master {
     reload_source: Option<crate::config::ServeArgs>,
     /// The per-IP limit table shared with the workers (made on first spawn when limits are on).
     ip_table: Option<crate::ip_table::IpTable>,
+    /// systemd readiness and watchdog (`Type=notify`), when run by systemd.
+    notifier: Option<sd_notify::Notifier>,
+    /// READY=1 went out (once: a restarted worker does not make the service "start" again).
+    ready_sent: bool,
 }
 
 impl Master {
@@ -126,6 +134,8 @@ impl Master {
             memory: memory::Sampler::start()?,
             reload_source: None,
             ip_table: None,
+            notifier: sd_notify::Notifier::from_env()?,
+            ready_sent: false,
         };
         for i in 0..plan.workers {
             master.slots.push(Slot {
@@ -137,6 +147,7 @@ impl Master {
                 reported_at: Instant::now(),
                 restarts: 0,
                 restart_at: None,
+                listening: false,
             });
             master
                 .spawn(i)
@@ -155,6 +166,9 @@ impl Master {
             // held is gone: its column is cleared before the replacement can count again.
             table.clear_worker(i);
             command.env(worker::ENV_IP_TABLE, table.env_value());
+        }
+        for var in sd_notify::ENV_VARS {
+            command.env_remove(var);
         }
         let child = command
             .arg("__serve-worker")
@@ -185,6 +199,7 @@ impl Master {
         slot.link = Some(link);
         slot.reading_paused = false;
         slot.restart_at = None;
+        slot.listening = false;
         Ok(())
     }
 
@@ -236,6 +251,7 @@ impl Master {
             }
             self.resume_paused_reads();
             let now = Instant::now();
+            self.notify_systemd(now);
             if now >= next_expire {
                 self.hub.expire(now);
                 next_expire = now + Duration::from_secs(1);
@@ -405,6 +421,7 @@ impl Master {
             ToMaster::Stats(stats) => {
                 self.slots[i].stats = *stats;
                 self.slots[i].reported_at = Instant::now();
+                self.slots[i].listening = true;
             }
             ToMaster::StatusQuery { req, metrics } => {
                 let report = status::Report::gather(self);
@@ -432,6 +449,25 @@ impl Master {
                 ws.retain(|&w| w != worker);
                 !ws.is_empty()
             }),
+        }
+    }
+
+    /// READY=1 once every worker listens (first time only), and the watchdog ping when due.
+    fn notify_systemd(&mut self, now: Instant) {
+        let Some(notifier) = &mut self.notifier else {
+            return;
+        };
+        notifier.tick(now);
+        if !self.ready_sent
+            && self.shutdown_deadline.is_none()
+            && self.slots.iter().all(|s| s.listening)
+        {
+            let status = format!(
+                "listening on {}, {} workers",
+                self.cfg.listen, self.plan.workers
+            );
+            notifier.ready(&status, now);
+            self.ready_sent = true;
         }
     }
 
@@ -475,6 +511,9 @@ impl Master {
             return;
         }
         tracing::info!(grace = ?self.cfg.grace, "shutting down");
+        if let Some(n) = &self.notifier {
+            n.send("STOPPING=1\nSTATUS=draining");
+        }
         self.shutdown_deadline = Some(Instant::now() + self.cfg.grace + Duration::from_secs(1));
         for i in 0..self.slots.len() {
             self.send(i, ToWorker::Shutdown.encode());

@@ -130,7 +130,7 @@ pub fn json_report(run: &Run) -> serde_json::Value {
         "command": run.command,
         "target": {
             "url": run.args.url,
-            "proto": run.args.proto.name(),
+            "proto": run.args.proto().name(),
             "destination": run.dst.to_string(),
             "channels": run.args.channels,
         },
@@ -204,7 +204,7 @@ pub fn text_summary(run: &Run) -> String {
     let mut s = String::new();
     s.push_str(&format!(
         "c1m bench · {} {} · {} connections · {} workers · {} source address(es)\n",
-        run.args.proto.name(),
+        run.args.proto().name(),
         run.args.url,
         thousands(run.args.conns),
         run.workers,
@@ -241,7 +241,7 @@ pub fn text_summary(run: &Run) -> String {
     }
     s.push_str(&pct_line("connect", &percentiles(&run.connect_h)));
     s.push('\n');
-    if run.args.proto != crate::proto::Proto::Connect {
+    if run.args.proto() != crate::proto::Proto::Connect {
         s.push_str(&pct_line("subscribe", &percentiles(&run.subscribe_h)));
         s.push('\n');
     }
@@ -256,7 +256,7 @@ pub fn text_summary(run: &Run) -> String {
         s.push('\n');
         let d = &t.delivery;
         s.push_str(&format!(
-            "delivered  {} of {} expected · missing {} · duplicates {} · reordered {} · server gaps {} · wrong channel {} · foreign {}\n",
+            "delivered  {} of {} expected · missing {} · duplicates {} · reordered {} · server gaps {} · wrong channel {} · foreign {} · stale {}\n",
             thousands(d.received_in_window),
             thousands(d.expected),
             thousands(d.missing),
@@ -265,6 +265,7 @@ pub fn text_summary(run: &Run) -> String {
             thousands(d.server_gaps),
             thousands(d.wrong_channel),
             thousands(d.foreign),
+            thousands(d.stale),
         ));
         s.push_str(&format!(
             "verdict    delivered to all: {}\n",

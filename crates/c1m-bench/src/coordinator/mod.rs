@@ -75,6 +75,7 @@ pub struct Run {
     pub server_before: Option<ServerStatus>,
     pub server_peak: Option<ServerStatus>,
     pub publishing: bool,
+    pub publish_target: crate::publish::PublishTarget,
     /// The coordinator's own PSS at start and at the end of the hold (bytes).
     pub coordinator_pss: (u64, u64),
     /// Things the reader of a report must know (e.g. a worker that never reported at the end).
@@ -416,14 +417,12 @@ fn publish_plan(run: &Run) -> PublishPlan {
         (None, None) => (Duration::from_secs(1), true),
     };
     PublishPlan {
-        addr: run.target.addr,
-        host: run.target.host_header.clone(),
+        target: run.publish_target.clone(),
         channel_base: run.target.channel_base.clone(),
         channels: run.args.channels,
         interval,
         all_channels,
         payload_size: run.args.payload_size,
-        key: run.args.publish_key.clone(),
         publishers: run.args.publishers,
         timeout: run.args.publish_timeout,
     }

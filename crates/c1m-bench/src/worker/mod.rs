@@ -15,6 +15,7 @@ use crate::errors::{bump, io_kind};
 use crate::hist::{new_hist, record, to_pairs};
 use crate::payload::now_us;
 use crate::proto::{self, Phase, Proto};
+use crate::template::expand;
 use crate::wire::{WorkerConfig, WorkerReport};
 use anyhow::Context;
 use hdrhistogram::Histogram;
@@ -409,8 +410,8 @@ impl Worker {
             _ => {
                 let ch = c.global % self.cfg.channels.max(1);
                 let last_id = (c.last_id != 0).then_some(c.last_id);
-                let gen = c.gen;
-                let req = self.request(ch, last_id, gen);
+                let (gen, global) = (c.gen, c.global);
+                let req = self.request(global, ch, last_id, gen);
                 let Some(c) = self.conns.get_mut(key) else {
                     return false;
                 };
@@ -427,11 +428,23 @@ impl Worker {
         true
     }
 
-    fn request(&self, ch: u32, last_id: Option<u64>, gen: u32) -> Vec<u8> {
+    /// The subscribe request of connection `global` (channel `ch`), templates expanded.
+    fn request(&self, global: u32, ch: u32, last_id: Option<u64>, gen: u32) -> Vec<u8> {
         let name = self.cfg.channel_name(ch);
-        let path = format!("{}{}", self.cfg.path_prefix, name);
+        let index = global.to_string();
+        let vars = [("ch", name.as_str()), ("i", index.as_str())];
+        let path = expand(&self.cfg.path_template, &vars);
+        let extra = expand(&self.cfg.header_template, &vars);
         let key = proto::ws_key(u64::from(gen) ^ ((self.cfg.index as u64) << 40));
-        proto::subscribe_request(self.cfg.proto, &self.cfg.host, &path, &name, last_id, &key)
+        proto::subscribe_request(&proto::SubscribeRequest {
+            wire: self.cfg.proto.wire(),
+            host: &self.cfg.host,
+            path: &path,
+            channel: &name,
+            last_id,
+            ws_key: &key,
+            extra_headers: &extra,
+        })
     }
 
     fn went_online(&mut self, key: usize, now_mono: u64) {

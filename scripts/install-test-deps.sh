@@ -6,6 +6,9 @@ set -euo pipefail
 # tmux: drives `c1m top` as a terminal; python3 and gcc: bench/ helpers; chromium: the browser test;
 # haproxy: the front proxy of crates/c1m/tests/serve_smuggling_haproxy.rs (fails under CI if absent).
 needed=(curl iproute2 util-linux procps tmux python3 gcc chromium haproxy)
+# nginx-light + libnginx-mod-nchan: the peer server that crates/c1m/tests/bench_nchan.rs and
+# bench/peers.sh measure c1m bench against (nginx is started from a temp prefix, never the service).
+needed+=(nginx-light libnginx-mod-nchan)
 missing=()
 for pkg in "${needed[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

@@ -153,6 +153,8 @@ pub fn json_report(run: &Run) -> serde_json::Value {
             "payload_size": run.args.payload_size,
             "publishers": run.args.publishers,
             "publish_from_start": run.args.publish_from_start,
+            "publish_url": run.args.publish_url,
+            "publish_cmd": run.args.publish_cmd,
         },
         "result": {
             "success": success(run, &t),

@@ -13,6 +13,7 @@
 //! - [`delivery`]: loss / duplicate / reorder accounting and the "delivered to all?" verdict.
 //! - [`plan`], [`wire`], [`payload`], [`hist`], [`errors`], [`http`], [`publish`], [`env`],
 //!   [`report`], [`plot`], [`template`]: the pieces those use.
+//! - [`scenario`]: named run shapes (`--scenario fanout|channels`) and their report sections.
 
 pub mod coordinator;
 pub mod delivery;
@@ -26,6 +27,7 @@ pub mod plot;
 pub mod proto;
 pub mod publish;
 pub mod report;
+pub mod scenario;
 pub mod template;
 pub mod wire;
 pub mod worker;
@@ -178,6 +180,11 @@ pub struct BenchOptions {
     /// Bearer key for `/pub` (c1m serve --publish-key).
     #[arg(long)]
     pub publish_key: Option<String>,
+    /// Named run shape with its own report section: fanout (one channel, N subscribers,
+    /// --publish-every default 1s) or channels (--channels K, round-robin publishing as fast as
+    /// acks come unless --publish-rate is given).
+    #[arg(long, value_enum)]
+    pub scenario: Option<scenario::Scenario>,
     // ---- Any server (issue #13): subscribe headers, publishing to other servers ----
     /// Extra subscribe request header `Name: value` ({ch} and {i} expand); repeatable.
     #[arg(long = "header", short = 'H', value_name = "NAME: VALUE")]

@@ -196,6 +196,8 @@ pub fn json_report(run: &Run) -> serde_json::Value {
             },
             "server": server,
         },
+        "scenario": run.args.scenario.map(|s| s.json(run, &t)),
+        "publishing_rate_per_s": crate::scenario::publish_rate(run),
         "timeline": run.timeline,
         "environment": crate::env::environment(),
     })
@@ -277,6 +279,9 @@ pub fn text_summary(run: &Run) -> String {
                 "NO"
             }
         ));
+    }
+    if let Some(sc) = run.args.scenario {
+        s.push_str(&sc.text(run, &t));
     }
     let (_, _, per) = bench_memory(run);
     if let Some(per) = per {

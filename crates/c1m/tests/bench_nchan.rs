@@ -119,8 +119,15 @@ http {{
     panic!("nginx did not listen on {port}: {log}");
 }
 
-/// Runs `c1m bench ARGS --report FILE`; returns exit code, report and stdout.
+/// Runs `c1m bench ARGS`, publishing every 200 ms; returns exit code, report and stdout.
 fn bench(args: &[&str]) -> (i32, Value, String) {
+    let mut all = args.to_vec();
+    all.extend(["--publish-every", "200ms"]);
+    bench_raw(&all)
+}
+
+/// Runs `c1m bench ARGS --report FILE` (3 s hold); returns exit code, report and stdout.
+fn bench_raw(args: &[&str]) -> (i32, Value, String) {
     let report = std::env::temp_dir().join(format!(
         "c1m-bench-nchan-{}-{}.json",
         std::process::id(),
@@ -133,7 +140,7 @@ fn bench(args: &[&str]) -> (i32, Value, String) {
         .arg("bench")
         .args(args)
         .args(["--rate", "3000", "--hold", "3s", "--drain", "1s"])
-        .args(["--publish-every", "200ms", "--duration", "30s", "-q"])
+        .args(["--duration", "30s", "-q"])
         .arg("--report")
         .arg(&report)
         .output()
@@ -286,4 +293,50 @@ fn nchan_replayed_history_is_stale() {
     ]);
     assert_zero_loss(code, &r, &out, 40, 1);
     assert_eq!(r["delivery"]["totals"]["stale"], 40 * 5, "{out}");
+}
+
+/// `--scenario channels`: round-robin publishing as fast as nchan acknowledges, with the
+/// scenario's own report section (publish rate over the publishing window, ack percentiles).
+#[test]
+fn nchan_channels_scenario_reports_publish_rate() {
+    let n = start_nchan();
+    let (code, r, out) = bench_raw(&[
+        &format!("http://127.0.0.1:{}/sub/c{{ch}}", n.port),
+        "--scenario",
+        "channels",
+        "--conns",
+        "200",
+        "--channels",
+        "50",
+        "--publish-url",
+        &format!("http://127.0.0.1:{}/pub/c{{ch}}", n.port),
+    ]);
+    assert_eq!(code, 0, "{out}");
+    let sc = &r["scenario"];
+    assert_eq!(sc["name"], "channels");
+    let published = r["publishing"]["published"].as_u64().unwrap();
+    let rate = sc["publish_rate_per_s"].as_f64().unwrap();
+    // Publishing ran for hold - drain = 2 s: the rate is what was acked in that window.
+    assert!(published > 200, "{out}");
+    assert!(
+        (rate - published as f64 / 2.0).abs() < published as f64 * 0.1,
+        "{rate} {published}"
+    );
+    assert!(sc["ack_p99_us"].as_u64().unwrap() > 0);
+    assert_eq!(sc["missing"], 0);
+    assert!(out.contains("channels   50 channels"), "{out}");
+    // A scenario refuses options that would make it another shape.
+    let bad = Command::new(env!("CARGO_BIN_EXE_c1m"))
+        .args([
+            "bench",
+            "http://127.0.0.1:1/sub/a",
+            "--scenario",
+            "fanout",
+            "--channels",
+            "4",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("one channel"));
 }

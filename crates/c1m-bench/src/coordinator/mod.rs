@@ -76,6 +76,8 @@ pub struct Run {
     pub server_peak: Option<ServerStatus>,
     pub publishing: bool,
     pub publish_target: crate::publish::PublishTarget,
+    /// When publishing started and was told to stop (for the publish rate).
+    pub publish_window: (Option<Instant>, Option<Instant>),
     /// The coordinator's own PSS at start and at the end of the hold (bytes).
     pub coordinator_pss: (u64, u64),
     /// Things the reader of a report must know (e.g. a worker that never reported at the end).
@@ -275,6 +277,7 @@ fn drive(
             && run.publishing
             && run.args.publish_from_start
         {
+            run.publish_window.0 = Some(Instant::now());
             publisher = Some(publish::spawn(
                 publish_plan(run),
                 pub_stop.clone(),
@@ -301,6 +304,7 @@ fn drive(
                     .drain
                     .unwrap_or_else(|| Duration::from_secs(2).min(run.args.hold / 4));
                 publish_until = Some(now + run.args.hold.saturating_sub(drain));
+                run.publish_window.0 = Some(Instant::now());
                 publisher = Some(publish::spawn(
                     publish_plan(run),
                     pub_stop.clone(),
@@ -308,8 +312,9 @@ fn drive(
                 ));
             }
         }
-        if publish_until.is_some_and(|u| now >= u) {
+        if publish_until.is_some_and(|u| now >= u) && run.publish_window.1.is_none() {
             pub_stop.store(true, Ordering::SeqCst);
+            run.publish_window.1 = Some(now);
         }
         if now >= next_sample {
             next_sample += Duration::from_secs(1);
@@ -375,6 +380,9 @@ fn drive(
         run.server_peak = fetch_status(run.target.addr, &run.target.host_header);
     }
     pub_stop.store(true, Ordering::SeqCst);
+    if run.publish_window.0.is_some() && run.publish_window.1.is_none() {
+        run.publish_window.1 = Some(Instant::now());
+    }
     if let Some(p) = publisher {
         let _ = p.join();
     }

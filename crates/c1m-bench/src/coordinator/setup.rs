@@ -31,6 +31,10 @@ pub(super) fn plan_run(
     if !(args.rate >= 0.0 && args.rate.is_finite()) {
         bail!("--rate must be ≥ 0");
     }
+    let mut args = args;
+    if let Some(s) = args.scenario {
+        s.apply(&mut args)?;
+    }
     let target = plan::parse_url(&args.url)?;
     let proto = args.proto();
     let header_template = subscribe_headers(&args)?;
@@ -142,7 +146,6 @@ pub(super) fn plan_run(
             .saturating_add(args.connect_timeout)
             .saturating_add(args.hold)
     });
-    let mut args = args;
     args.duration = Some(duration);
     let parent_pid = std::process::id();
     let run_start_us = crate::payload::now_us();
@@ -209,6 +212,7 @@ pub(super) fn plan_run(
         server_peak: None,
         publishing,
         publish_target,
+        publish_window: (None, None),
         coordinator_pss: (0, 0),
         notes: Vec::new(),
         args,

@@ -181,10 +181,17 @@ pub struct BenchOptions {
     #[arg(long)]
     pub publish_key: Option<String>,
     /// Named run shape with its own report section: fanout (one channel, N subscribers,
-    /// --publish-every default 1s) or channels (--channels K, round-robin publishing as fast as
-    /// acks come unless --publish-rate is given).
+    /// --publish-every default 1s), channels (--channels K, round-robin publishing as fast as
+    /// acks come unless --publish-rate is given) or churn (hold N while --churn-rate of them
+    /// are closed and reopened per second; default 1% of --conns per second).
     #[arg(long, value_enum)]
     pub scenario: Option<scenario::Scenario>,
+    /// Close this many online connections per second (picked at random, over all workers)
+    /// once the ramp is done, each reopened at once as a new client (no resume; a new
+    /// subscription and delivery window).
+    /// Churn closes are not errors; they are counted as `churned`.
+    #[arg(long, default_value_t = 0.0, value_name = "PER_SEC")]
+    pub churn_rate: f64,
     // ---- Any server (issue #13): subscribe headers, publishing to other servers ----
     /// Extra subscribe request header `Name: value` ({ch} and {i} expand); repeatable.
     #[arg(long = "header", short = 'H', value_name = "NAME: VALUE")]

@@ -168,6 +168,8 @@ pub fn json_report(run: &Run) -> serde_json::Value {
             "connected": t.connected,
             "subscribed": t.subscribed,
             "closed": t.closed,
+            "churned": t.churned,
+            "online_min_during_hold": run.hold_online_min,
             "notes": run.notes,
         },
         "errors": t.errors,

@@ -7,6 +7,9 @@
 //! - `channels`: K channels × k subscribers, publishing round-robin as fast as the server
 //!   acknowledges (`--publish-rate` unbounded unless given): publish rate, ack and delivery
 //!   percentiles, loss.
+//! - `churn`: N held while `--churn-rate` of them per second (default 1 % of N) are closed and
+//!   reopened at once, publishing every second: how many were away at worst, reopen latency
+//!   (subscribe percentiles), loss across reopens.
 
 use crate::coordinator::{Run, Totals};
 use crate::hist::{fmt_us, percentiles};
@@ -22,6 +25,8 @@ pub enum Scenario {
     Fanout,
     /// K channels × k subscribers, round-robin publishing as fast as acks come.
     Channels,
+    /// N held while a rate of them is closed and reopened.
+    Churn,
 }
 
 /// Publish rate meaning "as fast as acknowledgements come" (the publisher never sleeps).
@@ -32,6 +37,7 @@ impl Scenario {
         match self {
             Scenario::Fanout => "fanout",
             Scenario::Channels => "channels",
+            Scenario::Churn => "churn",
         }
     }
 
@@ -57,6 +63,14 @@ impl Scenario {
                     bail!("--scenario channels publishes round-robin (--publish-rate), not --publish-every");
                 }
                 o.publish_rate.get_or_insert(AS_FAST_AS_ACKS);
+            }
+            Scenario::Churn => {
+                if o.churn_rate == 0.0 {
+                    o.churn_rate = (o.conns as f64 / 100.0).max(1.0);
+                }
+                if o.publish_every.is_none() && o.publish_rate.is_none() {
+                    o.publish_every = Some(Duration::from_secs(1));
+                }
             }
         }
         Ok(())
@@ -94,6 +108,21 @@ impl Scenario {
                 "missing": d.missing,
                 "loss": loss,
             }),
+            Scenario::Churn => {
+                let sub = percentiles(&run.subscribe_h);
+                json!({
+                    "name": "churn",
+                    "held": run.args.conns,
+                    "churn_rate_per_s": run.args.churn_rate,
+                    "churned": t.churned,
+                    "online_min_during_hold": run.hold_online_min,
+                    "subscribe_p50_us": sub.p50_us,
+                    "subscribe_p99_us": sub.p99_us,
+                    "expected": d.expected,
+                    "missing": d.missing,
+                    "loss": loss,
+                })
+            }
         }
     }
 
@@ -128,6 +157,18 @@ impl Scenario {
                     fmt_us(ack.p99_us),
                     fmt_us(del.p50_us),
                     fmt_us(del.p99_us),
+                )
+            }
+            Scenario::Churn => {
+                let sub = percentiles(&run.subscribe_h);
+                format!(
+                    "churn      {} held · {}/s closed and reopened · churned {} · online at worst {} · subscribe p50 {} p99 {} (ramp and reopens) · loss {loss}\n",
+                    thousands(run.args.conns),
+                    run.args.churn_rate,
+                    thousands(t.churned),
+                    run.hold_online_min.map_or("n/a".into(), thousands),
+                    fmt_us(sub.p50_us),
+                    fmt_us(sub.p99_us),
                 )
             }
         }

@@ -43,6 +43,10 @@ pub struct WorkerConfig {
     /// message replayed by the server (nchan sends its channel history to new subscribers).
     #[serde(default)]
     pub run_start_us: u64,
+    /// Online connections this worker closes and reopens per second once its ramp is done
+    /// (`--churn-rate` split over workers); 0 = none.
+    #[serde(default)]
+    pub churn_rate: f64,
     /// The worker exits by itself this long after start even if never told to stop.
     pub max_runtime_ms: u64,
 }
@@ -78,6 +82,9 @@ pub struct WorkerReport {
     pub online: u64,
     pub connecting: u64,
     pub peak_online: u64,
+    /// Connections closed on purpose by churn (and reopened at once); not errors.
+    #[serde(default)]
+    pub churned: u64,
     /// All of this worker's first attempts started and resolved (online or failed).
     pub ramp_done: bool,
     /// Wall-clock µs when `ramp_done` first became true (exact, not tick-rounded).

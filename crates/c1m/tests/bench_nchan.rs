@@ -340,3 +340,47 @@ fn nchan_channels_scenario_reports_publish_rate() {
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("one channel"));
 }
+
+/// `--scenario churn`: 200 held, 100/s closed and reopened during a 3 s hold while publishing
+/// every 200 ms. Every reopen is a new subscription with its own window: nothing may go
+/// missing, churn closes are not errors, and the count matches the rate.
+#[test]
+fn nchan_churn_scenario_loses_nothing() {
+    let n = start_nchan();
+    let (code, r, out) = bench(&[
+        &format!("http://127.0.0.1:{}/sub/ch{{ch}}", n.port),
+        "--scenario",
+        "churn",
+        "--churn-rate",
+        "100",
+        "--conns",
+        "200",
+        "--channels",
+        "2",
+        "--publish-url",
+        &format!("http://127.0.0.1:{}/pub/ch{{ch}}", n.port),
+    ]);
+    assert_eq!(code, 0, "{out}");
+    let sc = &r["scenario"];
+    assert_eq!(sc["name"], "churn");
+    let churned = sc["churned"].as_u64().unwrap();
+    // 100/s over the ~3 s hold (workers start churning when their own ramp ends).
+    assert!((200..=400).contains(&churned), "churned {churned}: {out}");
+    assert_eq!(r["result"]["churned"], churned);
+    assert!(
+        r["result"]["subscribed"].as_u64().unwrap() >= 200 + churned - 5,
+        "{out}"
+    );
+    assert_eq!(r["errors_total"], 0, "{out}");
+    assert_eq!(r["delivery"]["totals"]["missing"], 0, "{out}");
+    assert_eq!(r["delivery"]["totals"]["duplicates"], 0, "{out}");
+    assert!(
+        r["delivery"]["totals"]["expected"].as_u64().unwrap() > 1000,
+        "{out}"
+    );
+    assert!(
+        sc["online_min_during_hold"].as_u64().unwrap() < 200,
+        "{out}"
+    );
+    assert!(out.contains("churn      200 held"), "{out}");
+}

@@ -44,6 +44,8 @@ pub struct Totals {
     pub closed: u64,
     pub online: u64,
     pub connecting: u64,
+    /// Connections closed and reopened on purpose (`--churn-rate`).
+    pub churned: u64,
     pub errors: ErrorCounts,
     pub delivery: DeliveryTotals,
 }
@@ -69,6 +71,8 @@ pub struct Run {
     pub publish_errors: ErrorCounts,
     pub timeline: Vec<Sample>,
     pub peak_online: u64,
+    /// Fewest connections online during the hold (churn: how many were away at worst).
+    pub hold_online_min: Option<u64>,
     pub ramp_secs: Option<f64>,
     pub elapsed_secs: f64,
     pub stop_reason: String,
@@ -93,6 +97,7 @@ impl Run {
             closed: 0,
             online: 0,
             connecting: 0,
+            churned: 0,
             errors: ErrorCounts::new(),
             delivery: DeliveryTotals::default(),
         };
@@ -103,6 +108,7 @@ impl Run {
             t.closed += r.closed;
             t.online += r.online;
             t.connecting += r.connecting;
+            t.churned += r.churned;
             merge(&mut t.errors, &r.errors);
             t.delivery.add(&r.delivery);
         }
@@ -271,6 +277,9 @@ fn drive(
         let now = Instant::now();
         let t = run.totals();
         run.peak_online = run.peak_online.max(t.online);
+        if hold_end.is_some() {
+            run.hold_online_min = Some(run.hold_online_min.map_or(t.online, |m| m.min(t.online)));
+        }
         let ramp_done = run.latest.iter().zip(&gone).all(|(r, g)| r.ramp_done || *g);
         if publisher.is_none()
             && hold_end.is_none()

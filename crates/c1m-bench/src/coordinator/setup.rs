@@ -64,6 +64,12 @@ pub(super) fn plan_run(
             bail!("--publish-rate must be in (0, 1e6]");
         }
     }
+    if !(args.churn_rate >= 0.0 && args.churn_rate.is_finite()) {
+        bail!("--churn-rate must be ≥ 0");
+    }
+    if args.churn_rate > 0.0 && proto == Proto::Connect {
+        bail!("--churn-rate needs a subscribing protocol (not connect)");
+    }
     if args.publish_every.is_some_and(|d| d.is_zero()) {
         bail!("--publish-every must be > 0");
     }
@@ -177,6 +183,7 @@ pub(super) fn plan_run(
             port_range,
             tick_ms: 250,
             run_start_us,
+            churn_rate: args.churn_rate * n as f64 / args.conns as f64,
             max_runtime_ms: (duration + Duration::from_secs(30)).as_millis() as u64,
         })
         .collect();
@@ -205,6 +212,7 @@ pub(super) fn plan_run(
         publish_errors: ErrorCounts::new(),
         timeline: Vec::new(),
         peak_online: 0,
+        hold_online_min: None,
         ramp_secs: None,
         elapsed_secs: 0.0,
         stop_reason: String::new(),

@@ -32,7 +32,7 @@ fn valid_streams() -> Vec<Vec<u8>> {
 #[test]
 fn client_parsers_hold_their_properties() {
     let streams = valid_streams();
-    let mut rng = XorShift(0xC11E_57);
+    let mut rng = XorShift(0x00C1_1E57);
     for round in 0..20_000u32 {
         let mut input = (rng.next() as u16).to_le_bytes().to_vec();
         let base = &streams[round as usize % streams.len()];

@@ -378,8 +378,15 @@ fn nchan_churn_scenario_loses_nothing() {
         r["delivery"]["totals"]["expected"].as_u64().unwrap() > 1000,
         "{out}"
     );
+    // Sampled every 250 ms: reopens take milliseconds, so a tick may or may not catch one.
     assert!(
-        sc["online_min_during_hold"].as_u64().unwrap() < 200,
+        sc["online_min_during_hold"].as_u64().unwrap() <= 200,
+        "{out}"
+    );
+    // Latency is that of due messages: nchan's history replay to a reopened connection (sent
+    // before its window) must not show up as seconds of delivery latency.
+    assert!(
+        r["latency_us"]["delivery"]["p99_us"].as_u64().unwrap() < 1_000_000,
         "{out}"
     );
     assert!(out.contains("churn      200 held"), "{out}");

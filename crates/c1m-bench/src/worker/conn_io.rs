@@ -220,7 +220,11 @@ fn on_message(
         return;
     }
     let arrival = d.on_message(stamp.seq, stamp.sent_us, t);
-    if arrival != Arrival::Duplicate {
+    // Latency of due messages only: one sent before this session's window (a server's history
+    // replay to a new subscriber, or a resume after an outage) would add the time it waited
+    // for the subscriber to exist.
+    let due = d.window_start_us != 0 && stamp.sent_us >= d.window_start_us;
+    if arrival != Arrival::Duplicate && due {
         record(dh, now_us().saturating_sub(stamp.sent_us));
     }
     if let Some(id) = id {

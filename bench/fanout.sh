@@ -29,37 +29,19 @@ HERE=$BENCH_DIR
 TMP=$(mktemp -d)
 SPID=""
 FPID=""
+# lib.sh's stop_pid: SIGTERM, bounded wait, SIGKILL. The floor's parent stops its workers on
+# SIGTERM (they also die with it: PDEATHSIG).
 stop_all() {
-    if [ -n "$SPID" ]; then
-        kill -TERM "$SPID" 2>/dev/null || true
-        for _ in $(seq 1 100); do kill -0 "$SPID" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$SPID" 2>/dev/null || true
-        wait "$SPID" 2>/dev/null || true
-        SPID=""
-    fi
-    if [ -n "$FPID" ]; then
-        # The floor's parent stops its workers on SIGTERM (they also die with it: PDEATHSIG).
-        kill -TERM "$FPID" 2>/dev/null || true
-        for _ in $(seq 1 50); do kill -0 "$FPID" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$FPID" 2>/dev/null || true
-        wait "$FPID" 2>/dev/null || true
-        FPID=""
-    fi
+    stop_pid "$SPID" 10
+    SPID=""
+    stop_pid "$FPID" 5
+    FPID=""
 }
-cleanup() { stop_all; rm -rf "$TMP"; }
-trap cleanup EXIT
+on_exit 'stop_all; rm -rf "$TMP"'
 
 c1m_binary
 gcc -O2 -Wall -o "$TMP/fanout_floor" "$HERE/fanout_floor.c"
 
-wait_port() {
-    for _ in $(seq 1 200); do
-        if (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; then return 0; fi
-        sleep 0.1
-    done
-    echo "nothing listening on $PORT" >&2
-    return 1
-}
 overflows() { awk '/^TcpExt:/ { if (!h) { for (i = 1; i <= NF; i++) k[i] = $i; h = 1 } else for (i = 1; i <= NF; i++) if (k[i] == "ListenOverflows") print $i }' /proc/net/netstat; }
 run_bench() { # $1 = label
     local o0; o0=$(overflows)
@@ -77,7 +59,7 @@ for i in $(seq 1 "$ROUNDS"); do
     echo "== round $i: c1m serve ${SERVE_ARGS[*]}"
     "$C1M" serve "${SERVE_ARGS[@]}" >"$TMP/serve-$i.log" 2>&1 &
     SPID=$!
-    wait_port
+    wait_port 127.0.0.1 "$PORT" 20
     sleep 2
     W=$(timeout 5 curl -s "http://127.0.0.1:$PORT/status" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["workers"]))')
     run_bench "serve-$i"
@@ -91,7 +73,7 @@ for i in $(seq 1 "$ROUNDS"); do
     # the floor came out ~1.7x slower than serve).
     "$TMP/fanout_floor" 127.0.0.1 "$PORT" "$W" 2>"$TMP/floor-$i.log" &
     FPID=$!
-    wait_port
+    wait_port 127.0.0.1 "$PORT" 20
     sleep 1
     run_bench "floor-$i"
     stop_all

@@ -7,6 +7,11 @@
 #   start_serve LOG ARGS...         # c1m serve ARGS in the background; sets SERVE_PID
 #   wait_http HOST:PORT [SECS]      # until GET /healthz answers (bounded, default 10 s)
 #   on_exit 'command'               # run at exit, after the processes are stopped
+#   wait_port HOST PORT [SECS]      # until a TCP connect succeeds (bounded, default 10 s)
+#   stop_pid PID [SECS]             # SIGTERM, up to SECS (10) to exit, then SIGKILL (children too)
+#   tree_pss PID                    # PSS bytes of PID plus its children (a master and its workers)
+#   ensure_nchan                    # installs nginx-light + libnginx-mod-nchan when missing
+#   start_nchan DIR PORT WORKERS    # nginx+nchan from its own prefix DIR; sets NCHAN_PID
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(dirname "$BENCH_DIR")
@@ -59,4 +64,87 @@ start_serve() {
     "$C1M" serve "$@" >"$log" 2>&1 &
     SERVE_PID=$!
     track_pid "$SERVE_PID"
+}
+
+wait_port() {
+    local host=$1 port=$2 secs=${3:-10} i
+    for i in $(seq $((secs * 10))); do
+        if (exec 3<>"/dev/tcp/$host/$port") 2>/dev/null; then return 0; fi
+        sleep 0.1
+    done
+    echo "bench: nothing listens on $host:$port after ${secs}s" >&2
+    return 1
+}
+
+# Stops one process we started, bounded; if it has to be killed, its children (nginx workers
+# outlive a killed master) are killed too, by parent id.
+stop_pid() {
+    local pid=$1 secs=${2:-10}
+    [ -n "$pid" ] || return 0
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq $((secs * 10))); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$pid" 2>/dev/null; then
+        pkill -KILL -P "$pid" 2>/dev/null || true
+        kill -KILL "$pid" 2>/dev/null || true
+    fi
+    wait "$pid" 2>/dev/null || true
+    # Forget it, so the exit cleanup never signals a reused pid.
+    local keep=() p
+    for p in "${_BENCH_PIDS[@]}"; do [ "$p" = "$pid" ] || keep+=("$p"); done
+    _BENCH_PIDS=("${keep[@]}")
+}
+
+tree_pss() {
+    local pid=$1 total=0 p kb
+    for p in "$pid" $(pgrep -P "$pid" 2>/dev/null); do
+        kb=$(awk '/^Pss:/ { print $2; exit }' "/proc/$p/smaps_rollup" 2>/dev/null || true)
+        total=$((total + ${kb:-0} * 1024))
+    done
+    echo "$total"
+}
+
+ensure_nchan() {
+    if [ ! -e /usr/lib/nginx/modules/ngx_nchan_module.so ] || ! command -v nginx >/dev/null; then
+        echo "installing nginx-light libnginx-mod-nchan (Debian packages)" >&2
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light libnginx-mod-nchan >/dev/null
+    fi
+}
+
+# nginx + nchan on 127.0.0.1:PORT from prefix DIR (never /etc/nginx or the system service):
+# /pub/CH publishes (POST), /sub/CH subscribes (EventSource and WebSocket). WORKERS processes
+# of up to 19,000 connections each (the hard nofile limit is per process), SO_REUSEPORT so
+# the kernel spreads accepts over workers as it does for c1m serve's. New subscribers get only
+# new messages (nchan's default replays the channel's stored history to them).
+start_nchan() {
+    local dir=$1 port=$2 workers=$3
+    mkdir -p "$dir"
+    cat >"$dir/nginx.conf" <<NGINX
+load_module /usr/lib/nginx/modules/ngx_nchan_module.so;
+daemon off;
+master_process on;
+worker_processes $workers;
+worker_rlimit_nofile 19500;
+error_log $dir/error.log error;
+pid $dir/nginx.pid;
+events { worker_connections 19000; multi_accept on; }
+http {
+  access_log off;
+  client_body_temp_path $dir/body;
+  proxy_temp_path $dir/proxy;
+  fastcgi_temp_path $dir/fastcgi;
+  uwsgi_temp_path $dir/uwsgi;
+  scgi_temp_path $dir/scgi;
+  nchan_shared_memory_size 512M;
+  server {
+    listen 127.0.0.1:$port reuseport backlog=65535;
+    location ~ ^/pub/(.+)\$ { nchan_publisher; nchan_channel_id \$1; nchan_message_buffer_length 16; nchan_message_timeout 60s; }
+    location ~ ^/sub/(.+)\$ { nchan_subscriber; nchan_channel_id \$1; nchan_subscriber_first_message newest; }
+    location = /healthz { return 200 "ok\n"; }
+  }
+}
+NGINX
+    nginx -p "$dir" -e "$dir/error.log" -c "$dir/nginx.conf" &
+    NCHAN_PID=$!
+    track_pid "$NCHAN_PID"
 }

@@ -12,6 +12,9 @@ set -euo pipefail
 # crates/c1m/tests/serve_packaging.rs; nodejs (node 20 + npm): clients/js unit tests and build,
 # whose output crates/c1m/tests/serve_js_client.rs loads into chromium.
 needed=(curl iproute2 util-linux procps tmux python3 gcc chromium haproxy openssl systemd dpkg-dev nodejs)
+# nginx-light + libnginx-mod-nchan: the peer server that crates/c1m/tests/bench_nchan.rs and
+# bench/peers.sh measure c1m bench against (nginx is started from a temp prefix, never the service).
+needed+=(nginx-light libnginx-mod-nchan)
 missing=()
 for pkg in "${needed[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

@@ -51,6 +51,10 @@ pub struct DeliveryTotals {
     pub id_regressions: u64,
     /// Messages that were not bench payloads.
     pub foreign: u64,
+    /// Bench payloads stamped before this run started: an earlier run's messages that the
+    /// server replayed from its history. Left out of loss, duplicate and order accounting.
+    #[serde(default)]
+    pub stale: u64,
     /// Bench payloads for another channel than the connection's.
     pub wrong_channel: u64,
 }
@@ -67,6 +71,7 @@ impl DeliveryTotals {
         self.server_gaps += o.server_gaps;
         self.id_regressions += o.id_regressions;
         self.foreign += o.foreign;
+        self.stale += o.stale;
         self.wrong_channel += o.wrong_channel;
     }
 

@@ -8,10 +8,12 @@
 //! - [`coordinator`]: the `c1m bench` process: plans, spawns workers (re-executing itself as
 //!   `c1m __bench-worker`), publishes, merges reports, prints progress, writes the report.
 //! - [`worker`]: one worker process, a mio loop over a slab of connections.
-//! - [`proto`]: request bytes and incremental parsers (SSE, WebSocket, long-poll, TCP lines).
+//! - [`proto`]: which protocol a run speaks; the request bytes and parsers it uses live in
+//!   `c1m_proto::client` beside the server halves.
 //! - [`delivery`]: loss / duplicate / reorder accounting and the "delivered to all?" verdict.
 //! - [`plan`], [`wire`], [`payload`], [`hist`], [`errors`], [`http`], [`publish`], [`env`],
-//!   [`report`], [`plot`]: the pieces those use.
+//!   [`report`], [`plot`], [`template`]: the pieces those use.
+//! - [`scenario`]: named run shapes (`--scenario fanout|channels`) and their report sections.
 
 pub mod coordinator;
 pub mod delivery;
@@ -25,6 +27,8 @@ pub mod plot;
 pub mod proto;
 pub mod publish;
 pub mod report;
+pub mod scenario;
+pub mod template;
 pub mod wire;
 pub mod worker;
 
@@ -48,6 +52,17 @@ impl std::ops::Deref for BenchArgs {
     }
 }
 
+impl BenchOptions {
+    /// The protocol: as given, else ws for a ws:// URL, else sse.
+    pub fn proto(&self) -> proto::Proto {
+        self.proto.unwrap_or(if self.url.starts_with("ws://") {
+            proto::Proto::Ws
+        } else {
+            proto::Proto::Sse
+        })
+    }
+}
+
 impl std::ops::DerefMut for BenchArgs {
     fn deref_mut(&mut self) -> &mut BenchOptions {
         &mut self.opts
@@ -67,15 +82,21 @@ impl std::ops::DerefMut for BenchArgs {
   c1m bench http://127.0.0.1:8080/sub/news --proto tcp --tcp 127.0.0.1:9001
   c1m bench tcp://127.0.0.1:9000 --proto connect --conns 100000 --rate 0
   c1m bench http://198.51.100.5:8080/sub/a --source 198.51.100.10-198.51.100.29 --reconnect
+  c1m bench 'http://127.0.0.1:8081/sub/{ch}' --channels 100 --publish-every 1s \\
+      --publish-url 'http://127.0.0.1:8081/pub/{ch}'          (nchan)
 
-Channels: --channels K > 1 subscribes connection i to {base}-{i mod K} (news-0 .. news-K-1).
+Channels: --channels K > 1 subscribes connection i to {base}-{i mod K} (news-0 .. news-K-1);
+{base} is the URL's last segment, or `bench` for a URL template with {ch}.
+Delivery: payloads carry the stamp `c1mb CHANNEL SEQ SENT_US`, found anywhere in a message,
+so loss, duplicates, reordering and latency are measured through any envelope.
 Durations: 500ms, 10s, 2m, 1h. Progress goes to stderr, the summary to stdout.
 Exit codes: 0 the full --hold ran, every connection came online, no errors and (when
 publishing) every expected message was delivered exactly once; 1 the run finished short of
 that; 2 error.")]
 pub struct BenchOptions {
     /// Target: http://HOST:PORT/sub/CHANNEL (sse, ws, poll; also the publish address for tcp),
-    /// or tcp://HOST:PORT for --proto connect.
+    /// a template with {ch} (channel name) and {i} (connection index) anywhere in path and
+    /// query (http://HOST/sub?id={ch}, ws://HOST/ws/{ch}), or tcp://HOST:PORT for --proto connect.
     pub url: String,
     /// Connections to open and hold (1000, 250K, 1M, 1.5M, 1_000_000).
     #[arg(long, short = 'c', default_value = "1000", value_parser = c1m_proto::count::parse_count)]
@@ -83,9 +104,9 @@ pub struct BenchOptions {
     /// New connections per second over all workers (open model); 0 = as fast as in-flight allows.
     #[arg(long, short = 'r', default_value_t = 10_000.0)]
     pub rate: f64,
-    /// Protocol.
-    #[arg(long, short = 'p', value_enum, default_value_t = proto::Proto::Sse)]
-    pub proto: proto::Proto,
+    /// Protocol (default: ws for a ws:// URL, else sse).
+    #[arg(long, short = 'p', value_enum)]
+    pub proto: Option<proto::Proto>,
     /// Address of the raw TCP line-protocol listener (for --proto tcp).
     #[arg(long, value_name = "ADDR")]
     pub tcp: Option<String>,
@@ -159,6 +180,45 @@ pub struct BenchOptions {
     /// Bearer key for `/pub` (c1m serve --publish-key).
     #[arg(long)]
     pub publish_key: Option<String>,
+    /// Named run shape with its own report section: fanout (one channel, N subscribers,
+    /// --publish-every default 1s), channels (--channels K, round-robin publishing as fast as
+    /// acks come unless --publish-rate is given) or churn (hold N while --churn-rate of them
+    /// are closed and reopened per second; default 1% of --conns per second).
+    #[arg(long, value_enum)]
+    pub scenario: Option<scenario::Scenario>,
+    /// Close this many online connections per second (picked at random, over all workers)
+    /// once the ramp is done, each reopened at once as a new client (no resume; a new
+    /// subscription and delivery window).
+    /// Churn closes are not errors; they are counted as `churned`.
+    #[arg(long, default_value_t = 0.0, value_name = "PER_SEC")]
+    pub churn_rate: f64,
+    // ---- Any server (issue #13): subscribe headers, publishing to other servers ----
+    /// Extra subscribe request header `Name: value` ({ch} and {i} expand); repeatable.
+    #[arg(long = "header", short = 'H', value_name = "NAME: VALUE")]
+    pub headers: Vec<String>,
+    /// Bearer token template for authenticated servers: sends `Authorization: Bearer TOKEN`
+    /// with each subscribe request, {ch} and {i} expanded.
+    #[arg(long, value_name = "TEMPLATE")]
+    pub token: Option<String>,
+    /// Publish by HTTP to this URL template ({ch} expands) instead of c1m's /pub/{ch} on the
+    /// target; any 2xx answer is an acknowledgement (nchan: 201/202).
+    #[arg(long, value_name = "URL", conflicts_with = "publish_cmd")]
+    pub publish_url: Option<String>,
+    /// HTTP method of each publish.
+    #[arg(long, default_value = "POST")]
+    pub publish_method: String,
+    /// Extra publish header `Name: value` ({ch} expands); repeatable. Default Content-Type is
+    /// text/plain unless one is given here.
+    #[arg(long, value_name = "NAME: VALUE")]
+    pub publish_header: Vec<String>,
+    /// Publish body template: {payload} is bench's stamped payload, {ch} the channel, e.g.
+    /// '{"channel":"{ch}","data":"{payload}"}'. The stamp is found anywhere in what arrives.
+    #[arg(long, value_name = "TEMPLATE", default_value = "{payload}")]
+    pub publish_body: String,
+    /// Publish by running `sh -c CMD publish CHANNEL BODY` (also in $C1M_CHANNEL, $C1M_BODY);
+    /// exit status 0 is an acknowledgement. One process per message: for modest rates.
+    #[arg(long, value_name = "CMD")]
+    pub publish_cmd: Option<String>,
     /// Write the JSON report here.
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,

@@ -1,6 +1,8 @@
 //! The bench message payload: `c1mb {channel index} {sequence} {send time µs}` padded with `.`
 //! to `--payload-size`. One ASCII line, so it passes every protocol unchanged (SSE data lines,
-//! long-poll JSON strings, WebSocket text frames, TCP length-prefixed bodies).
+//! long-poll JSON strings, WebSocket text frames, TCP length-prefixed bodies) and any server's
+//! envelope: a subscriber finds the stamp by searching for its `c1mb ` prefix anywhere in what
+//! arrived (`{"pub":{"data":"c1mb 0 7 …"}}` works as well as the bare payload).
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -29,11 +31,26 @@ pub fn encode(stamp: Stamp, size: usize) -> Vec<u8> {
     p
 }
 
-/// None when the payload is not one of ours (counted as foreign, not an error).
+/// The stamp's marker; searched for anywhere in a message.
+const MARKER: &[u8] = b"c1mb ";
+
+/// None when the message carries no stamp of ours (counted as foreign, not an error).
 pub fn decode(data: &[u8]) -> Option<Stamp> {
-    let rest = data.strip_prefix(b"c1mb ")?;
-    let mut words = rest.split(|&b| b == b' ');
-    let mut num = || -> Option<u64> { std::str::from_utf8(words.next()?).ok()?.parse().ok() };
+    // The common case (our own servers, nchan) has the stamp first: no search then.
+    let at = if data.starts_with(MARKER) {
+        0
+    } else {
+        data.windows(MARKER.len()).position(|w| w == MARKER)?
+    };
+    let mut rest = &data[at + MARKER.len()..];
+    // Each number ends at the first non-digit: an envelope may follow it (`…123"}`).
+    let mut num = || -> Option<u64> {
+        let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+        let v = std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()?;
+        rest = &rest[digits..];
+        rest = rest.strip_prefix(b" ").unwrap_or(rest);
+        Some(v)
+    };
     Some(Stamp {
         channel: u32::try_from(num()?).ok()?,
         seq: u32::try_from(num()?).ok()?,
@@ -58,5 +75,26 @@ mod tests {
         assert_eq!(decode(&encode(s, 0)), Some(s));
         assert_eq!(decode(b"hello"), None);
         assert_eq!(decode(b"c1mb 1 x 3"), None);
+        assert_eq!(decode(b"c1mb 1  3 4"), None);
+    }
+
+    /// Another server's envelope around the payload: the stamp is found inside it (before,
+    /// only a payload that started with the stamp counted; these were all "foreign").
+    #[test]
+    fn stamp_inside_an_envelope() {
+        let s = Stamp {
+            channel: 2,
+            seq: 9,
+            sent_us: 1_700_000_000_000_001,
+        };
+        let bare = String::from_utf8(encode(s, 0)).unwrap();
+        let padded = String::from_utf8(encode(s, 80)).unwrap();
+        for wrapped in [
+            format!("{{\"push\":{{\"pub\":{{\"data\":\"{bare}\"}}}}}}"),
+            format!("{{\"data\":\"{padded}\",\"id\":\"x\"}}"),
+            format!("event=m;{bare}"),
+        ] {
+            assert_eq!(decode(wrapped.as_bytes()), Some(s), "{wrapped}");
+        }
     }
 }

@@ -34,12 +34,18 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 pub struct Target {
     pub addr: SocketAddr,
     pub host_header: String,
-    /// `/sub/` part before the channel name.
-    pub path_prefix: String,
+    /// Request path with `{ch}` (channel name) and `{i}` (connection index) placeholders,
+    /// query included: `/sub/{ch}` for the plain `http://host/sub/news` form.
+    pub path_template: String,
+    /// Channel base name: the URL's last segment (`news`), or `bench` for a template URL.
     pub channel_base: String,
     pub http: bool,
+    /// The URL said `ws://` (WebSocket is then the default protocol).
+    pub ws_scheme: bool,
 }
 
+/// Parses a target URL: a plain `http://host:port/prefix/CHANNEL` (channel = last segment), or
+/// a template with `{ch}`/`{i}` anywhere in path and query (`http://host/sub?id={ch}`).
 pub fn parse_url(url: &str) -> anyhow::Result<Target> {
     let (scheme, rest) = url
         .split_once("://")
@@ -49,10 +55,42 @@ pub fn parse_url(url: &str) -> anyhow::Result<Target> {
         "tcp" => false,
         other => bail!("URL scheme {other:?} not supported (http, ws or tcp; no TLS)"),
     };
-    let (authority, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, "/"),
+    let (authority, addr) = parse_authority(rest)?;
+    let path = rest.find('/').map(|i| &rest[i..]).unwrap_or("/");
+    let (path_template, channel_base) = if path.contains('{') {
+        crate::template::check("URL", path, &["ch", "i"])?;
+        if path.contains([' ', '\r', '\n']) {
+            bail!("URL path {path:?} contains a space or line break");
+        }
+        (path.to_string(), "bench".to_string())
+    } else {
+        let path = path.split('?').next().unwrap_or("/");
+        match path.rfind('/') {
+            Some(i) if i + 1 < path.len() => {
+                (format!("{}{{ch}}", &path[..=i]), path[i + 1..].to_string())
+            }
+            _ => ("/sub/{ch}".to_string(), "bench".to_string()),
+        }
     };
+    if !channel_base
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"_.:-".contains(&b))
+    {
+        bail!("channel name {channel_base:?} must be [A-Za-z0-9_.:-]");
+    }
+    Ok(Target {
+        addr,
+        host_header: authority.to_string(),
+        path_template,
+        channel_base,
+        http,
+        ws_scheme: scheme == "ws",
+    })
+}
+
+/// The `host[:port]` part of `rest` (what follows `scheme://`), resolved (port 80 by default).
+pub fn parse_authority(rest: &str) -> anyhow::Result<(&str, SocketAddr)> {
+    let authority = rest.find('/').map(|i| &rest[..i]).unwrap_or(rest);
     let with_port = if authority
         .rsplit_once(':')
         .is_some_and(|(h, _)| !h.ends_with(':'))
@@ -67,24 +105,7 @@ pub fn parse_url(url: &str) -> anyhow::Result<Target> {
         .with_context(|| format!("resolve {authority:?}"))?
         .next()
         .with_context(|| format!("{authority:?} resolves to no address"))?;
-    let path = path.split('?').next().unwrap_or("/");
-    let (path_prefix, channel_base) = match path.rfind('/') {
-        Some(i) if i + 1 < path.len() => (path[..=i].to_string(), path[i + 1..].to_string()),
-        _ => ("/sub/".to_string(), "bench".to_string()),
-    };
-    if !channel_base
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b"_.:-".contains(&b))
-    {
-        bail!("channel name {channel_base:?} must be [A-Za-z0-9_.:-]");
-    }
-    Ok(Target {
-        addr,
-        host_header: authority.to_string(),
-        path_prefix,
-        channel_base,
-        http,
-    })
+    Ok((authority, addr))
 }
 
 /// Parses `--source`: comma-separated addresses, ranges `A-B` and CIDRs `A/n` (network and
@@ -219,8 +240,8 @@ mod tests {
         let t = parse_url("http://127.0.0.1:8080/sub/news").unwrap();
         assert_eq!(t.addr, "127.0.0.1:8080".parse().unwrap());
         assert_eq!(
-            (t.path_prefix.as_str(), t.channel_base.as_str()),
-            ("/sub/", "news")
+            (t.path_template.as_str(), t.channel_base.as_str()),
+            ("/sub/{ch}", "news")
         );
         assert_eq!(t.host_header, "127.0.0.1:8080");
         let t = parse_url("tcp://127.0.0.1:9").unwrap();
@@ -229,6 +250,11 @@ mod tests {
         assert_eq!(parse_url("http://[::1]:81/sub/a").unwrap().addr.port(), 81);
         assert!(parse_url("https://x/sub/a").is_err());
         assert!(parse_url("http://127.0.0.1:1/sub/a b").is_err());
+        let t = parse_url("ws://127.0.0.1:8080/s?id={ch}&c={i}").unwrap();
+        assert!(t.ws_scheme && t.http);
+        assert_eq!(t.path_template, "/s?id={ch}&c={i}");
+        assert_eq!(t.channel_base, "bench");
+        assert!(parse_url("http://127.0.0.1:1/sub/{chan}").is_err());
     }
 
     #[test]

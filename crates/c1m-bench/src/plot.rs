@@ -71,7 +71,7 @@ pub fn svg(run: &Run) -> String {
     );
     s.push_str(&format!(
         "<text x=\"{LEFT}\" y=\"18\" font-size=\"12\">c1m bench · {} · {} · {} connections</text>\n",
-        run.args.proto.name(),
+        run.args.proto().name(),
         xml_escape(&run.args.url),
         thousands(run.args.conns)
     ));

@@ -1,4 +1,6 @@
-//! The publisher: a coordinator thread that POSTs bench payloads to `/pub/{ch}` on a schedule
+//! The publisher: a coordinator thread that publishes bench payloads on a schedule, to c1m's
+//! `POST /pub/{ch}` or to any server (`--publish-url` with method, headers and a body template,
+//! or `--publish-cmd`, a command per message)
 //! (`--publish-every D`: one message to every channel each D; `--publish-rate R`: R messages
 //! per second round-robin over channels) until told to stop. Each acknowledged publish goes to
 //! the coordinator, which forwards it to the workers for their expected-delivery arithmetic.
@@ -7,16 +9,36 @@
 
 use crate::http::Client;
 use crate::payload::{encode, now_us, Stamp};
+use crate::template::expand;
 use crate::wire::channel_name;
 use std::net::SocketAddr;
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Where and how each message is published.
+#[derive(Debug, Clone)]
+pub enum PublishTarget {
+    /// One HTTP request per message on a keep-alive connection; 2xx = acknowledged.
+    Http {
+        addr: SocketAddr,
+        host: String,
+        /// Path (and query) with `{ch}`.
+        path_template: String,
+        method: String,
+        /// Header lines (each ending in CRLF) with `{ch}`.
+        headers: String,
+        /// Body with `{payload}` and `{ch}`.
+        body_template: String,
+    },
+    /// `sh -c CMD publish CHANNEL BODY`; exit status 0 = acknowledged.
+    Cmd { cmd: String, body_template: String },
+}
+
 pub struct PublishPlan {
-    pub addr: SocketAddr,
-    pub host: String,
+    pub target: PublishTarget,
     pub channel_base: String,
     pub channels: u32,
     /// Time between publish rounds; each round publishes `per_round` messages.
@@ -24,7 +46,6 @@ pub struct PublishPlan {
     /// true: each round publishes to every channel; false: one message, round-robin.
     pub all_channels: bool,
     pub payload_size: usize,
-    pub key: Option<String>,
     /// Publisher threads (each its own connection).
     pub publishers: u32,
     /// Connect, write and answer timeout of each publish.
@@ -73,14 +94,12 @@ fn run(
     stop: &AtomicBool,
     out: &Sender<crate::coordinator::Msg>,
 ) {
-    let mut client = Client::new(plan.addr, &plan.host, plan.timeout);
+    let mut client = match &plan.target {
+        PublishTarget::Http { addr, host, .. } => Some(Client::new(*addr, host, plan.timeout)),
+        PublishTarget::Cmd { .. } => None,
+    };
     let channels = plan.channels.max(1);
     let mut seqs = vec![0u32; channels as usize];
-    let auth = plan
-        .key
-        .as_ref()
-        .map(|k| format!("Authorization: Bearer {k}\r\n"))
-        .unwrap_or_default();
     // Round-robin mode: this thread carries 1/threads of the rate.
     let interval = if plan.all_channels {
         plan.interval
@@ -116,24 +135,18 @@ fn run(
                 },
                 plan.payload_size,
             );
-            let path = format!("/pub/{}", channel_name(&plan.channel_base, channels, ch));
-            let res = client.request(
-                "POST",
-                &path,
-                &format!("{auth}Content-Type: text/plain\r\n"),
-                &body,
-            );
-            let error = match res {
-                Ok(r) if r.status == 200 => None,
-                Ok(r) => {
+            let name = channel_name(&plan.channel_base, channels, ch);
+            let error = match publish_one(plan, client.as_mut(), &name, &body) {
+                Ok(()) => None,
+                Err(Failure::Refused(kind)) => {
                     // The server refused it, so nothing was published: the next publish reuses
                     // the sequence and subscribers see no false gap.
                     seqs[ch as usize] -= 1;
-                    Some(format!("publish HTTP {}", r.status))
+                    Some(kind)
                 }
                 // Sent but unanswered (a timeout behind a huge fan-out): it may well have been
                 // delivered, so the sequence stays used; reusing it would show as duplicates.
-                Err(e) => Some(format!("publish failed: {}", root_kind(&e))),
+                Err(Failure::Unknown(kind)) => Some(kind),
             };
             let msg = Published {
                 channel: ch,
@@ -145,6 +158,87 @@ fn run(
             if out.send(crate::coordinator::Msg::Published(msg)).is_err() {
                 return;
             }
+        }
+    }
+}
+
+/// Why a publish was not acknowledged.
+enum Failure {
+    /// The server answered no (non-2xx, or the command exited non-zero): nothing was published.
+    Refused(String),
+    /// No answer: it may or may not have been published.
+    Unknown(String),
+}
+
+fn publish_one(
+    plan: &PublishPlan,
+    client: Option<&mut Client>,
+    channel: &str,
+    payload: &[u8],
+) -> Result<(), Failure> {
+    let payload = String::from_utf8_lossy(payload);
+    let vars = [("payload", payload.as_ref()), ("ch", channel)];
+    match (&plan.target, client) {
+        (
+            PublishTarget::Http {
+                path_template,
+                method,
+                headers,
+                body_template,
+                ..
+            },
+            Some(client),
+        ) => {
+            let path = expand(path_template, &vars);
+            let body = expand(body_template, &vars);
+            match client.request(method, &path, &expand(headers, &vars), body.as_bytes()) {
+                Ok(r) if (200..300).contains(&r.status) => Ok(()),
+                Ok(r) => Err(Failure::Refused(format!("publish HTTP {}", r.status))),
+                Err(e) => Err(Failure::Unknown(format!(
+                    "publish failed: {}",
+                    root_kind(&e)
+                ))),
+            }
+        }
+        (PublishTarget::Cmd { cmd, body_template }, _) => {
+            let body = expand(body_template, &vars);
+            run_cmd(cmd, channel, &body, plan.timeout)
+        }
+        (PublishTarget::Http { .. }, None) => Err(Failure::Unknown("no HTTP client".into())),
+    }
+}
+
+/// Runs the publish command for one message, bounded by `timeout` (killed past it).
+fn run_cmd(cmd: &str, channel: &str, body: &str, timeout: Duration) -> Result<(), Failure> {
+    let mut child = Command::new("sh")
+        .args(["-c", cmd, "publish", channel, body])
+        .env("C1M_CHANNEL", channel)
+        .env("C1M_BODY", body)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .map_err(|e| {
+            Failure::Refused(format!("publish-cmd spawn: {}", crate::errors::io_kind(&e)))
+        })?;
+    let deadline = Instant::now() + timeout;
+    loop {
+        match child.try_wait() {
+            Ok(Some(st)) if st.success() => return Ok(()),
+            Ok(Some(st)) => {
+                return Err(Failure::Refused(format!(
+                    "publish-cmd exit {}",
+                    st.code().map_or("signal".to_string(), |c| c.to_string())
+                )))
+            }
+            Ok(None) if Instant::now() >= deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(Failure::Unknown("publish-cmd timeout".into()));
+            }
+            // Polled rather than waited on so the timeout holds; 200 µs keeps the ack time
+            // (part of the publish latency) close to the real exit.
+            Ok(None) => std::thread::sleep(Duration::from_micros(200)),
+            Err(e) => return Err(Failure::Unknown(format!("publish-cmd wait: {e}"))),
         }
     }
 }

@@ -130,7 +130,7 @@ pub fn json_report(run: &Run) -> serde_json::Value {
         "command": run.command,
         "target": {
             "url": run.args.url,
-            "proto": run.args.proto.name(),
+            "proto": run.args.proto().name(),
             "destination": run.dst.to_string(),
             "channels": run.args.channels,
         },
@@ -153,6 +153,8 @@ pub fn json_report(run: &Run) -> serde_json::Value {
             "payload_size": run.args.payload_size,
             "publishers": run.args.publishers,
             "publish_from_start": run.args.publish_from_start,
+            "publish_url": run.args.publish_url,
+            "publish_cmd": run.args.publish_cmd,
         },
         "result": {
             "success": success(run, &t),
@@ -166,6 +168,8 @@ pub fn json_report(run: &Run) -> serde_json::Value {
             "connected": t.connected,
             "subscribed": t.subscribed,
             "closed": t.closed,
+            "churned": t.churned,
+            "online_min_during_hold": run.hold_online_min,
             "notes": run.notes,
         },
         "errors": t.errors,
@@ -194,6 +198,8 @@ pub fn json_report(run: &Run) -> serde_json::Value {
             },
             "server": server,
         },
+        "scenario": run.args.scenario.map(|s| s.json(run, &t)),
+        "publishing_rate_per_s": crate::scenario::publish_rate(run),
         "timeline": run.timeline,
         "environment": crate::env::environment(),
     })
@@ -204,7 +210,7 @@ pub fn text_summary(run: &Run) -> String {
     let mut s = String::new();
     s.push_str(&format!(
         "c1m bench · {} {} · {} connections · {} workers · {} source address(es)\n",
-        run.args.proto.name(),
+        run.args.proto().name(),
         run.args.url,
         thousands(run.args.conns),
         run.workers,
@@ -241,7 +247,7 @@ pub fn text_summary(run: &Run) -> String {
     }
     s.push_str(&pct_line("connect", &percentiles(&run.connect_h)));
     s.push('\n');
-    if run.args.proto != crate::proto::Proto::Connect {
+    if run.args.proto() != crate::proto::Proto::Connect {
         s.push_str(&pct_line("subscribe", &percentiles(&run.subscribe_h)));
         s.push('\n');
     }
@@ -256,7 +262,7 @@ pub fn text_summary(run: &Run) -> String {
         s.push('\n');
         let d = &t.delivery;
         s.push_str(&format!(
-            "delivered  {} of {} expected · missing {} · duplicates {} · reordered {} · server gaps {} · wrong channel {} · foreign {}\n",
+            "delivered  {} of {} expected · missing {} · duplicates {} · reordered {} · server gaps {} · wrong channel {} · foreign {} · stale {}\n",
             thousands(d.received_in_window),
             thousands(d.expected),
             thousands(d.missing),
@@ -265,6 +271,7 @@ pub fn text_summary(run: &Run) -> String {
             thousands(d.server_gaps),
             thousands(d.wrong_channel),
             thousands(d.foreign),
+            thousands(d.stale),
         ));
         s.push_str(&format!(
             "verdict    delivered to all: {}\n",
@@ -274,6 +281,9 @@ pub fn text_summary(run: &Run) -> String {
                 "NO"
             }
         ));
+    }
+    if let Some(sc) = run.args.scenario {
+        s.push_str(&sc.text(run, &t));
     }
     let (_, _, per) = bench_memory(run);
     if let Some(per) = per {

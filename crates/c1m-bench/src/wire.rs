@@ -19,8 +19,10 @@ pub struct WorkerConfig {
     pub dst: SocketAddr,
     /// Host header value.
     pub host: String,
-    /// Subscribe path prefix, e.g. `/sub/`.
-    pub path_prefix: String,
+    /// Subscribe path template with `{ch}` and `{i}`, e.g. `/sub/{ch}`.
+    pub path_template: String,
+    /// Extra subscribe header lines (each ending in CRLF), `{ch}` and `{i}` expanded.
+    pub header_template: String,
     /// Channel base name; with `channels > 1` channel i is `{base}-{i}`.
     pub channel_base: String,
     pub channels: u32,
@@ -37,6 +39,14 @@ pub struct WorkerConfig {
     pub sources: Vec<IpAddr>,
     pub port_range: Option<(u16, u16)>,
     pub tick_ms: u64,
+    /// Wall-clock µs when the run was planned: a stamp sent before it is another run's
+    /// message replayed by the server (nchan sends its channel history to new subscribers).
+    #[serde(default)]
+    pub run_start_us: u64,
+    /// Online connections this worker closes and reopens per second once its ramp is done
+    /// (`--churn-rate` split over workers); 0 = none.
+    #[serde(default)]
+    pub churn_rate: f64,
     /// The worker exits by itself this long after start even if never told to stop.
     pub max_runtime_ms: u64,
 }
@@ -72,6 +82,9 @@ pub struct WorkerReport {
     pub online: u64,
     pub connecting: u64,
     pub peak_online: u64,
+    /// Connections closed on purpose by churn (and reopened at once); not errors.
+    #[serde(default)]
+    pub churned: u64,
     /// All of this worker's first attempts started and resolved (online or failed).
     pub ramp_done: bool,
     /// Wall-clock µs when `ramp_done` first became true (exact, not tick-rounded).

@@ -44,6 +44,8 @@ pub struct Totals {
     pub closed: u64,
     pub online: u64,
     pub connecting: u64,
+    /// Connections closed and reopened on purpose (`--churn-rate`).
+    pub churned: u64,
     pub errors: ErrorCounts,
     pub delivery: DeliveryTotals,
 }
@@ -69,12 +71,17 @@ pub struct Run {
     pub publish_errors: ErrorCounts,
     pub timeline: Vec<Sample>,
     pub peak_online: u64,
+    /// Fewest connections online during the hold (churn: how many were away at worst).
+    pub hold_online_min: Option<u64>,
     pub ramp_secs: Option<f64>,
     pub elapsed_secs: f64,
     pub stop_reason: String,
     pub server_before: Option<ServerStatus>,
     pub server_peak: Option<ServerStatus>,
     pub publishing: bool,
+    pub publish_target: crate::publish::PublishTarget,
+    /// When publishing started and was told to stop (for the publish rate).
+    pub publish_window: (Option<Instant>, Option<Instant>),
     /// The coordinator's own PSS at start and at the end of the hold (bytes).
     pub coordinator_pss: (u64, u64),
     /// Things the reader of a report must know (e.g. a worker that never reported at the end).
@@ -90,6 +97,7 @@ impl Run {
             closed: 0,
             online: 0,
             connecting: 0,
+            churned: 0,
             errors: ErrorCounts::new(),
             delivery: DeliveryTotals::default(),
         };
@@ -100,6 +108,7 @@ impl Run {
             t.closed += r.closed;
             t.online += r.online;
             t.connecting += r.connecting;
+            t.churned += r.churned;
             merge(&mut t.errors, &r.errors);
             t.delivery.add(&r.delivery);
         }
@@ -268,12 +277,16 @@ fn drive(
         let now = Instant::now();
         let t = run.totals();
         run.peak_online = run.peak_online.max(t.online);
+        if hold_end.is_some() {
+            run.hold_online_min = Some(run.hold_online_min.map_or(t.online, |m| m.min(t.online)));
+        }
         let ramp_done = run.latest.iter().zip(&gone).all(|(r, g)| r.ramp_done || *g);
         if publisher.is_none()
             && hold_end.is_none()
             && run.publishing
             && run.args.publish_from_start
         {
+            run.publish_window.0 = Some(Instant::now());
             publisher = Some(publish::spawn(
                 publish_plan(run),
                 pub_stop.clone(),
@@ -300,6 +313,7 @@ fn drive(
                     .drain
                     .unwrap_or_else(|| Duration::from_secs(2).min(run.args.hold / 4));
                 publish_until = Some(now + run.args.hold.saturating_sub(drain));
+                run.publish_window.0 = Some(Instant::now());
                 publisher = Some(publish::spawn(
                     publish_plan(run),
                     pub_stop.clone(),
@@ -307,8 +321,9 @@ fn drive(
                 ));
             }
         }
-        if publish_until.is_some_and(|u| now >= u) {
+        if publish_until.is_some_and(|u| now >= u) && run.publish_window.1.is_none() {
             pub_stop.store(true, Ordering::SeqCst);
+            run.publish_window.1 = Some(now);
         }
         if now >= next_sample {
             next_sample += Duration::from_secs(1);
@@ -374,6 +389,9 @@ fn drive(
         run.server_peak = fetch_status(run.target.addr, &run.target.host_header);
     }
     pub_stop.store(true, Ordering::SeqCst);
+    if run.publish_window.0.is_some() && run.publish_window.1.is_none() {
+        run.publish_window.1 = Some(Instant::now());
+    }
     if let Some(p) = publisher {
         let _ = p.join();
     }
@@ -416,14 +434,12 @@ fn publish_plan(run: &Run) -> PublishPlan {
         (None, None) => (Duration::from_secs(1), true),
     };
     PublishPlan {
-        addr: run.target.addr,
-        host: run.target.host_header.clone(),
+        target: run.publish_target.clone(),
         channel_base: run.target.channel_base.clone(),
         channels: run.args.channels,
         interval,
         all_channels,
         payload_size: run.args.payload_size,
-        key: run.args.publish_key.clone(),
         publishers: run.args.publishers,
         timeout: run.args.publish_timeout,
     }

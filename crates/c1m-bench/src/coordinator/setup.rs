@@ -7,6 +7,8 @@ use crate::errors::ErrorCounts;
 use crate::hist::new_hist;
 use crate::plan;
 use crate::proto::Proto;
+use crate::publish::PublishTarget;
+use crate::template;
 use crate::wire::{WorkerConfig, WorkerReport};
 use crate::BenchArgs;
 use anyhow::{bail, Context};
@@ -29,8 +31,14 @@ pub(super) fn plan_run(
     if !(args.rate >= 0.0 && args.rate.is_finite()) {
         bail!("--rate must be ≥ 0");
     }
+    let mut args = args;
+    if let Some(s) = args.scenario {
+        s.apply(&mut args)?;
+    }
     let target = plan::parse_url(&args.url)?;
-    let dst = match args.proto {
+    let proto = args.proto();
+    let header_template = subscribe_headers(&args)?;
+    let dst = match proto {
         Proto::Tcp => {
             let spec = args
                 .tcp
@@ -42,18 +50,25 @@ pub(super) fn plan_run(
                 .with_context(|| format!("--tcp {spec:?} resolves to no address"))?
         }
         Proto::Sse | Proto::Ws | Proto::Poll if !target.http => {
-            bail!("--proto {} needs an http:// URL", args.proto.name())
+            bail!("--proto {} needs an http:// URL", proto.name())
         }
         _ => target.addr,
     };
     let publishing = args.publish_every.is_some() || args.publish_rate.is_some();
-    if publishing && (args.proto == Proto::Connect || !target.http) {
+    if publishing && (proto == Proto::Connect || !target.http) {
         bail!("publishing needs an http:// URL and a subscribing protocol (not connect)");
     }
+    let publish_target = publish_target(&args, &target)?;
     if let Some(r) = args.publish_rate {
         if !(r > 0.0 && r <= 1e6) {
             bail!("--publish-rate must be in (0, 1e6]");
         }
+    }
+    if !(args.churn_rate >= 0.0 && args.churn_rate.is_finite()) {
+        bail!("--churn-rate must be ≥ 0");
+    }
+    if args.churn_rate > 0.0 && proto == Proto::Connect {
+        bail!("--churn-rate needs a subscribing protocol (not connect)");
     }
     if args.publish_every.is_some_and(|d| d.is_zero()) {
         bail!("--publish-every must be > 0");
@@ -137,19 +152,20 @@ pub(super) fn plan_run(
             .saturating_add(args.connect_timeout)
             .saturating_add(args.hold)
     });
-    let mut args = args;
     args.duration = Some(duration);
     let parent_pid = std::process::id();
+    let run_start_us = crate::payload::now_us();
     let configs = plan::split(args.conns, workers)
         .into_iter()
         .enumerate()
         .map(|(i, (first, n))| WorkerConfig {
             index: i,
             parent_pid,
-            proto: args.proto,
+            proto,
             dst,
             host: target.host_header.clone(),
-            path_prefix: target.path_prefix.clone(),
+            path_template: target.path_template.clone(),
+            header_template: header_template.clone(),
             channel_base: target.channel_base.clone(),
             channels: args.channels,
             first_conn: first,
@@ -166,6 +182,8 @@ pub(super) fn plan_run(
             sources: sources.clone(),
             port_range,
             tick_ms: 250,
+            run_start_us,
+            churn_rate: args.churn_rate * n as f64 / args.conns as f64,
             max_runtime_ms: (duration + Duration::from_secs(30)).as_millis() as u64,
         })
         .collect();
@@ -194,15 +212,97 @@ pub(super) fn plan_run(
         publish_errors: ErrorCounts::new(),
         timeline: Vec::new(),
         peak_online: 0,
+        hold_online_min: None,
         ramp_secs: None,
         elapsed_secs: 0.0,
         stop_reason: String::new(),
         server_before: None,
         server_peak: None,
         publishing,
+        publish_target,
+        publish_window: (None, None),
         coordinator_pss: (0, 0),
         notes: Vec::new(),
         args,
     };
     Ok((run, configs))
+}
+
+/// `-H` lines and `--token` as one header template (`{ch}`, `{i}`), checked.
+fn subscribe_headers(args: &BenchArgs) -> anyhow::Result<String> {
+    let mut out = String::new();
+    for h in &args.headers {
+        template::check("-H", h, &["ch", "i"])?;
+        out.push_str(&template::header_line("-H", h)?);
+    }
+    if let Some(t) = &args.token {
+        template::check("--token", t, &["ch", "i"])?;
+        out.push_str(&template::header_line(
+            "--token",
+            &format!("Authorization: Bearer {t}"),
+        )?);
+    }
+    Ok(out)
+}
+
+/// Where publishes go: `--publish-cmd`, `--publish-url`, or c1m's `POST /pub/{ch}` on the
+/// target. Templates and headers are checked here, once.
+fn publish_target(args: &BenchArgs, target: &plan::Target) -> anyhow::Result<PublishTarget> {
+    let body_template = args.publish_body.clone();
+    template::check("--publish-body", &body_template, &["payload", "ch"])?;
+    if let Some(cmd) = &args.publish_cmd {
+        return Ok(PublishTarget::Cmd {
+            cmd: cmd.clone(),
+            body_template,
+        });
+    }
+    let mut headers = String::new();
+    for h in &args.publish_header {
+        template::check("--publish-header", h, &["ch"])?;
+        headers.push_str(&template::header_line("--publish-header", h)?);
+    }
+    if !args
+        .publish_header
+        .iter()
+        .any(|h| h.to_ascii_lowercase().starts_with("content-type:"))
+    {
+        headers.push_str("Content-Type: text/plain\r\n");
+    }
+    if let Some(k) = &args.publish_key {
+        headers.push_str(&template::header_line(
+            "--publish-key",
+            &format!("Authorization: Bearer {k}"),
+        )?);
+    }
+    let method = &args.publish_method;
+    if method.is_empty() || !method.bytes().all(|b| b.is_ascii_uppercase()) {
+        bail!("--publish-method {method:?} must be an upper-case HTTP method");
+    }
+    let (addr, host, path_template) = match &args.publish_url {
+        Some(url) => {
+            let rest = url
+                .strip_prefix("http://")
+                .with_context(|| format!("--publish-url {url:?} must start with http://"))?;
+            let (authority, addr) = plan::parse_authority(rest)?;
+            let path = rest.find('/').map(|i| &rest[i..]).unwrap_or("/");
+            template::check("--publish-url", path, &["ch"])?;
+            if path.contains([' ', '\r', '\n']) {
+                bail!("--publish-url path {path:?} contains a space or line break");
+            }
+            (addr, authority.to_string(), path.to_string())
+        }
+        None => (
+            target.addr,
+            target.host_header.clone(),
+            "/pub/{ch}".to_string(),
+        ),
+    };
+    Ok(PublishTarget::Http {
+        addr,
+        host,
+        path_template,
+        method: method.clone(),
+        headers,
+        body_template,
+    })
 }

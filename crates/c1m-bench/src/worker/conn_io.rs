@@ -99,7 +99,7 @@ impl Worker {
             String::new()
         };
         let ctx = Ctx {
-            proto,
+            wire: proto.wire(),
             ws_accept: &accept,
         };
         let mut pending = c.pending.take();
@@ -108,6 +108,10 @@ impl Worker {
             pending.extend_from_slice(&self.scratch[..n]);
         }
         let my_ch = c.global % channels;
+        let ours = Ours {
+            channel: my_ch,
+            run_start_us: self.cfg.run_start_us,
+        };
         let mut online = false;
         let mut closed = false;
         let mut repoll: Option<Option<u64>> = None;
@@ -119,7 +123,7 @@ impl Worker {
         let mut on = |ev: Event<'_>| match ev {
             Event::Online => online = true,
             Event::Message { id, data } => {
-                on_message(delivery, last_id, my_ch, id, data, t, dh);
+                on_message(delivery, last_id, ours, id, data, t, dh);
             }
             Event::Gap => t.server_gaps += 1,
             Event::PollDone { last_id: l } => repoll = Some(l),
@@ -169,8 +173,8 @@ impl Worker {
                 c.delivery.window_start_us = now_us();
             }
             let last = (c.last_id != 0).then_some(c.last_id);
-            let gen = c.gen;
-            let req = self.request(my_ch, last, gen);
+            let (gen, global) = (c.gen, c.global);
+            let req = self.request(global, my_ch, last, gen);
             if let Some(c) = self.conns.get_mut(key) {
                 c.out.extend(&req);
             }
@@ -183,10 +187,18 @@ impl Worker {
     }
 }
 
+/// What makes a stamped message this connection's: its channel, and a send time within
+/// this run.
+#[derive(Clone, Copy)]
+struct Ours {
+    channel: u32,
+    run_start_us: u64,
+}
+
 fn on_message(
     d: &mut ConnDelivery,
     last_id: &mut u64,
-    my_ch: u32,
+    ours: Ours,
     id: Option<u64>,
     data: &[u8],
     t: &mut DeliveryTotals,
@@ -199,12 +211,20 @@ fn on_message(
         }
         return;
     };
-    if stamp.channel != my_ch {
+    if stamp.sent_us < ours.run_start_us {
+        t.stale += 1;
+        return;
+    }
+    if stamp.channel != ours.channel {
         t.wrong_channel += 1;
         return;
     }
     let arrival = d.on_message(stamp.seq, stamp.sent_us, t);
-    if arrival != Arrival::Duplicate {
+    // Latency of due messages only: one sent before this session's window (a server's history
+    // replay to a new subscriber, or a resume after an outage) would add the time it waited
+    // for the subscriber to exist.
+    let due = d.window_start_us != 0 && stamp.sent_us >= d.window_start_us;
+    if arrival != Arrival::Duplicate && due {
         record(dh, now_us().saturating_sub(stamp.sent_us));
     }
     if let Some(id) = id {
@@ -219,6 +239,13 @@ fn on_message(
 mod tests {
     use super::*;
     use crate::hist::new_hist;
+
+    fn ours(channel: u32, run_start_us: u64) -> Ours {
+        Ours {
+            channel,
+            run_start_us,
+        }
+    }
 
     #[test]
     fn message_accounting() {
@@ -239,16 +266,105 @@ mod tests {
                 0,
             )
         };
-        on_message(&mut d, &mut last, 2, Some(10), &p(1, 2), &mut t, &mut h);
-        on_message(&mut d, &mut last, 2, Some(9), &p(2, 2), &mut t, &mut h);
-        on_message(&mut d, &mut last, 2, Some(11), &p(2, 2), &mut t, &mut h);
-        on_message(&mut d, &mut last, 2, Some(12), &p(3, 1), &mut t, &mut h);
-        on_message(&mut d, &mut last, 2, None, b"hello", &mut t, &mut h);
+        on_message(
+            &mut d,
+            &mut last,
+            ours(2, 0),
+            Some(10),
+            &p(1, 2),
+            &mut t,
+            &mut h,
+        );
+        on_message(
+            &mut d,
+            &mut last,
+            ours(2, 0),
+            Some(9),
+            &p(2, 2),
+            &mut t,
+            &mut h,
+        );
+        on_message(
+            &mut d,
+            &mut last,
+            ours(2, 0),
+            Some(11),
+            &p(2, 2),
+            &mut t,
+            &mut h,
+        );
+        on_message(
+            &mut d,
+            &mut last,
+            ours(2, 0),
+            Some(12),
+            &p(3, 1),
+            &mut t,
+            &mut h,
+        );
+        on_message(
+            &mut d,
+            &mut last,
+            ours(2, 0),
+            None,
+            b"hello",
+            &mut t,
+            &mut h,
+        );
         assert_eq!(last, 11);
         assert_eq!(t.id_regressions, 1);
         assert_eq!(t.duplicates, 1);
         assert_eq!(t.wrong_channel, 1);
         assert_eq!(t.foreign, 1);
         assert_eq!(h.len(), 2);
+    }
+
+    /// An earlier run's messages replayed by the server (nchan's default for a new subscriber
+    /// is its channel's whole history) are stale: they must not advance the sequence, or this
+    /// run's own messages with the same sequences count as duplicates and go missing (seen
+    /// against nchan: 0 of 400 delivered, 1,150 duplicates).
+    #[test]
+    fn replayed_history_is_stale_not_duplicates() {
+        let mut d = ConnDelivery {
+            window_start_us: 1_000,
+            ..Default::default()
+        };
+        let (mut t, mut h, mut last) = (DeliveryTotals::default(), new_hist(), 0);
+        let p = |seq, sent_us| {
+            payload::encode(
+                payload::Stamp {
+                    channel: 0,
+                    seq,
+                    sent_us,
+                },
+                0,
+            )
+        };
+        for seq in 1..=3 {
+            on_message(
+                &mut d,
+                &mut last,
+                ours(0, 500),
+                None,
+                &p(seq, 100),
+                &mut t,
+                &mut h,
+            );
+        }
+        for seq in 1..=3 {
+            on_message(
+                &mut d,
+                &mut last,
+                ours(0, 500),
+                None,
+                &p(seq, 2_000),
+                &mut t,
+                &mut h,
+            );
+        }
+        assert_eq!(t.stale, 3);
+        assert_eq!((t.duplicates, t.received_in_window), (0, 3));
+        d.close_session(&[(2_000, 2_001); 3], None, &mut t);
+        assert_eq!((t.expected, t.missing), (3, 0));
     }
 }

@@ -15,6 +15,7 @@ use crate::errors::{bump, io_kind};
 use crate::hist::{new_hist, record, to_pairs};
 use crate::payload::now_us;
 use crate::proto::{self, Phase, Proto};
+use crate::template::expand;
 use crate::wire::{WorkerConfig, WorkerReport};
 use anyhow::Context;
 use hdrhistogram::Histogram;
@@ -120,6 +121,8 @@ struct Worker {
     subscribe_h: Histogram<u64>,
     delivery_h: Histogram<u64>,
     port_range_warned: bool,
+    /// When this worker's ramp finished (churn starts then).
+    churn_from: Option<Instant>,
 }
 
 /// Entry point of `c1m __bench-worker`.
@@ -169,6 +172,7 @@ impl Worker {
             subscribe_h: new_hist(),
             delivery_h: new_hist(),
             port_range_warned: false,
+            churn_from: None,
         })
     }
 
@@ -197,7 +201,9 @@ impl Worker {
         let hard_end = Instant::now() + Duration::from_millis(self.cfg.max_runtime_ms);
         while !self.stop && Instant::now() < hard_end {
             self.start_due();
-            let timeout = if self.next < self.cfg.conns || !self.backoff.is_empty() {
+            self.churn_due();
+            let churning = self.churn_from.is_some() && self.cfg.churn_rate > 0.0;
+            let timeout = if self.next < self.cfg.conns || !self.backoff.is_empty() || churning {
                 Duration::from_millis(1)
             } else {
                 next_tick.saturating_duration_since(Instant::now())
@@ -217,6 +223,7 @@ impl Worker {
             self.expire_timeouts();
             if self.r.ramp_done_us == 0 && self.ramp_done() {
                 self.r.ramp_done_us = now_us();
+                self.churn_from = Some(Instant::now());
             }
             if Instant::now() >= next_tick {
                 next_tick += tick;
@@ -269,6 +276,40 @@ impl Worker {
                 self.start(key, due);
             }
         }
+    }
+
+    /// Churn: closes online connections, picked at random, at `churn_rate` per second since the
+    /// ramp ended, each reopened at once as a new client (no resume, a new delivery window).
+    fn churn_due(&mut self) {
+        let Some(from) = self.churn_from else {
+            return;
+        };
+        if self.cfg.churn_rate <= 0.0 || self.stop {
+            return;
+        }
+        let due = (from.elapsed().as_secs_f64() * self.cfg.churn_rate) as u64;
+        while self.r.churned < due {
+            let Some(key) = self.random_online() else {
+                return;
+            };
+            self.r.churned += 1;
+            self.end_and_reopen(key, None, true);
+        }
+    }
+
+    /// An online connection picked at random (bounded probing; None when none is found).
+    fn random_online(&mut self) -> Option<usize> {
+        let cap = self.conns.capacity().max(1);
+        for _ in 0..64 {
+            self.rng ^= self.rng << 13;
+            self.rng ^= self.rng >> 7;
+            self.rng ^= self.rng << 17;
+            let key = (self.rng % cap as u64) as usize;
+            if matches!(self.conns.get(key), Some(c) if c.state == State::Online) {
+                return Some(key);
+            }
+        }
+        None
     }
 
     fn open_socket(&mut self, global: u32) -> io::Result<TcpStream> {
@@ -409,8 +450,8 @@ impl Worker {
             _ => {
                 let ch = c.global % self.cfg.channels.max(1);
                 let last_id = (c.last_id != 0).then_some(c.last_id);
-                let gen = c.gen;
-                let req = self.request(ch, last_id, gen);
+                let (gen, global) = (c.gen, c.global);
+                let req = self.request(global, ch, last_id, gen);
                 let Some(c) = self.conns.get_mut(key) else {
                     return false;
                 };
@@ -427,11 +468,23 @@ impl Worker {
         true
     }
 
-    fn request(&self, ch: u32, last_id: Option<u64>, gen: u32) -> Vec<u8> {
+    /// The subscribe request of connection `global` (channel `ch`), templates expanded.
+    fn request(&self, global: u32, ch: u32, last_id: Option<u64>, gen: u32) -> Vec<u8> {
         let name = self.cfg.channel_name(ch);
-        let path = format!("{}{}", self.cfg.path_prefix, name);
+        let index = global.to_string();
+        let vars = [("ch", name.as_str()), ("i", index.as_str())];
+        let path = expand(&self.cfg.path_template, &vars);
+        let extra = expand(&self.cfg.header_template, &vars);
         let key = proto::ws_key(u64::from(gen) ^ ((self.cfg.index as u64) << 40));
-        proto::subscribe_request(self.cfg.proto, &self.cfg.host, &path, &name, last_id, &key)
+        proto::subscribe_request(&proto::SubscribeRequest {
+            wire: self.cfg.proto.wire(),
+            host: &self.cfg.host,
+            path: &path,
+            channel: &name,
+            last_id,
+            ws_key: &key,
+            extra_headers: &extra,
+        })
     }
 
     fn went_online(&mut self, key: usize, now_mono: u64) {
@@ -513,6 +566,12 @@ impl Worker {
     /// Ends the current attempt of `key`: closes the socket, settles delivery accounting,
     /// counts the error, and schedules a reconnect or frees the slot.
     fn end(&mut self, key: usize, kind: Option<String>) {
+        self.end_and_reopen(key, kind, false);
+    }
+
+    /// [`Self::end`], or with `reopen_now` (churn) a reconnect due at once whatever
+    /// `--reconnect` says.
+    fn end_and_reopen(&mut self, key: usize, kind: Option<String>, reopen_now: bool) {
         let Some(c) = self.conns.get_mut(key) else {
             return;
         };
@@ -542,6 +601,17 @@ impl Worker {
         c.phase = Phase::Head;
         if let Some(kind) = kind {
             bump(&mut self.r.errors, &kind);
+        }
+        if reopen_now && !self.stop {
+            // A new client, not a resume: no last id, and sequence tracking starts over, so a
+            // server that replays its history to new subscribers (nchan) is not counted as
+            // duplicating (the replay was sent before the new window: received, not expected).
+            c.delivery = ConnDelivery::default();
+            c.last_id = 0;
+            c.state = State::Backoff;
+            let (due, gen) = (self.epoch.elapsed().as_micros() as u64, c.gen);
+            self.backoff.push(Reverse((due, key, gen)));
+            return;
         }
         match self.cfg.reconnect {
             Some((min_ms, max_ms)) if !self.stop => {

@@ -6,6 +6,7 @@
 //!
 //! A panic here is a finding: either the code under test panicked or a property failed.
 
+pub mod client;
 pub mod http;
 pub mod line;
 

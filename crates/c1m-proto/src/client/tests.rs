@@ -12,10 +12,10 @@ enum Ev {
     Closed,
 }
 
-fn run(proto: Proto, phase: &mut Phase, buf: &[u8]) -> (Result<usize, ProtoError>, Vec<Ev>) {
+fn run(wire: Wire, phase: &mut Phase, buf: &[u8]) -> (Result<usize, ProtoError>, Vec<Ev>) {
     let accept = ws_accept("dGhlIHNhbXBsZSBub25jZQ==");
     let ctx = Ctx {
-        proto,
+        wire,
         ws_accept: &accept,
     };
     let mut evs = Vec::new();
@@ -38,20 +38,19 @@ fn rfc6455_accept_example() {
         ws_accept("dGhlIHNhbXBsZSBub25jZQ=="),
         "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
     );
-    assert_eq!(base64(b"ab"), "YWI=");
 }
 
 #[test]
 fn sse_head_events_and_partial_tail() {
     let mut ph = Phase::Head;
     let buf = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\nid: 7\ndata: hello\n\n:\n\nevent: gap\ndata: {}\n\nid: 8\ndata: par";
-    let (r, evs) = run(Proto::Sse, &mut ph, buf);
+    let (r, evs) = run(Wire::Sse, &mut ph, buf);
     assert_eq!(
         evs,
         vec![Ev::Online, Ev::Msg(Some(7), "hello".into()), Ev::Gap]
     );
     assert_eq!(&buf[r.unwrap()..], b"id: 8\ndata: par");
-    let (r, evs) = run(Proto::Sse, &mut ph, b"id: 8\r\ndata: x\r\n\r\n");
+    let (r, evs) = run(Wire::Sse, &mut ph, b"id: 8\r\ndata: x\r\n\r\n");
     assert_eq!(r.unwrap(), 18);
     assert_eq!(evs, vec![Ev::Msg(Some(8), "x".into())]);
 }
@@ -59,11 +58,11 @@ fn sse_head_events_and_partial_tail() {
 #[test]
 fn sse_refusal_is_an_error() {
     let mut ph = Phase::Head;
-    let (r, _) = run(Proto::Sse, &mut ph, b"HTTP/1.1 503 Busy\r\n\r\n");
+    let (r, _) = run(Wire::Sse, &mut ph, b"HTTP/1.1 503 Busy\r\n\r\n");
     assert_eq!(r.unwrap_err().0, "HTTP 503");
     let mut ph = Phase::Head;
     let (r, _) = run(
-        Proto::Sse,
+        Wire::Sse,
         &mut ph,
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
     );
@@ -80,7 +79,7 @@ fn ws_handshake_and_frames() {
     buf.extend_from_slice(&[0x81, json.len() as u8]);
     buf.extend_from_slice(json);
     buf.extend_from_slice(&[0x89, 0, 0x88, 0, 0x81]);
-    let (r, evs) = run(Proto::Ws, &mut ph, &buf);
+    let (r, evs) = run(Wire::Ws, &mut ph, &buf);
     assert_eq!(
         evs,
         vec![
@@ -92,7 +91,7 @@ fn ws_handshake_and_frames() {
         ]
     );
     assert_eq!(r.unwrap(), buf.len() - 1);
-    let (r, _) = run(Proto::Ws, &mut ph, &[0x81, 0x85, 0, 0, 0, 0, 1]);
+    let (r, _) = run(Wire::Ws, &mut ph, &[0x81, 0x85, 0, 0, 0, 0, 1]);
     assert!(r.is_err(), "masked server frame must be refused");
 }
 
@@ -100,7 +99,7 @@ fn ws_handshake_and_frames() {
 fn ws_bad_accept_refused() {
     let mut ph = Phase::Head;
     let (r, _) = run(
-        Proto::Ws,
+        Wire::Ws,
         &mut ph,
         b"HTTP/1.1 101 OK\r\nSec-WebSocket-Accept: nope\r\n\r\n",
     );
@@ -122,7 +121,7 @@ fn poll_answers() {
         b"HTTP/1.1 204 No Content\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n{",
     );
     let mut ph = Phase::Head;
-    let (r, evs) = run(Proto::Poll, &mut ph, &buf);
+    let (r, evs) = run(Wire::Poll, &mut ph, &buf);
     assert_eq!(
         evs,
         vec![
@@ -139,7 +138,7 @@ fn poll_answers() {
 fn tcp_lines() {
     let mut ph = Phase::Head;
     let buf = b"OK 100\nMSG news 101 3\na\nb\nGAP news 1 2\nBYE\nMSG news 102 5\nab";
-    let (r, evs) = run(Proto::Tcp, &mut ph, buf);
+    let (r, evs) = run(Wire::Tcp, &mut ph, buf);
     assert_eq!(
         evs,
         vec![
@@ -150,21 +149,21 @@ fn tcp_lines() {
         ]
     );
     assert_eq!(&buf[r.unwrap()..], b"MSG news 102 5\nab");
-    let (r, _) = run(Proto::Tcp, &mut ph, b"ERR limit\n");
+    let (r, _) = run(Wire::Tcp, &mut ph, b"ERR limit\n");
     assert_eq!(r.unwrap_err().0, "tcp ERR limit");
 }
 
 /// Contract: bench parses exactly what c1m serve's encoders (c1m-proto) produce.
 #[test]
 fn parses_c1m_proto_encodings() {
-    let mut buf = c1m_proto::sse::RESPONSE_HEAD.to_vec();
-    buf.extend(c1m_proto::sse::encode_message(None, 41, b"c1mb 0 1 5"));
-    buf.extend(c1m_proto::sse::encode_message(Some("news"), 42, b"two"));
-    buf.extend(c1m_proto::sse::HEARTBEAT);
-    buf.extend(c1m_proto::sse::encode_gap("news", 1, 9));
-    buf.extend(c1m_proto::sse::SHUTDOWN);
+    let mut buf = crate::sse::RESPONSE_HEAD.to_vec();
+    buf.extend(crate::sse::encode_message(None, 41, b"c1mb 0 1 5"));
+    buf.extend(crate::sse::encode_message(Some("news"), 42, b"two"));
+    buf.extend(crate::sse::HEARTBEAT);
+    buf.extend(crate::sse::encode_gap("news", 1, 9));
+    buf.extend(crate::sse::SHUTDOWN);
     let mut ph = Phase::Head;
-    let (r, evs) = run(Proto::Sse, &mut ph, &buf);
+    let (r, evs) = run(Wire::Sse, &mut ph, &buf);
     assert_eq!(r.unwrap(), buf.len());
     assert_eq!(
         evs,
@@ -178,23 +177,23 @@ fn parses_c1m_proto_encodings() {
     );
 
     let mut buf = b"OK 7\n".to_vec();
-    buf.extend(c1m_proto::line::encode_msg("news", 8, b"a\nb"));
-    buf.extend(c1m_proto::line::encode_gap("news", 1, 2));
+    buf.extend(crate::line::encode_msg("news", 8, b"a\nb"));
+    buf.extend(crate::line::encode_gap("news", 1, 2));
     let mut ph = Phase::Head;
-    let (r, evs) = run(Proto::Tcp, &mut ph, &buf);
+    let (r, evs) = run(Wire::Tcp, &mut ph, &buf);
     assert_eq!(r.unwrap(), buf.len());
     assert_eq!(
         evs,
         vec![Ev::Online, Ev::Msg(Some(8), "a\nb".into()), Ev::Gap]
     );
 
-    let body = c1m_proto::longpoll::encode_body(
-        &[c1m_proto::longpoll::PollMessage {
+    let body = crate::longpoll::encode_body(
+        &[crate::longpoll::PollMessage {
             channel: "news",
             id: 9,
             payload: b"p",
         }],
-        &[c1m_proto::longpoll::PollGap {
+        &[crate::longpoll::PollGap {
             channel: "news",
             after: 1,
             through: 3,
@@ -204,7 +203,7 @@ fn parses_c1m_proto_encodings() {
     let mut buf = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len()).into_bytes();
     buf.extend(body);
     let mut ph = Phase::Head;
-    let (r, evs) = run(Proto::Poll, &mut ph, &buf);
+    let (r, evs) = run(Wire::Poll, &mut ph, &buf);
     assert_eq!(r.unwrap(), buf.len());
     assert_eq!(
         evs,
@@ -212,15 +211,50 @@ fn parses_c1m_proto_encodings() {
     );
 }
 
+fn req(wire: Wire, path: &str, last_id: Option<u64>, extra: &str) -> String {
+    String::from_utf8(subscribe_request(&SubscribeRequest {
+        wire,
+        host: "h",
+        path,
+        channel: "a",
+        last_id,
+        ws_key: "k",
+        extra_headers: extra,
+    }))
+    .unwrap()
+}
+
 #[test]
 fn requests() {
-    let r = subscribe_request(Proto::Sse, "h", "/sub/a", "a", Some(3), "");
-    assert!(String::from_utf8(r)
-        .unwrap()
-        .contains("Last-Event-ID: 3\r\n"));
-    let r = subscribe_request(Proto::Tcp, "h", "/sub/a", "a", None, "");
-    assert_eq!(r, b"SUB a\n");
-    assert!(subscribe_request(Proto::Connect, "h", "/", "a", None, "").is_empty());
+    assert!(req(Wire::Sse, "/sub/a", Some(3), "").contains("Last-Event-ID: 3\r\n"));
+    assert_eq!(req(Wire::Tcp, "/sub/a", None, ""), "SUB a\n");
+    assert!(req(Wire::Connect, "/", None, "").is_empty());
+    // Extra headers go into the head, before the blank line that ends it.
+    let r = req(
+        Wire::Ws,
+        "/sub/a?auth=x",
+        Some(7),
+        "Authorization: Bearer t\r\n",
+    );
+    assert!(
+        r.starts_with("GET /sub/a?auth=x&last_id=7 HTTP/1.1\r\n"),
+        "{r}"
+    );
+    assert!(r.ends_with("Authorization: Bearer t\r\n\r\n"), "{r}");
+    let r = req(Wire::Poll, "/sub/a", Some(7), "X-A: 1\r\n");
+    assert!(r.starts_with("GET /sub/a?last_id=7 HTTP/1.1\r\n"), "{r}");
+    assert!(r.ends_with("X-A: 1\r\n\r\n"), "{r}");
+}
+
+/// nchan's ids are `time:tag`, not numbers: the message must still be delivered (with no
+/// numeric id), not refused as a protocol error (it was: "sse bad id" ended every nchan stream).
+#[test]
+fn sse_opaque_ids_are_not_errors() {
+    let mut ph = Phase::Body;
+    let buf = b": hi\n\nid: 1795438449:0\ndata: c1mb 0 1 5\n\n";
+    let (r, evs) = run(Wire::Sse, &mut ph, buf);
+    assert_eq!(r.unwrap(), buf.len());
+    assert_eq!(evs, vec![Ev::Msg(None, "c1mb 0 1 5".into())]);
 }
 
 /// Bad input from a server is an error, never a panic: random bytes and random cuts of valid
@@ -256,16 +290,10 @@ fn random_input_never_panics() {
         if round % 7 == 0 {
             buf.extend_from_slice(b"\n\n\r\n");
         }
-        for proto in [
-            Proto::Sse,
-            Proto::Ws,
-            Proto::Poll,
-            Proto::Tcp,
-            Proto::Connect,
-        ] {
+        for wire in [Wire::Sse, Wire::Ws, Wire::Poll, Wire::Tcp, Wire::Connect] {
             for phase in [Phase::Head, Phase::Body] {
                 let mut ph = phase;
-                if let (Ok(used), _) = run(proto, &mut ph, &buf) {
+                if let (Ok(used), _) = run(wire, &mut ph, &buf) {
                     assert!(used <= buf.len());
                 }
             }

@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# peers.sh: c1m serve beside nginx + nchan (Debian's nginx-light + libnginx-mod-nchan), the same
+# `c1m bench` command against each, in the same run, one scenario after the other:
+#   fanout   : N SSE subscribers on one channel, one message every EVERY (fan-out latency);
+#   channels : CHANNELS channels × k subscribers, round-robin publishing as fast as acks come.
+# Both servers get POST /pub/{ch} and GET /sub/{ch} (c1m's own paths; nchan is configured with
+# the same ones by bench/lib.sh start_nchan), so the bench command differs only in nothing.
+# Server memory is measured the same way for both: PSS of the server's process tree (master +
+# workers) at its peak during the run minus before it, per subscriber (user memory; kernel
+# socket buffers are not in PSS).
+#
+# ROUNDS rounds, each running every server once per scenario, alternating, so a box whose load
+# changes during the run (it is shared) treats both alike; the table lists every round.
+#
+# Usage: bench/peers.sh [FANOUT_N] [CHANNEL_SUBSCRIBERS]   (defaults 190000, 80000)
+# Env: CHANNELS (40000), RATE (40000 new connections/s), HOLD (30s) / EVERY (5s) / DRAIN (12s:
+# no publish in the last DRAIN of the hold, so the slower server's last fan-out still lands)
+# for fanout, CHOLD (15s) / PUBLISHERS (4) for channels, ROUNDS (2), PORT (18480),
+# SERVERS ("c1m nchan"), C1M (binary; built when unset).
+# Writes bench/out/peers.json (figures + both reports per run) and bench/out/peers.md (table).
+set -euo pipefail
+FANOUT_N=${1:-190000}
+CHAN_SUBS=${2:-80000}
+CHANNELS=${CHANNELS:-40000}
+RATE=${RATE:-40000}
+HOLD=${HOLD:-30s}
+EVERY=${EVERY:-5s}
+DRAIN=${DRAIN:-12s}
+ROUNDS=${ROUNDS:-2}
+CHOLD=${CHOLD:-15s}
+PUBLISHERS=${PUBLISHERS:-4}
+PORT=${PORT:-18480}
+SERVERS=${SERVERS:-"c1m nchan"}
+source "$(dirname "$0")/lib.sh"
+c1m_binary
+ensure_nchan
+TMP=$(mktemp -d)
+on_exit "rm -rf '$TMP'"
+SERVER_PID=""
+RUN_NO=0
+
+start_server() { # NAME CONNS
+    case $1 in
+    c1m)
+        start_serve "$TMP/serve.log" --listen "127.0.0.1:$PORT" --max-conns $(($2 * 3 / 2))
+        SERVER_PID=$SERVE_PID
+        wait_http "127.0.0.1:$PORT" 20
+        ;;
+    nchan)
+        # One worker per 18,000 connections (nofile is 20,000 per process), at least 2.
+        local w=$(($2 / 18000 + 1))
+        [ "$w" -ge 2 ] || w=2
+        rm -rf "$TMP/nchan"
+        start_nchan "$TMP/nchan" "$PORT" "$w"
+        SERVER_PID=$NCHAN_PID
+        wait_port 127.0.0.1 "$PORT" 20
+        ;;
+    esac
+}
+
+run_one() { # ROUND SCENARIO SERVER CONNS BENCH-ARGS...
+    local round=$1 scen=$2 name=$3 conns=$4 label="$2-$3-$1"
+    shift 4
+    echo "== round $round · $scen · $name: c1m bench $*" >&2
+    start_server "$name" "$conns"
+    sleep 1
+    local base peak p bpid
+    # Each run its own 20 source addresses (127.(10+k).0.2-21): the previous run's closed
+    # connections sit in TIME_WAIT for 60 s and would leave too few free ports on shared
+    # sources (seen: EADDRNOTAVAIL and a ramp that never finished).
+    RUN_NO=$((RUN_NO + 1))
+    local src="127.$((10 + RUN_NO)).0.2-127.$((10 + RUN_NO)).0.21"
+    base=$(tree_pss "$SERVER_PID")
+    peak=$base
+    timeout 600 "$C1M" bench "$@" --source "$src" --duration 300s --interval 5s --report "$TMP/$label.json" \
+        >"$TMP/$label.txt" 2>&1 &
+    bpid=$!
+    while kill -0 "$bpid" 2>/dev/null; do
+        p=$(tree_pss "$SERVER_PID")
+        [ "$p" -gt "$peak" ] && peak=$p
+        sleep 1
+    done
+    wait "$bpid" || true
+    echo "$base $peak $(cut -d' ' -f1 /proc/loadavg)" >"$TMP/$label.pss"
+    sed -n '/^c1m bench/,$p' "$TMP/$label.txt" >&2
+    stop_pid "$SERVER_PID" 20
+    SERVER_PID=""
+    sleep 2
+}
+
+URL="http://127.0.0.1:$PORT/sub/{ch}"
+PUB="http://127.0.0.1:$PORT/pub/{ch}"
+for round in $(seq "$ROUNDS"); do
+    for s in $SERVERS; do
+        run_one "$round" fanout "$s" "$FANOUT_N" "$URL" --scenario fanout --conns "$FANOUT_N" \
+            --rate "$RATE" --hold "$HOLD" --publish-every "$EVERY" --drain "$DRAIN" --publish-url "$PUB"
+    done
+    for s in $SERVERS; do
+        run_one "$round" channels "$s" "$CHAN_SUBS" "$URL" --scenario channels --channels "$CHANNELS" \
+            --conns "$CHAN_SUBS" --rate "$RATE" --hold "$CHOLD" --publishers "$PUBLISHERS" --publish-url "$PUB"
+    done
+done
+
+python3 - "$TMP" "$OUT" "$SERVERS" "$ROUNDS" <<'PY'
+import datetime, json, statistics, sys
+tmp, out, servers, rounds = sys.argv[1], sys.argv[2], sys.argv[3].split(), int(sys.argv[4])
+rows, reports = {}, {}
+for scen in ("fanout", "channels"):
+  for rnd in range(1, rounds + 1):
+    for s in servers:
+        r = json.load(open(f"{tmp}/{scen}-{s}-{rnd}.json"))
+        base, peak, load = open(f"{tmp}/{scen}-{s}-{rnd}.pss").read().split()
+        base, peak = int(base), int(peak)
+        res, d, sc = r["result"], r["delivery"]["totals"], r["scenario"] or {}
+        online = res["peak_online"]
+        rows[(scen, s, rnd)] = {
+            "round": rnd, "load1_after": float(load),
+            "online": online, "conns": r["plan"]["conns"],
+            "subscribe_rate": res["open_rate_avg"] or 0.0,
+            "bytes_per_conn": (peak - base) / online if online else None,
+            "server_pss_base": base, "server_pss_peak": peak,
+            "p99_ms": (sc.get("fanout_p99_us") or sc.get("delivery_p99_us") or 0) / 1e3,
+            "p50_ms": (sc.get("fanout_p50_us") or sc.get("delivery_p50_us") or 0) / 1e3,
+            "publish_rate": sc.get("publish_rate_per_s"),
+            "published": r["publishing"]["published"],
+            "expected": d["expected"], "missing": d["missing"], "duplicates": d["duplicates"],
+            "errors": r["errors_total"], "success": res["success"], "command": r["command"],
+        }
+        reports[f"{scen}-{s}-{rnd}"] = r
+env = reports[next(iter(reports))]["environment"]
+date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+json.dump({"date_utc": date, "rows": {f"{k[0]}-{k[1]}-{k[2]}": v for k, v in rows.items()}, "reports": reports},
+          open(f"{out}/peers.json", "w"), indent=1)
+def f(v, fmt):
+    return "n/a" if v is None else format(v, fmt)
+lines = [f"Run {date}; kernel {env.get('kernel')}, {env.get('cpus')} CPUs, "
+         f"{env.get('mem_total_bytes', 0) / 2**30:.1f} GiB; servers and bench on one box over loopback.", "",
+         "| scenario | round | server | online | subscribe rate | server user B/conn | p50 | p99 | publish rate (acked) | delivered / expected (missing) | errors | load1 after |",
+         "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+for (scen, s, rnd), v in rows.items():
+    lines.append(f"| {scen} | {rnd} | {s} | {v['online']:,} / {v['conns']:,} | {v['subscribe_rate']:,.0f}/s | {f(v['bytes_per_conn'], ',.0f')} "
+                 f"| {v['p50_ms']:.1f} ms | {v['p99_ms']:.1f} ms | {f(v['publish_rate'], ',.0f') + '/s' if v['publish_rate'] else '—'} "
+                 f"| {v['expected'] - v['missing']:,} / {v['expected']:,} ({v['missing']:,}) | {v['errors']:,} | {v['load1_after']:.1f} |")
+if "c1m" in servers and "nchan" in servers:
+    lines += ["", "Ratios c1m ÷ nchan, median over rounds of each round's ratio (subscribe and publish rate: "
+              "above 1 is better for c1m; bytes per connection and p99: below 1 is better for c1m):", "",
+              "| scenario | subscribe rate | user B/conn | p99 | publish rate |", "|---|---|---|---|---|"]
+    def ratio(key, scen):
+        xs = []
+        for rnd in range(1, rounds + 1):
+            a, b = rows[(scen, "c1m", rnd)][key], rows[(scen, "nchan", rnd)][key]
+            if a and b:
+                xs.append(a / b)
+        return "n/a" if not xs else f"{statistics.median(xs):.2f} ({', '.join(f'{x:.2f}' for x in xs)})"
+    for scen in ("fanout", "channels"):
+        lines.append(f"| {scen} | {ratio('subscribe_rate', scen)} | {ratio('bytes_per_conn', scen)} "
+                     f"| {ratio('p99_ms', scen)} | {ratio('publish_rate', scen) if scen == 'channels' else '—'} |")
+lines += ["", "Commands (identical for both servers; PORT differs only by run):", ""]
+for (scen, s, rnd), v in rows.items():
+    if s == servers[0] and rnd == 1:
+        lines.append(f"    {v['command']}")
+open(f"{out}/peers.md", "w").write("\n".join(lines) + "\n")
+print("\n".join(lines))
+PY

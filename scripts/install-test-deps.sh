@@ -11,7 +11,9 @@ set -euo pipefail
 # systemd (systemd-analyze verify), dpkg-dev (cargo-deb's dpkg-shlibdeps): the packaging tests of
 # crates/c1m/tests/serve_packaging.rs; nodejs (node 20 + npm): clients/js unit tests and build,
 # whose output crates/c1m/tests/serve_js_client.rs loads into chromium.
-needed=(curl iproute2 util-linux procps tmux python3 gcc chromium haproxy openssl systemd dpkg-dev nodejs)
+# libnss3-tools (certutil): the test CA goes into Chromium's NSS database in
+# crates/c1m/tests/serve_browser_auth.rs (TLS case), as a user's browser would trust a CA.
+needed=(curl iproute2 util-linux procps tmux python3 gcc chromium haproxy openssl systemd dpkg-dev nodejs libnss3-tools)
 # nginx-light + libnginx-mod-nchan: the peer server that crates/c1m/tests/bench_nchan.rs and
 # bench/peers.sh measure c1m bench against (nginx is started from a temp prefix, never the service).
 needed+=(nginx-light libnginx-mod-nchan)

@@ -18,7 +18,14 @@ const SECRET_KEYS: &[&str] = &["publish_key"];
 /// does not parse) is one problem too.
 pub fn check(args: &ServeArgs) -> Vec<String> {
     match args.resolve_unchecked() {
-        Ok(cfg) => cfg.problems(),
+        Ok(cfg) => {
+            let mut problems = cfg.problems();
+            // The key file, read as the start will read it (TLS files are read by problems()).
+            if let Err(e) = crate::auth::Auth::from_config(&cfg) {
+                problems.push(format!("{e:#}"));
+            }
+            problems
+        }
         Err(e) => vec![format!("{e:#}")],
     }
 }

@@ -5,14 +5,17 @@
 //! publish on both; an expired token is refused on both (and fetch reads the 401). The page
 //! publishes what it saw to a report channel this test reads.
 //!
-//! TLS later: the page takes the server's URL (`?server=`) and derives the WebSocket URL from
-//! its scheme, and `PageServer::origin` is the only place the page's own scheme appears.
+//! The same over TLS (`https://`, `wss://`) with a test CA that Chromium trusts the way a
+//! user's browser trusts a real one: imported into the NSS database of the browser's own HOME
+//! (certutil, from libnss3-tools), not by switching certificate checks off.
 
 mod auth;
 mod common;
+mod tls_support;
 
 use auth::{now, Keys};
 use common::{Server, Sse};
+use tls_support::{TestPki, TlsServer};
 use serde_json::json;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
@@ -21,13 +24,60 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Kills the browser even when an assertion fails.
-struct Browser(std::process::Child);
+/// Headless Chromium on one URL, with its own profile and HOME (so its NSS trust store is
+/// ours); killed and cleaned up even when an assertion fails.
+struct Browser {
+    child: std::process::Child,
+    home: std::path::PathBuf,
+}
+
+impl Browser {
+    /// Opens `url`; with `trusted_ca`, that CA is imported into the browser's NSS database first.
+    fn open(url: &str, tag: &str, trusted_ca: Option<&std::path::Path>) -> Browser {
+        let home =
+            std::env::temp_dir().join(format!("c1m-chromium-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&home);
+        let nssdb = home.join(".pki/nssdb");
+        std::fs::create_dir_all(&nssdb).unwrap();
+        if let Some(ca) = trusted_ca {
+            let db = format!("sql:{}", nssdb.display());
+            let certutil = |args: &[&str]| {
+                let out = Command::new("certutil").args(args).output().expect(
+                    "certutil (libnss3-tools) is installed by scripts/install-test-deps.sh",
+                );
+                assert!(out.status.success(), "certutil {args:?}: {out:?}");
+            };
+            certutil(&["-d", &db, "-N", "--empty-password"]);
+            let ca = ca.to_str().unwrap();
+            certutil(&["-d", &db, "-A", "-t", "C,,", "-n", "c1m test CA", "-i", ca]);
+        }
+        let child = Command::new("chromium")
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+                "--remote-debugging-port=0", // keeps the headless browser running
+                &format!("--user-data-dir={}", home.join("profile").display()),
+                url,
+            ])
+            .env("HOME", &home)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("chromium is installed by scripts/install-test-deps.sh");
+        Browser { child, home }
+    }
+}
 
 impl Drop for Browser {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.home);
     }
 }
 
@@ -103,31 +153,12 @@ fn headless_chromium_on_another_origin_subscribes_with_a_token() {
     let token = keys.hs256(&json!({"exp": now() + 120, "channels": ["browser", "report"]}));
     let expired = keys.hs256(&json!({"exp": now() - 10, "channels": ["browser"]}));
     let mut report = Sse::connect(server.http, &format!("/sub/report?token={token}"), "");
-    let profile = std::env::temp_dir().join(format!("c1m-chromium-auth-{}", std::process::id()));
     let url = format!(
         "{}/page.html?server=http://{}&token={token}&expired={expired}",
         page.origin(),
         server.http
     );
-    let _browser = Browser(
-        Command::new("chromium")
-            .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--no-first-run",
-                "--remote-debugging-port=0", // keeps the headless browser running
-                &format!("--user-data-dir={}", profile.display()),
-                &url,
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("chromium is installed by scripts/install-test-deps.sh"),
-    );
+    let _browser = Browser::open(&url, "plain", None);
     // The page's two good subscriptions (the report stream is this test's own SSE), and its
     // three refusals (SSE, WebSocket, fetch: 401 each).
     server.wait_status(|s| {
@@ -148,5 +179,69 @@ fn headless_chromium_on_another_origin_subscribes_with_a_token() {
             "fetch_expired": 401,
         })
     );
-    let _ = std::fs::remove_dir_all(profile);
+}
+
+/// The same page against `https://` and `wss://`: the server's certificate is issued by a test
+/// CA that only this browser's NSS database trusts.
+#[test]
+fn headless_chromium_subscribes_over_tls_with_a_test_ca() {
+    let keys = Keys::new("browser-tls");
+    let pki = TestPki::new("browser");
+    let leaf = pki.leaf("c1m-browser");
+    let page = PageServer::start();
+    let server = TlsServer::start(
+        &leaf,
+        &pki,
+        &[
+            "--workers",
+            "2",
+            "--auth",
+            "required",
+            "--jwt-key",
+            &keys.secret(),
+            "--cors-origins",
+            &page.origin(),
+        ],
+    );
+    let token = keys.hs256(&json!({"exp": now() + 120, "channels": ["browser", "report"]}));
+    let expired = keys.hs256(&json!({"exp": now() - 10, "channels": ["browser"]}));
+    // This test's own subscription to the page's report, over TLS too.
+    let mut report = pki.connect(server.http);
+    write!(
+        report,
+        "GET /sub/report?token={token} HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n"
+    )
+    .unwrap();
+    report.flush().unwrap();
+    tls_support::read_until(&mut report, "\r\n\r\n");
+    let url = format!(
+        "{}/page.html?server=https://{}&token={token}&expired={expired}",
+        page.origin(),
+        server.http
+    );
+    let _browser = Browser::open(&url, "tls", Some(&pki.ca_pem));
+    server.wait_status(&pki, |s| {
+        s["connections"]["websocket"] == 1
+            && s["connections"]["sse"] == 2
+            && s["refused"]["unauthorized"] == 3
+            && s["tls"]["handshakes"].as_u64() >= Some(5)
+    });
+    server.publish(&pki, "browser", b"hello over tls");
+    let got = tls_support::read_until(&mut report, "}\n");
+    let data = got
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .next_back()
+        .unwrap_or_else(|| panic!("no data line in {got:?}"));
+    let seen: serde_json::Value = serde_json::from_str(data).unwrap();
+    assert_eq!(
+        seen,
+        json!({
+            "sse": "hello over tls",
+            "ws": "hello over tls",
+            "sse_expired": "closed",
+            "ws_expired": "refused 1006",
+            "fetch_expired": 401,
+        })
+    );
 }

@@ -43,6 +43,20 @@ fn check_config_lists_every_problem_and_exits_2() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("max_conn"), "{err}");
 
+    // Files named by the configuration are read as the start would read them.
+    let missing_key = temp_file(
+        "jwt.toml",
+        "auth = \"required\"\njwt_key = \"/nonexistent/jwt.pem\"\n",
+    );
+    let out = c1m()
+        .args(["serve", "--check-config", "--config"])
+        .arg(&missing_key)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("/nonexistent/jwt.pem"), "{err}");
+
     let good = temp_file("good.toml", "max_conns = 1000\n");
     let out = c1m()
         .args(["serve", "--check-config", "--config"])

@@ -113,6 +113,9 @@ pub struct Config {
     /// Apply the per-IP limits to loopback peers too (exempt by default: local proxies and
     /// tests connect from there).
     pub per_ip_limit_loopback: bool,
+    // --- cluster broker (issue #10) ---
+    /// Cluster broker URL (`redis://HOST:PORT[/DB]`); none = the in-process hub (one box).
+    pub broker: Option<String>,
 }
 
 impl Config {
@@ -164,6 +167,7 @@ impl Default for Config {
             max_conns_per_ip: None,
             max_new_conns_per_ip_per_sec: None,
             per_ip_limit_loopback: false,
+            broker: None,
         }
     }
 }
@@ -285,6 +289,13 @@ pub struct ServeArgs {
     /// Apply the per-IP limits to loopback peers too [default: loopback exempt].
     #[arg(long, env = "C1M_PER_IP_LIMIT_LOOPBACK", num_args = 0..=1, default_missing_value = "true")]
     pub per_ip_limit_loopback: Option<bool>,
+    // --- cluster broker (issue #10) ---
+    /// Share ids, history and delivery with other `c1m serve` nodes through Redis:
+    /// redis://HOST:PORT[/DB]. Publishes get 503 + Retry-After while Redis is unreachable;
+    /// subscribers stay connected and get what they missed (or a gap event) when it is back
+    /// [default: none, the in-process hub].
+    #[arg(long, env = "C1M_BROKER")]
+    pub broker: Option<String>,
 }
 
 impl ServeArgs {
@@ -331,7 +342,8 @@ impl ServeArgs {
             tcp_user_timeout,
             max_conns_per_ip,
             max_new_conns_per_ip_per_sec,
-            per_ip_limit_loopback
+            per_ip_limit_loopback,
+            broker
         );
         c.normalize_off_values();
         c.validate()?;
@@ -366,6 +378,9 @@ impl Config {
 
     /// The checks every configuration passes, at start and at each reload (SIGHUP).
     pub(crate) fn validate(&self) -> anyhow::Result<()> {
+        if let Some(url) = &self.broker {
+            crate::broker::redis::RedisTarget::parse(url)?;
+        }
         if self.max_conns == 0 {
             bail!("--max-conns must be at least 1");
         }

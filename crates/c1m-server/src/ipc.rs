@@ -196,6 +196,19 @@ pub enum ToWorker {
     Reconfigure {
         json: String,
     },
+    /// A join could not be answered (the cluster broker is unreachable): the subscriber is
+    /// refused (503 + Retry-After, WebSocket 1013, TCP ERR) and comes back with its last id.
+    JoinRefused {
+        req: u64,
+        retry_after_s: u64,
+    },
+    /// Live subscribers of `channel` missed `(after, through]` (the cluster broker lost it, or
+    /// it left history while the broker was unreachable): they get a gap event.
+    Gap {
+        channel: String,
+        after: u64,
+        through: u64,
+    },
 }
 
 // ---- encoding ------------------------------------------------------------------------------
@@ -450,6 +463,20 @@ impl ToWorker {
                 w.str(json);
                 w.finish()
             }
+            ToWorker::JoinRefused { req, retry_after_s } => {
+                let mut w = Writer::new(8);
+                w.u64(*req).u64(*retry_after_s);
+                w.finish()
+            }
+            ToWorker::Gap {
+                channel,
+                after,
+                through,
+            } => {
+                let mut w = Writer::new(9);
+                w.str(channel).u64(*after).u64(*through);
+                w.finish()
+            }
         }
     }
 
@@ -507,6 +534,15 @@ impl ToWorker {
                 retry_after_s: r.u64()?,
             },
             6 => ToWorker::Reconfigure { json: r.string()? },
+            8 => ToWorker::JoinRefused {
+                req: r.u64()?,
+                retry_after_s: r.u64()?,
+            },
+            9 => ToWorker::Gap {
+                channel: r.string()?,
+                after: r.u64()?,
+                through: r.u64()?,
+            },
             _ => return Err(bad("tag")),
         })
     }
@@ -591,6 +627,15 @@ pub fn examples() -> (Vec<ToMaster>, Vec<ToWorker>) {
         },
         ToWorker::Reconfigure {
             json: "{\"max_payload\":5}".into(),
+        },
+        ToWorker::JoinRefused {
+            req: 4,
+            retry_after_s: 1,
+        },
+        ToWorker::Gap {
+            channel: "a".into(),
+            after: 5,
+            through: 9,
         },
     ];
     (to_master, to_worker)

@@ -10,6 +10,7 @@
 //!
 //! Must not touch: raw syscalls (they live in `c1m-sys`) or wire-format details (`c1m-proto`).
 
+mod broker;
 pub mod config;
 mod hub;
 // Public only so the fuzz harness (crates/c1m-server/fuzz) can reach the codec.

@@ -5,7 +5,7 @@
 //! Gathering is cheap: memory comes from the sampler's cache, not from /proc.
 
 use super::Master;
-use crate::hub::Hub;
+use crate::broker::BrokerStats;
 use crate::ipc::Refused;
 use crate::ipc::WorkerStats;
 use c1m_sys::mem::ProcessMemory;
@@ -36,6 +36,7 @@ pub struct Report {
     channels: usize,
     publish_refused: u64,
     history_bytes: usize,
+    broker: BrokerStats,
 }
 
 impl Report {
@@ -57,10 +58,13 @@ impl Report {
             client_ignored: 0,
             refused: Refused::default(),
             restarts: m.restarts,
-            channels: m.hub.channel_count(),
+            channels: 0,
             publish_refused: m.publish_refused,
-            history_bytes: m.hub.history_bytes(),
+            history_bytes: 0,
+            broker: m.broker.stats(),
         };
+        r.channels = r.broker.channels;
+        r.history_bytes = r.broker.history_bytes;
         for (i, slot) in m.slots.iter().enumerate() {
             let s = &slot.stats;
             let pid = slot.child.as_ref().map_or(0, |c| c.id());
@@ -122,6 +126,13 @@ impl Report {
             "refused": refused,
             "worker_restarts": self.restarts,
             "channels": self.channels,
+            "broker": {
+                "kind": self.broker.kind, "connected": self.broker.connected,
+                "reconnects": self.broker.reconnects,
+                "publish_unavailable": self.broker.publish_unavailable,
+                "join_unavailable": self.broker.join_unavailable,
+                "live_gaps": self.broker.live_gaps, "in_flight": self.broker.in_flight,
+            },
         })
         .to_string()
     }
@@ -212,6 +223,40 @@ impl Report {
             "gauge",
             "Channels with history.",
             &[("", self.channels as u64)],
+        );
+        let b = &self.broker;
+        metric(
+            "broker_connected",
+            "gauge",
+            "1 when the broker can be reached (always 1 for the in-process hub).",
+            &[("", u64::from(b.connected))],
+        );
+        metric(
+            "broker_reconnects_total",
+            "counter",
+            "Times the broker connection was made again after a loss.",
+            &[("", b.reconnects)],
+        );
+        metric(
+            "broker_unavailable_total",
+            "counter",
+            "Requests refused (503 / WebSocket 1013) because the broker was unreachable.",
+            &[
+                ("{op=\"publish\"}", b.publish_unavailable),
+                ("{op=\"subscribe\"}", b.join_unavailable),
+            ],
+        );
+        metric(
+            "broker_live_gaps_total",
+            "counter",
+            "Gap events sent to live subscribers after a broker outage lost messages.",
+            &[("", b.live_gaps)],
+        );
+        metric(
+            "broker_in_flight",
+            "gauge",
+            "Requests sent to the broker and not answered yet.",
+            &[("", b.in_flight)],
         );
         out
     }

@@ -8,6 +8,7 @@
 //! (per-source-address admission).
 
 mod channels;
+mod cluster;
 mod conn;
 mod health;
 mod ip_limits;
@@ -653,6 +654,14 @@ impl Worker {
                 ToWorker::Status { req, body, metrics } => self.on_status(req, body, metrics),
                 ToWorker::Shutdown => self.begin_shutdown(),
                 ToWorker::Reconfigure { json } => self.reconfigure(&json),
+                ToWorker::JoinRefused { req, retry_after_s } => {
+                    self.on_join_refused(req, retry_after_s)
+                }
+                ToWorker::Gap {
+                    channel,
+                    after,
+                    through,
+                } => self.fan_out_gap(&channel, after, through),
             }
         }
         Ok(open)

@@ -1,0 +1,249 @@
+//! The Lua scripts that make Redis the cluster's hub, and the decoding of their answers.
+//! Each runs atomically inside Redis, which is what gives every node one order per channel:
+//! the id is taken (`INCR`), the message stored (`XADD` to the channel's stream, entry id =
+//! message id) and announced (`PUBLISH`) in one step, so pub/sub order, stream order and id
+//! order are the same.
+//!
+//! Keys (all under `c1m:`, in the URL's database): `id` the one counter, `start` the first id
+//! of this data set (its epoch: a Redis that lost its data starts a new one at the wall clock
+//! in µs, above every id it handed out before), `h:CH` a channel's history stream, hashes
+//! `forgot` (CH → highest id trimmed from history) and `last` (CH → newest id, for when the
+//! stream expired as a whole). Pub/sub channel `c1m:DB:p:CH` carries `ID\nPAYLOAD` (pub/sub
+//! ignores the database number, so it is part of the name).
+
+use crate::hub::ReplayChunk;
+use crate::ipc::Replay;
+use redis::Value;
+
+/// Shared by both scripts: the epoch on first touch, and dropping history older than the age
+/// bound from the front of a channel's stream (remembering the highest id dropped).
+const PRELUDE: &str = r#"
+local function init(start)
+  if redis.call('EXISTS', 'c1m:id') == 0 then
+    redis.call('SET', 'c1m:id', string.format('%.0f', tonumber(start) - 1))
+    redis.call('SET', 'c1m:start', start)
+  end
+end
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function trim_age(key, ch, cutoff)
+  while true do
+    local front = redis.call('XRANGE', key, '-', '+', 'COUNT', 64)
+    local dropped = nil
+    local kept = nil
+    for _, e in ipairs(front) do
+      local fields = e[2]
+      local t = nil
+      for i = 1, #fields, 2 do
+        if fields[i] == 't' then t = tonumber(fields[i + 1]) end
+      end
+      if t ~= nil and t < cutoff then dropped = e[1] else kept = e[1]; break end
+    end
+    if dropped == nil then return end
+    if kept == nil then
+      redis.call('DEL', key)
+    else
+      redis.call('XTRIM', key, 'MINID', kept)
+    end
+    redis.call('HSET', 'c1m:forgot', ch, string.sub(dropped, 1, -3))
+    if kept ~= nil or #front < 64 then return end
+  end
+end
+"#;
+
+/// ARGV: channel, payload, max count, max age ms, start (µs, used only on first touch), db.
+/// Returns the message id.
+const PUBLISH_BODY: &str = r#"
+local ch = ARGV[1]
+init(ARGV[5])
+local id = string.format('%.0f', redis.call('INCR', 'c1m:id'))
+local now = now_ms()
+local key = 'c1m:h:' .. ch
+redis.call('XADD', key, id .. '-0', 'p', ARGV[2], 't', now)
+local maxc = tonumber(ARGV[3])
+local n = redis.call('XLEN', key)
+if n > maxc then
+  local old = redis.call('XRANGE', key, '-', '+', 'COUNT', n - maxc)
+  redis.call('XTRIM', key, 'MAXLEN', maxc)
+  redis.call('HSET', 'c1m:forgot', ch, string.sub(old[#old][1], 1, -3))
+end
+trim_age(key, ch, now - tonumber(ARGV[4]))
+redis.call('HSET', 'c1m:last', ch, id)
+redis.call('PEXPIRE', key, ARGV[4])
+redis.call('PUBLISH', 'c1m:' .. ARGV[6] .. ':p:' .. ch, id .. '\n' .. ARGV[2])
+return id
+"#;
+
+/// ARGV: after ('' = none), most entries per channel, max age ms, start, then the channels.
+/// Returns {current id, epoch start, then per channel: forgotten-through, {id, payload, ...}}.
+const REPLAY_BODY: &str = r#"
+init(ARGV[4])
+local out = {redis.call('GET', 'c1m:id'), redis.call('GET', 'c1m:start')}
+local cutoff = now_ms() - tonumber(ARGV[3])
+for i = 5, #ARGV do
+  local ch = ARGV[i]
+  local key = 'c1m:h:' .. ch
+  trim_age(key, ch, cutoff)
+  local forgot
+  if redis.call('EXISTS', key) == 1 then
+    forgot = redis.call('HGET', 'c1m:forgot', ch)
+  else
+    forgot = redis.call('HGET', 'c1m:last', ch)
+  end
+  table.insert(out, forgot or '0')
+  local flat = {}
+  if ARGV[1] ~= '' then
+    local entries = redis.call('XRANGE', key, '(' .. ARGV[1] .. '-0', '+', 'COUNT', ARGV[2])
+    for _, e in ipairs(entries) do
+      local fields = e[2]
+      for j = 1, #fields, 2 do
+        if fields[j] == 'p' then
+          table.insert(flat, string.sub(e[1], 1, -3))
+          table.insert(flat, fields[j + 1])
+        end
+      end
+    end
+  end
+  table.insert(out, flat)
+end
+return out
+"#;
+
+pub fn publish_script() -> String {
+    format!("{PRELUDE}{PUBLISH_BODY}")
+}
+
+pub fn replay_script() -> String {
+    format!("{PRELUDE}{REPLAY_BODY}")
+}
+
+/// The pub/sub channel name carrying `channel`'s messages.
+pub fn pubsub_name(db: i64, channel: &str) -> String {
+    format!("c1m:{db}:p:{channel}")
+}
+
+/// The channel of a pub/sub name, if it is one of ours.
+pub fn channel_of(db: i64, name: &[u8]) -> Option<&str> {
+    let prefix = format!("c1m:{db}:p:");
+    let rest = name.strip_prefix(prefix.as_bytes())?;
+    std::str::from_utf8(rest).ok()
+}
+
+/// `ID\nPAYLOAD` from pub/sub.
+pub fn split_message(data: &[u8]) -> Option<(u64, &[u8])> {
+    let nl = data.iter().position(|&b| b == b'\n')?;
+    let id = std::str::from_utf8(&data[..nl]).ok()?.parse().ok()?;
+    Some((id, &data[nl + 1..]))
+}
+
+pub fn as_u64(v: &Value) -> Option<u64> {
+    match v {
+        Value::Int(n) => u64::try_from(*n).ok(),
+        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+        Value::SimpleString(s) => s.parse().ok(),
+        _ => None,
+    }
+}
+
+/// What a replay script found: the counter, the epoch start, and per channel (in the order
+/// asked) the highest id history no longer holds and the entries after `after`.
+/// One channel in a replay answer: the highest id history no longer holds, and the (id,
+/// payload) entries after `after`.
+pub type FoundChannel = (u64, Vec<(u64, Vec<u8>)>);
+
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Found {
+    pub current: u64,
+    pub start: u64,
+    pub channels: Vec<FoundChannel>,
+}
+
+pub fn decode_found(v: Value, count: usize) -> Option<Found> {
+    let Value::Array(items) = v else {
+        return None;
+    };
+    let mut it = items.into_iter();
+    let current = as_u64(&it.next()?)?;
+    let start = as_u64(&it.next()?)?;
+    let mut channels = Vec::with_capacity(count);
+    for _ in 0..count {
+        let forgot = as_u64(&it.next()?)?;
+        let Value::Array(flat) = it.next()? else {
+            return None;
+        };
+        let mut entries = Vec::with_capacity(flat.len() / 2);
+        let mut f = flat.into_iter();
+        while let (Some(id), Some(payload)) = (f.next(), f.next()) {
+            let Value::BulkString(payload) = payload else {
+                return None;
+            };
+            entries.push((as_u64(&id)?, payload));
+        }
+        channels.push((forgot, entries));
+    }
+    Some(Found {
+        current,
+        start,
+        channels,
+    })
+}
+
+/// The same answer the in-process hub gives (see `MemoryHub::replay`): gaps first, then the
+/// messages of all channels in id order up to `budget` payload bytes. `cap` is how many entries
+/// per channel the script returned at most: a channel that hit it may hold more, so nothing
+/// past its last entry is sent in this chunk (the next chunk starts there).
+pub fn to_chunk(
+    found: Found,
+    names: &[String],
+    after: u64,
+    budget: usize,
+    cap: usize,
+) -> ReplayChunk {
+    let mut items = Vec::new();
+    let mut messages = Vec::new();
+    let mut cutoff = u64::MAX;
+    let floor = found.start.saturating_sub(1);
+    for (name, (forgot, entries)) in names.iter().zip(found.channels) {
+        let forgotten = forgot.max(floor);
+        if after < forgotten {
+            items.push(Replay::Gap {
+                channel: name.clone(),
+                after,
+                through: forgotten,
+            });
+        } else if after > found.current {
+            // An id this data set never issued (another cluster's, or from before a data loss
+            // whose new epoch started lower): say so rather than replay nothing silently.
+            items.push(Replay::Gap {
+                channel: name.clone(),
+                after,
+                through: found.current,
+            });
+        }
+        if entries.len() >= cap {
+            cutoff = cutoff.min(entries.last().map_or(u64::MAX, |e| e.0));
+        }
+        messages.extend(entries.into_iter().map(|(id, p)| (id, name, p)));
+    }
+    messages.sort_unstable_by_key(|m| m.0);
+    let total = messages.len();
+    let (mut spent, mut taken) = (0, 0);
+    for (id, channel, payload) in messages {
+        if id > cutoff || (taken > 0 && spent + payload.len() > budget) {
+            break;
+        }
+        spent += payload.len();
+        taken += 1;
+        items.push(Replay::Message {
+            channel: channel.clone(),
+            id,
+            payload,
+        });
+    }
+    ReplayChunk {
+        items,
+        more: taken < total || cutoff != u64::MAX,
+    }
+}

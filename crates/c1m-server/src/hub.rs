@@ -109,6 +109,11 @@ impl MemoryHub {
         }
     }
 
+    /// The newest id history holds on `channel`.
+    pub fn last_id_of(&self, channel: &str) -> Option<u64> {
+        self.channels.get(channel)?.history.back().map(|s| s.id)
+    }
+
     /// New history bounds (SIGHUP); history over the new count or bytes is dropped now, the
     /// age bound applies at the next expiry pass.
     pub fn set_limits(&mut self, max_count: usize, max_age: Duration, max_bytes: usize) {

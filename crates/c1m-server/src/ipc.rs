@@ -155,6 +155,16 @@ pub enum ToMaster {
         req: u64,
         metrics: bool,
     },
+    /// This worker's subscriber count on each channel whose count changed since its last
+    /// report (0: none left). Sent with the stats; feeds `GET /channels/{ch}`.
+    Counts {
+        counts: Vec<(String, u32)>,
+    },
+    /// `GET /channels/{ch}`: answered with a `Status` frame carrying the JSON body.
+    ChannelInfo {
+        req: u64,
+        channel: String,
+    },
 }
 
 /// Master → worker.
@@ -344,6 +354,19 @@ impl ToMaster {
                 w.u64(*req).u8(u8::from(*metrics));
                 w.finish()
             }
+            ToMaster::Counts { counts } => {
+                let mut w = Writer::new(6);
+                w.u64(counts.len() as u64);
+                for (channel, n) in counts {
+                    w.str(channel).u64(u64::from(*n));
+                }
+                w.finish()
+            }
+            ToMaster::ChannelInfo { req, channel } => {
+                let mut w = Writer::new(7);
+                w.u64(*req).str(channel);
+                w.finish()
+            }
         }
     }
 
@@ -394,6 +417,21 @@ impl ToMaster {
             5 => ToMaster::StatusQuery {
                 req: r.u64()?,
                 metrics: r.u8()? != 0,
+            },
+            6 => {
+                // Each entry takes at least 12 bytes, so a count the frame cannot hold is bad.
+                let n = r.count(frame.len() / 12, "count entries")?;
+                let mut counts = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let channel = r.string()?;
+                    let count = u32::try_from(r.u64()?).map_err(|_| bad("count"))?;
+                    counts.push((channel, count));
+                }
+                ToMaster::Counts { counts }
+            }
+            7 => ToMaster::ChannelInfo {
+                req: r.u64()?,
+                channel: r.string()?,
             },
             _ => return Err(bad("tag")),
         })
@@ -584,6 +622,13 @@ pub fn examples() -> (Vec<ToMaster>, Vec<ToWorker>) {
         ToMaster::StatusQuery {
             req: 3,
             metrics: true,
+        },
+        ToMaster::Counts {
+            counts: vec![("a".into(), 3), ("b".into(), 0)],
+        },
+        ToMaster::ChannelInfo {
+            req: 6,
+            channel: "a".into(),
         },
     ];
     let to_worker = vec![

@@ -303,6 +303,29 @@ fn publish_retrying(node: &Server, channel: &str, payload: &str) -> (u64, u32) {
     }
 }
 
+/// Polls `GET /channels/{ch}` on `node` until `pred` holds (presence is reported about once a
+/// second), at most 10 s.
+fn wait_channel(
+    node: &Server,
+    channel: &str,
+    pred: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let body = ureq::get(&node.url(&format!("/channels/{channel}")))
+            .call()
+            .unwrap()
+            .into_string()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        if pred(&v) {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "channel info never matched: {v}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// Waits until the node's broker is connected (after a Redis restart), at most 10 s.
 fn wait_connected(node: &Server) {
     node.wait_status(|s| s["broker"]["connected"] == true);
@@ -336,6 +359,9 @@ fn publish_anywhere_and_survive_a_killed_node() {
         .map(|_| Sub::connect(c.http, "room", None).unwrap())
         .collect();
     c.wait_status(|s| s["connections"]["sse"].as_u64() == Some(2));
+
+    // Presence over the cluster: any node counts every node's subscribers.
+    wait_channel(&a, "room", |v| v["subscribers"] == 5 && v["nodes"] == 3);
 
     let mut ids = Vec::new();
     for i in 0..20 {
@@ -384,6 +410,9 @@ fn publish_anywhere_and_survive_a_killed_node() {
             assert_eq!(sub.next(), Some(Seen::Message(*id, format!("m{i}"))));
         }
     }
+    // B's subscribers now count on C; B's own report expired with it.
+    let info = wait_channel(&a, "room", |v| v["subscribers"] == 5 && v["nodes"] == 2);
+    assert_eq!(info["last_id"], ids[39]);
     // Nothing more (no duplicate) follows: the next thing each stream carries is the next
     // message.
     let marker = a.publish("room", b"end");
@@ -479,4 +508,52 @@ fn redis_restart_resumes_delivery_with_a_gap_only_when_data_was_lost() {
     let mut late = Sub::connect(b.http, "feed", Some(second)).unwrap();
     assert!(matches!(late.next(), Some(Seen::Gap(a, _)) if a == second));
     assert_eq!(late.next(), Some(Seen::Message(third, "three".into())));
+}
+
+/// `GET /channels/{ch}` is behind the publish rule (here: the publish key) and, on one box
+/// without a broker, counts this box's subscribers and the newest id in history.
+#[test]
+fn channel_info_needs_the_publish_key_and_counts_one_box() {
+    let server = Server::start(&["--workers", "2", "--publish-key", "sekret"]);
+    let denied = ureq::get(&server.url("/channels/news")).call();
+    match denied {
+        Err(ureq::Error::Status(code, _)) => assert!(code == 401 || code == 403, "{code}"),
+        other => panic!("expected 401/403 without the key, got {other:?}"),
+    }
+    let bad = ureq::get(&server.url("/channels/no%20spaces"))
+        .set("Authorization", "Bearer sekret")
+        .call();
+    assert!(matches!(bad, Err(ureq::Error::Status(400, _))), "{bad:?}");
+    let _subs: Vec<Sub> = (0..3)
+        .map(|_| Sub::connect(server.http, "news", None).unwrap())
+        .collect();
+    let id = {
+        let body = ureq::post(&server.url("/pub/news"))
+            .set("Authorization", "Bearer sekret")
+            .send_string("x")
+            .unwrap()
+            .into_string()
+            .unwrap();
+        serde_json::from_str::<serde_json::Value>(&body).unwrap()["id"]
+            .as_u64()
+            .unwrap()
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let body = ureq::get(&server.url("/channels/news"))
+            .set("Authorization", "Bearer sekret")
+            .call()
+            .unwrap()
+            .into_string()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        if v["subscribers"] == 3 {
+            assert_eq!(v["last_id"], id);
+            assert_eq!(v["nodes"], 1);
+            assert_eq!(v["complete"], true);
+            break;
+        }
+        assert!(Instant::now() < deadline, "never counted 3: {v}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

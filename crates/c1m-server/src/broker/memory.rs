@@ -64,6 +64,20 @@ impl Broker for MemoryBroker {
             .set_limits(limits.max_count, limits.max_age, limits.max_bytes);
     }
 
+    fn set_count(&mut self, _channel: &str, _n: u64) {}
+
+    fn channel_info(&mut self, req: Req, channel: String, local: u64) {
+        let last_id = self.hub.last_id_of(&channel);
+        self.ready.push(Event::ChannelInfo {
+            req,
+            channel,
+            subscribers: local,
+            last_id,
+            nodes: 1,
+            complete: true,
+        });
+    }
+
     fn stats(&self) -> BrokerStats {
         BrokerStats {
             kind: "memory",

@@ -42,6 +42,16 @@ pub enum Event {
         id: u64,
         payload: Rc<[u8]>,
     },
+    /// The answer to `channel_info`. `complete` is false when only this node's figures could be
+    /// had (the broker is unreachable).
+    ChannelInfo {
+        req: Req,
+        channel: String,
+        subscribers: u64,
+        last_id: Option<u64>,
+        nodes: u64,
+        complete: bool,
+    },
     /// Messages `(after, through]` on `channel` cannot be delivered (lost while the broker was
     /// unreachable, or gone from its history): live subscribers are told so.
     Gap {
@@ -98,5 +108,10 @@ pub trait Broker {
     /// Periodic work (expiry, reconnection); called about once a second.
     fn tick(&mut self, now: Instant);
     fn set_limits(&mut self, limits: Limits);
+    /// This node's subscriber count on `channel` changed (0: none left).
+    fn set_count(&mut self, channel: &str, n: u64);
+    /// Subscribers on `channel` over all nodes (`local` is this node's) and its newest id:
+    /// answered by `ChannelInfo`.
+    fn channel_info(&mut self, req: Req, channel: String, local: u64);
     fn stats(&self) -> BrokerStats;
 }

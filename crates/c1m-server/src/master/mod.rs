@@ -96,6 +96,8 @@ pub struct Master {
     events: Vec<Event>,
     /// Channel → indices of workers with subscribers on it.
     interest: HashMap<String, Vec<usize>>,
+    /// Channel → (worker, subscribers there), as the workers last reported.
+    counts: HashMap<String, Vec<(usize, u32)>>,
     slots: Vec<Slot>,
     published: u64,
     /// Publishes refused because a worker that must deliver them is behind.
@@ -132,6 +134,7 @@ impl Master {
             broker,
             events: Vec::new(),
             interest: HashMap::new(),
+            counts: HashMap::new(),
             slots: Vec::new(),
             published: 0,
             publish_refused: 0,
@@ -396,6 +399,20 @@ impl Master {
                 self.slots[i].stats = stats;
                 self.slots[i].reported_at = Instant::now();
             }
+            ToMaster::Counts { counts } => {
+                for (channel, n) in counts {
+                    self.set_worker_count(i, channel, n);
+                }
+            }
+            ToMaster::ChannelInfo { req, channel } => {
+                let local = self.local_count(&channel);
+                let req = Req {
+                    worker: i,
+                    token: req,
+                };
+                self.broker.channel_info(req, channel, local);
+                self.pump();
+            }
             ToMaster::StatusQuery { req, metrics } => {
                 let report = status::Report::gather(self);
                 let body = if metrics {
@@ -502,6 +519,26 @@ impl Master {
                         self.send(w, frame.clone());
                     }
                 }
+                Event::ChannelInfo {
+                    req,
+                    channel,
+                    subscribers,
+                    last_id,
+                    nodes,
+                    complete,
+                } => {
+                    let body = serde_json::json!({
+                        "channel": channel, "subscribers": subscribers, "last_id": last_id,
+                        "nodes": nodes, "complete": complete,
+                    })
+                    .to_string();
+                    let answer = ToWorker::Status {
+                        req: req.token,
+                        body,
+                        metrics: false,
+                    };
+                    self.send(req.worker, answer.encode());
+                }
                 Event::Gap {
                     channel,
                     after,
@@ -525,6 +562,26 @@ impl Master {
         self.events = events;
     }
 
+    fn local_count(&self, channel: &str) -> u64 {
+        self.counts
+            .get(channel)
+            .map_or(0, |ws| ws.iter().map(|&(_, n)| u64::from(n)).sum())
+    }
+
+    /// Records worker `i`'s subscriber count on `channel` and tells the broker this node's.
+    fn set_worker_count(&mut self, i: usize, channel: String, n: u32) {
+        let entry = self.counts.entry(channel.clone()).or_default();
+        entry.retain(|&(w, _)| w != i);
+        if n > 0 {
+            entry.push((i, n));
+        }
+        if entry.is_empty() {
+            self.counts.remove(&channel);
+        }
+        let total = self.local_count(&channel);
+        self.broker.set_count(&channel, total);
+    }
+
     /// A worker's link broke: make sure the process is gone; `reap` restarts it.
     fn worker_gone(&mut self, i: usize) {
         if let Some(mut link) = self.slots[i].link.take() {
@@ -534,6 +591,15 @@ impl Master {
             let _ = child.kill();
         }
         self.drop_interest(i, None);
+        let held: Vec<String> = self
+            .counts
+            .iter()
+            .filter(|(_, ws)| ws.iter().any(|&(w, _)| w == i))
+            .map(|(c, _)| c.clone())
+            .collect();
+        for channel in held {
+            self.set_worker_count(i, channel, 0);
+        }
     }
 
     /// Collects exited workers and schedules their restart.

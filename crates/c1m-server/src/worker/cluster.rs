@@ -1,13 +1,50 @@
 //! What a cluster broker adds to a worker: a join the master could not answer (the broker is
-//! unreachable) and a gap told to live subscribers (messages lost in a broker outage).
+//! unreachable), a gap told to live subscribers (messages lost in a broker outage), and
+//! `GET /channels/{ch}` (subscribers over all nodes and the last id, behind the publish rule).
 
 use super::conn::{Kind, Sent};
 use super::Worker;
+use crate::ipc::ToMaster;
+use c1m_proto::channel;
+use c1m_proto::http::Request;
 use c1m_proto::longpoll::{self, PollGap};
 use c1m_proto::{http, line, sse};
 use std::rc::Rc;
 
 impl Worker {
+    /// `GET /channels/{ch}`: asked of the master (which asks the broker); answered like
+    /// `/status` (JSON, or 503 past the status timeout).
+    pub(super) fn channel_info_request(
+        &mut self,
+        idx: usize,
+        req: &Request<'_>,
+        name: &str,
+        len: usize,
+        used: usize,
+    ) -> Option<usize> {
+        if req.method != "GET" {
+            self.refuse_method(idx, "GET");
+            return Some(len);
+        }
+        if !self.publish_allowed(idx, req) {
+            return Some(len);
+        }
+        if !channel::is_valid_name(name) {
+            let why = channel::ChannelError::BadName(name.to_string()).to_string();
+            self.refuse(idx, 400, &why);
+            return Some(len);
+        }
+        let conn = &mut self.conns[idx];
+        conn.kind = Kind::Status;
+        let token = super::token_of(idx, conn.generation);
+        self.arm_timer(idx, super::health::STATUS_TIMEOUT);
+        self.send_to_master(ToMaster::ChannelInfo {
+            req: token,
+            channel: name.to_string(),
+        });
+        Some(used)
+    }
+
     /// The master could not answer a join: the subscriber is told to come back (it resumes
     /// with its last id then, so nothing is lost). A stream already open (a replay in chunks)
     /// has no way to say it but closing.

@@ -689,6 +689,10 @@ impl Worker {
         s.client_ignored = self.counters.client_ignored;
         s.refused = self.counters.refused;
         self.send_to_master(ToMaster::Stats(s));
+        let counts = self.channels.take_changed_counts();
+        if !counts.is_empty() {
+            self.send_to_master(ToMaster::Counts { counts });
+        }
         Ok(())
     }
 

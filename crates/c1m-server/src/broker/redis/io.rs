@@ -38,14 +38,36 @@ pub enum Request {
         cap: usize,
         max_age_ms: u64,
     },
+    /// One of the small scripts with plain arguments.
+    Script {
+        tag: u64,
+        which: Which,
+        args: Vec<String>,
+    },
     Subscribe(String),
     Unsubscribe(String),
+}
+
+#[derive(Debug, Clone, Copy)]
+pub enum Which {
+    Presence,
+    Info,
+}
+
+/// The scripts, loaded on every (re)connection so the pipeline can use EVALSHA.
+struct Scripts {
+    publish: redis::Script,
+    replay: redis::Script,
+    presence: redis::Script,
+    info: redis::Script,
 }
 
 impl Request {
     fn tag(&self) -> Option<u64> {
         match self {
-            Request::Publish { tag, .. } | Request::Replay { tag, .. } => Some(*tag),
+            Request::Publish { tag, .. }
+            | Request::Replay { tag, .. }
+            | Request::Script { tag, .. } => Some(*tag),
             _ => None,
         }
     }
@@ -138,11 +160,15 @@ pub fn command_thread(
     tx: SyncSender<Incoming>,
     shared: Arc<Shared>,
 ) {
-    let publish = redis::Script::new(&script::publish_script());
-    let replay = redis::Script::new(&script::replay_script());
+    let scripts = Scripts {
+        publish: redis::Script::new(&script::publish_script()),
+        replay: redis::Script::new(&script::replay_script()),
+        presence: redis::Script::new(script::PRESENCE),
+        info: redis::Script::new(script::INFO),
+    };
     let mut delay = BACKOFF_MIN;
     loop {
-        let mut con = match connect_commands(&target, &publish, &replay) {
+        let mut con = match connect_commands(&target, &scripts) {
             Ok(con) => con,
             Err(e) => {
                 log_once(&format!("c1m: redis {}: {e}; retrying", target.addr));
@@ -161,9 +187,7 @@ pub fn command_thread(
             return;
         }
         eprintln!("c1m: redis {}: connected", target.addr);
-        let lost = serve_commands(
-            &mut con, &target, &publish, &replay, &requests, &tx, &shared,
-        );
+        let lost = serve_commands(&mut con, &target, &scripts, &requests, &tx, &shared);
         shared.command_up.store(false, Ordering::SeqCst);
         match lost {
             None => return,
@@ -190,16 +214,17 @@ fn log_once(msg: &str) {
     }
 }
 
-fn connect_commands(
-    target: &Target,
-    publish: &redis::Script,
-    replay: &redis::Script,
-) -> redis::RedisResult<redis::Connection> {
+fn connect_commands(target: &Target, scripts: &Scripts) -> redis::RedisResult<redis::Connection> {
     let mut con = target.client.get_connection_with_timeout(CONNECT_TIMEOUT)?;
     con.set_read_timeout(Some(IO_TIMEOUT))?;
     con.set_write_timeout(Some(IO_TIMEOUT))?;
     // Loaded now so that the pipeline can use EVALSHA (a restarted Redis has forgotten them).
-    for s in [publish, replay] {
+    for s in [
+        &scripts.publish,
+        &scripts.replay,
+        &scripts.presence,
+        &scripts.info,
+    ] {
         s.load(&mut con)?;
     }
     Ok(con)
@@ -234,8 +259,7 @@ fn fail_waiting(
 fn serve_commands(
     con: &mut redis::Connection,
     target: &Target,
-    publish: &redis::Script,
-    replay: &redis::Script,
+    scripts: &Scripts,
     requests: &Receiver<Request>,
     tx: &SyncSender<Incoming>,
     shared: &Shared,
@@ -269,7 +293,7 @@ fn serve_commands(
                 } => {
                     tags.push(*tag);
                     let mut cmd = redis::cmd("EVALSHA");
-                    cmd.arg(publish.get_hash())
+                    cmd.arg(scripts.publish.get_hash())
                         .arg(0)
                         .arg(channel)
                         .arg(payload)
@@ -288,13 +312,23 @@ fn serve_commands(
                 } => {
                     tags.push(*tag);
                     let mut cmd = redis::cmd("EVALSHA");
-                    cmd.arg(replay.get_hash())
+                    cmd.arg(scripts.replay.get_hash())
                         .arg(0)
                         .arg(after.map(|a| a.to_string()).unwrap_or_default())
                         .arg(*cap)
                         .arg(*max_age_ms)
                         .arg(start_us())
                         .arg(channels);
+                    cmd
+                }
+                Request::Script { tag, which, args } => {
+                    tags.push(*tag);
+                    let script = match which {
+                        Which::Presence => &scripts.presence,
+                        Which::Info => &scripts.info,
+                    };
+                    let mut cmd = redis::cmd("EVALSHA");
+                    cmd.arg(script.get_hash()).arg(0).arg(args);
                     cmd
                 }
                 Request::Subscribe(ch) => {

@@ -19,7 +19,7 @@ use crate::hub::ReplayChunk;
 use crate::ipc::Replay;
 use anyhow::Context;
 pub use io::Shared;
-use io::{Incoming, Request};
+use io::{Incoming, Request, Which};
 use redis::Value;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -34,6 +34,11 @@ const MAX_IN_FLIGHT: usize = 65_536;
 const INCOMING_QUEUE: usize = 65_536;
 /// Pub/sub messages held for a channel while it syncs (one Redis round trip).
 const EARLY_MAX: usize = 4096;
+/// A node's subscriber counts count this long after its last report (it reports every tick,
+/// about once a second), so a dead node stops counting within it.
+const PRESENCE_TTL_MS: u64 = 5000;
+/// Most channel counts sent in one presence report (the rest go in the next ones).
+const PRESENCE_BATCH: usize = 10_000;
 /// Longest a join may wait for Redis before its subscriber is refused.
 const JOIN_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -116,6 +121,13 @@ enum Pending {
         generation: u64,
         after: Option<u64>,
     },
+    /// A presence report; on failure everything is sent again.
+    Presence,
+    Info {
+        req: Req,
+        channel: String,
+        local: u64,
+    },
 }
 
 pub struct RedisBroker {
@@ -133,6 +145,11 @@ pub struct RedisBroker {
     /// SUBSCRIBEs sent and not yet confirmed, per channel: a channel syncs only once all its
     /// confirmations are in (an older one may belong to a subscription since left).
     unconfirmed: HashMap<String, u32>,
+    /// This node in presence reports (pid and start time: unique enough among live nodes).
+    node_id: String,
+    /// This node's subscriber count per channel, and the ones not yet reported.
+    counts: HashMap<String, u64>,
+    unreported: HashMap<String, u64>,
     stats: BrokerStats,
 }
 
@@ -171,6 +188,15 @@ impl RedisBroker {
             pubsub_up: false,
             ever_up: false,
             unconfirmed: HashMap::new(),
+            node_id: format!(
+                "{}-{}",
+                std::process::id(),
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_micros())
+            ),
+            counts: HashMap::new(),
+            unreported: HashMap::new(),
             stats: BrokerStats {
                 kind: "redis",
                 ..Default::default()
@@ -192,7 +218,9 @@ impl RedisBroker {
     /// Queues a request for Redis; false (and nothing pending) when the queue is full.
     fn request(&mut self, req: Request) -> bool {
         let tag = match &req {
-            Request::Publish { tag, .. } | Request::Replay { tag, .. } => Some(*tag),
+            Request::Publish { tag, .. }
+            | Request::Replay { tag, .. }
+            | Request::Script { tag, .. } => Some(*tag),
             _ => None,
         };
         match io::try_request(&self.to_redis, req) {
@@ -312,6 +340,31 @@ impl RedisBroker {
         }
     }
 
+    /// Sends the counts that changed (at most a batch) and refreshes this node's liveness.
+    fn report_presence(&mut self) {
+        let mut args = vec![self.node_id.clone(), PRESENCE_TTL_MS.to_string()];
+        let batch: Vec<String> = self
+            .unreported
+            .keys()
+            .take(PRESENCE_BATCH)
+            .cloned()
+            .collect();
+        for channel in batch {
+            if let Some(n) = self.unreported.remove(&channel) {
+                args.push(channel);
+                args.push(n.to_string());
+            }
+        }
+        let tag = self.tag(Pending::Presence);
+        if !self.request(Request::Script {
+            tag,
+            which: Which::Presence,
+            args,
+        }) {
+            self.unreported = self.counts.clone();
+        }
+    }
+
     fn forward(&mut self, channel: &str, id: u64, payload: Rc<[u8]>) {
         let Some(chan) = self.channels.get_mut(channel) else {
             return; // left meanwhile
@@ -346,6 +399,8 @@ impl RedisBroker {
                     self.stats.reconnects += 1;
                 }
                 self.ever_up = true;
+                // Redis may have lost this node's presence (restart, expiry while down).
+                self.unreported = self.counts.clone();
                 // Syncs that failed while down are sent again.
                 let stuck: Vec<String> = self
                     .channels
@@ -466,6 +521,40 @@ impl RedisBroker {
                     };
                 }
                 self.finish_forwarded_joins();
+            }
+            Pending::Presence => {
+                if value.is_none() {
+                    self.unreported = self.counts.clone();
+                }
+            }
+            Pending::Info {
+                req,
+                channel,
+                local,
+            } => {
+                let parts = match value {
+                    Some(Value::Array(parts)) if parts.len() == 3 => Some(parts),
+                    _ => None,
+                };
+                let event = match parts {
+                    Some(p) => Event::ChannelInfo {
+                        req,
+                        channel,
+                        subscribers: local + script::as_u64(&p[0]).unwrap_or(0),
+                        nodes: script::as_u64(&p[1]).unwrap_or(1),
+                        last_id: script::as_u64(&p[2]),
+                        complete: true,
+                    },
+                    None => Event::ChannelInfo {
+                        req,
+                        channel,
+                        subscribers: local,
+                        nodes: 1,
+                        last_id: None,
+                        complete: false,
+                    },
+                };
+                self.ready.push(event);
             }
             Pending::Sync {
                 channel,
@@ -645,6 +734,9 @@ impl Broker for RedisBroker {
     }
 
     fn tick(&mut self, now: Instant) {
+        if self.shared.command_up.load(Ordering::SeqCst) {
+            self.report_presence();
+        }
         let late: Vec<u64> = self
             .joins
             .iter()
@@ -671,6 +763,52 @@ impl Broker for RedisBroker {
 
     fn set_limits(&mut self, limits: Limits) {
         self.limits = limits;
+    }
+
+    fn set_count(&mut self, channel: &str, n: u64) {
+        if n == 0 {
+            self.counts.remove(channel);
+        } else {
+            self.counts.insert(channel.to_string(), n);
+        }
+        self.unreported.insert(channel.to_string(), n);
+    }
+
+    fn channel_info(&mut self, req: Req, channel: String, local: u64) {
+        if !self.shared.command_up.load(Ordering::SeqCst) {
+            return self.ready.push(Event::ChannelInfo {
+                req,
+                channel,
+                subscribers: local,
+                nodes: 1,
+                last_id: None,
+                complete: false,
+            });
+        }
+        let args = vec![
+            self.node_id.clone(),
+            PRESENCE_TTL_MS.to_string(),
+            channel.clone(),
+        ];
+        let tag = self.tag(Pending::Info {
+            req,
+            channel: channel.clone(),
+            local,
+        });
+        if !self.request(Request::Script {
+            tag,
+            which: Which::Info,
+            args,
+        }) {
+            self.ready.push(Event::ChannelInfo {
+                req,
+                channel,
+                subscribers: local,
+                nodes: 1,
+                last_id: None,
+                complete: false,
+            });
+        }
     }
 
     fn stats(&self) -> BrokerStats {

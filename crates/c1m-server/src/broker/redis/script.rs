@@ -111,6 +111,43 @@ end
 return out
 "#;
 
+/// Presence: this node's subscriber counts. ARGV: node id, ttl ms, then (channel, count)
+/// pairs (count 0 removes). The node's hash lives `ttl` after its last report, so a node that
+/// died stops counting within it.
+pub const PRESENCE: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local key = 'c1m:subs:' .. ARGV[1]
+for i = 3, #ARGV, 2 do
+  if ARGV[i + 1] == '0' then
+    redis.call('HDEL', key, ARGV[i])
+  else
+    redis.call('HSET', key, ARGV[i], ARGV[i + 1])
+  end
+end
+redis.call('PEXPIRE', key, ARGV[2])
+redis.call('ZADD', 'c1m:nodes', now, ARGV[1])
+redis.call('ZREMRANGEBYSCORE', 'c1m:nodes', '-inf', now - tonumber(ARGV[2]))
+return 1
+"#;
+
+/// Channel info. ARGV: this node's id, ttl ms, channel. Returns {subscribers on the other
+/// live nodes, live nodes (this one included), newest id or ''}.
+pub const INFO: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local nodes = redis.call('ZRANGEBYSCORE', 'c1m:nodes', now - tonumber(ARGV[2]), '+inf')
+local sum = 0
+local live = 1
+for _, n in ipairs(nodes) do
+  if n ~= ARGV[1] then
+    live = live + 1
+    sum = sum + tonumber(redis.call('HGET', 'c1m:subs:' .. n, ARGV[3]) or '0')
+  end
+end
+return {sum, live, redis.call('HGET', 'c1m:last', ARGV[3]) or ''}
+"#;
+
 pub fn publish_script() -> String {
     format!("{PRELUDE}{PUBLISH_BODY}")
 }

@@ -47,10 +47,16 @@ stop_pid() {
     wait "$1" 2>/dev/null || true
 }
 
+# Each bench run gets its own block of loopback source addresses (127.0.SRC.1-20): ports in
+# TIME_WAIT from an earlier phase (or another program's benchmark) then cannot collide with it.
+LABELS=(single-fanout single-many cluster-fanout-a cluster-fanout-b cluster-fanout-c
+    cluster-many-1 cluster-many-2 cluster-many-3 kill)
 bench() { # label url conns extra-args...
-    local label=$1 url=$2 conns=$3
+    local label=$1 url=$2 conns=$3 SRC=10 i
     shift 3
+    for i in "${!LABELS[@]}"; do [ "${LABELS[$i]}" = "$label" ] && SRC=$((11 + i)); done
     timeout 900 "$C1M" bench "$url" --proto sse --conns "$conns" --rate "$RATE" --hold "$HOLD" \
+        --source "127.0.$SRC.1-127.0.$SRC.20" \
         --interval 10s -q --report "$TMP/$label.json" "$@" >"$TMP/$label.txt" 2>&1 || true
 }
 

@@ -284,3 +284,100 @@ pub fn to_chunk(
         more: taken < total || cutoff != u64::MAX,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn found(current: u64, start: u64, channels: Vec<FoundChannel>) -> Found {
+        Found {
+            current,
+            start,
+            channels,
+        }
+    }
+
+    fn ids(chunk: &ReplayChunk) -> Vec<u64> {
+        chunk
+            .items
+            .iter()
+            .filter_map(|r| match r {
+                Replay::Message { id, .. } => Some(*id),
+                Replay::Gap { .. } => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn gaps_for_trimmed_history_and_a_new_epoch() {
+        let names = ["a".to_string()];
+        // History trimmed through 105: a resume from 100 is told (100, 105].
+        let f = found(110, 50, vec![(105, vec![(106, b"x".to_vec())])]);
+        let chunk = to_chunk(f, &names, 100, usize::MAX, 1000);
+        assert_eq!(
+            chunk.items[0],
+            Replay::Gap {
+                channel: "a".into(),
+                after: 100,
+                through: 105
+            }
+        );
+        assert_eq!(ids(&chunk), vec![106]);
+        // A data set that started at 500 (Redis lost its data): ids below it are a gap.
+        let f = found(510, 500, vec![(0, vec![])]);
+        let chunk = to_chunk(f, &names, 120, usize::MAX, 1000);
+        assert_eq!(
+            chunk.items,
+            vec![Replay::Gap {
+                channel: "a".into(),
+                after: 120,
+                through: 499
+            }]
+        );
+        // Nothing lost: no gap.
+        let f = found(510, 500, vec![(0, vec![(505, b"y".to_vec())])]);
+        let chunk = to_chunk(f, &names, 501, usize::MAX, 1000);
+        assert_eq!(ids(&chunk), vec![505]);
+        assert!(!chunk.more);
+        // An id the data set never issued.
+        let f = found(510, 500, vec![(0, vec![])]);
+        let chunk = to_chunk(f, &names, 900, usize::MAX, 1000);
+        assert!(matches!(chunk.items[0], Replay::Gap { through: 510, .. }));
+    }
+
+    #[test]
+    fn a_channel_at_its_cap_cuts_the_chunk_so_nothing_is_skipped() {
+        let names = ["a".to_string(), "b".to_string()];
+        // "a" returned its cap of 2 entries (it may hold more after 3); "b" returned all.
+        let f = found(
+            20,
+            1,
+            vec![
+                (0, vec![(2, b"a".to_vec()), (3, b"a".to_vec())]),
+                (0, vec![(1, b"b".to_vec()), (9, b"b".to_vec())]),
+            ],
+        );
+        let chunk = to_chunk(f, &names, 0, usize::MAX, 2);
+        // 9 would skip a's entries between 3 and 9: the chunk stops at 3 and says more.
+        assert_eq!(ids(&chunk), vec![1, 2, 3]);
+        assert!(chunk.more);
+        // The byte budget also cuts (at least one message always goes).
+        let f = found(20, 1, vec![(0, vec![(2, vec![0; 10]), (3, vec![0; 10])])]);
+        let chunk = to_chunk(f, &names[..1], 0, 5, 1000);
+        assert_eq!(ids(&chunk), vec![2]);
+        assert!(chunk.more);
+    }
+
+    #[test]
+    fn pubsub_names_and_messages_round_trip() {
+        let name = pubsub_name(3, "news.eu");
+        assert_eq!(channel_of(3, name.as_bytes()), Some("news.eu"));
+        assert_eq!(channel_of(4, name.as_bytes()), None);
+        assert_eq!(
+            split_message(b"42\nhello\nworld"),
+            Some((42, &b"hello\nworld"[..]))
+        );
+        assert_eq!(split_message(b"x\nhello"), None);
+        assert_eq!(split_message(b"42"), None);
+    }
+}

@@ -15,19 +15,20 @@
 #      --reconnect (Last-Event-ID), publishes through HAProxy every second; kill -9 of B; time
 #      until C holds all K again, and the bench's verdict (missing, duplicates) at the end.
 #
-# Usage: bench/cluster.sh [N] [M] [K]   (defaults 150000 40000 9000; K is bounded by HAProxy's
+# Usage: bench/cluster.sh [N] [M] [K]   (defaults 150000 40000 8000; K is bounded by HAProxy's
 # own fd limit here: it holds two sockets per client under RLIMIT_NOFILE 20000)
-# Env: EVERY (5s), HOLD (25s), PRATE (30000), PUBLISHERS (16), RATE (20000 subscribes/s),
+# Env: EVERY (5s), HOLD (25s), PRATE (30000), PUBLISHERS (48: enough that the rate is not
+# bound by one publisher's round trips), RATE (20000 subscribes/s),
 # PORT0 (18500: nodes on PORT0+1..3, single node on PORT0+4, HAProxy PORT0+5, Redis PORT0+6).
 # Writes bench/out/cluster.json (all figures and the raw bench reports) and prints a summary.
 set -euo pipefail
 N=${1:-150000}
 M=${2:-40000}
-K=${3:-9000}
+K=${3:-8000}
 EVERY=${EVERY:-5s}
 HOLD=${HOLD:-25s}
 PRATE=${PRATE:-30000}
-PUBLISHERS=${PUBLISHERS:-16}
+PUBLISHERS=${PUBLISHERS:-48}
 RATE=${RATE:-20000}
 PORT0=${PORT0:-18500}
 source "$(dirname "$0")/lib.sh" # BENCH_DIR, ROOT, OUT, c1m_binary, start_serve, wait_http
@@ -58,6 +59,9 @@ bench() { # label url conns extra-args...
     timeout 900 "$C1M" bench "$url" --proto sse --conns "$conns" --rate "$RATE" --hold "$HOLD" \
         --source "127.0.$SRC.1-127.0.$SRC.20" \
         --interval 10s -q --report "$TMP/$label.json" "$@" >"$TMP/$label.txt" 2>&1 || true
+    # Kept as they come, so a run stopped half-way still leaves its figures.
+    mkdir -p "$OUT/cluster-runs"
+    cp "$TMP/$label.json" "$TMP/$label.txt" "$OUT/cluster-runs/" 2>/dev/null || true
 }
 
 start_redis() {
@@ -73,7 +77,9 @@ start_redis() {
 start_nodes() { # sets NODE_PIDS (A B C)
     NODE_PIDS=()
     for i in 1 2 3; do
-        start_serve "$TMP/node$i.log" --listen "127.0.0.1:$((PORT0 + i))" --max-conns $((N)) \
+        # Each node is sized for its third (its worker count follows, as the single node's
+        # follows N): the same CPU split between more processes would favour neither side.
+        start_serve "$TMP/node$i.log" --listen "127.0.0.1:$((PORT0 + i))" --max-conns $((N / 3 + K)) \
             --broker "redis://127.0.0.1:$REDIS_PORT"
         NODE_PIDS+=("$SERVE_PID")
     done
@@ -118,7 +124,7 @@ sleep 2
 MPER=$((M / 3))
 for i in 1 2 3; do
     bench "cluster-many-$i" "http://127.0.0.1:$((PORT0 + i))/sub/mc$i" "$MPER" --channels "$MPER" \
-        --publish-rate $((PRATE / 3)) --publishers $((PUBLISHERS / 3 + 1)) --drain 3s &
+        --publish-rate $((PRATE / 3)) --publishers $((PUBLISHERS / 3)) --drain 3s &
     eval "MB$i=\$!"
 done
 wait "$MB1" "$MB2" "$MB3"
@@ -132,7 +138,7 @@ echo "== killed node: $K subscribers through HAProxy"
 start_nodes
 cat >"$TMP/haproxy.cfg" <<EOF
 global
-  maxconn $((K * 2 + 100))
+  maxconn $((K + 100))
 defaults
   mode http
   timeout connect 1s
@@ -148,13 +154,14 @@ backend nodes
   balance first
   option httpchk GET /healthz
   http-check expect status 200
-  default-server check inter 200ms fall 1 rise 2 maxconn $((K * 2))
+  default-server check inter 200ms fall 1 rise 2 maxconn $((K + 100))
   server b 127.0.0.1:$((PORT0 + 2))
   server c 127.0.0.1:$((PORT0 + 3))
 EOF
+haproxy -c -f "$TMP/haproxy.cfg" >/dev/null
 haproxy -db -f "$TMP/haproxy.cfg" >"$TMP/haproxy.log" 2>&1 &
 track_pid $!
-wait_http "127.0.0.1:$LB_PORT" 10
+wait_http "127.0.0.1:$LB_PORT" 10 || { cat "$TMP/haproxy.log" >&2; exit 1; }
 HOLD=40s bench kill "http://127.0.0.1:$LB_PORT/sub/k" "$K" --channels 1 --publish-every 1s \
     --reconnect --reconnect-min 50ms --reconnect-max 1s --drain 5s &
 KB=$!

@@ -557,3 +557,28 @@ fn channel_info_needs_the_publish_key_and_counts_one_box() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// `--history-age` holds in Redis: a message older than it leaves history (the next publish
+/// trims it), and a resume from before it is told so with a gap, then gets what is left.
+#[test]
+fn history_age_applies_in_redis() {
+    let Some((redis_bin, _)) = binaries() else {
+        return;
+    };
+    let redis = Redis::start(redis_bin);
+    let server = Server::start(&[
+        "--workers",
+        "1",
+        "--broker",
+        &redis.url(),
+        "--history-age",
+        "1s",
+    ]);
+    wait_connected(&server);
+    let old = server.publish("aged", b"old");
+    std::thread::sleep(Duration::from_millis(1300));
+    let new = server.publish("aged", b"new");
+    let mut sub = Sub::connect(server.http, "aged", Some(old - 1)).unwrap();
+    assert_eq!(sub.next(), Some(Seen::Gap(old - 1, old)));
+    assert_eq!(sub.next(), Some(Seen::Message(new, "new".into())));
+}

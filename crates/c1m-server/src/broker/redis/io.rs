@@ -174,7 +174,7 @@ pub fn command_thread(
                 log_once(&format!("c1m: redis {}: {e}; retrying", target.addr));
                 // Nothing can be answered while down: fail what waits, keep (un)subscribes
                 // (the master re-subscribes everything when pub/sub is back anyway).
-                if !fail_waiting(&requests, &tx, &shared, delay) {
+                if !fail_waiting(&target, &requests, &tx, &shared, delay) {
                     return;
                 }
                 delay = backoff(delay);
@@ -230,9 +230,12 @@ fn connect_commands(target: &Target, scripts: &Scripts) -> redis::RedisResult<re
     Ok(con)
 }
 
-/// While Redis is down: waits `delay` for requests and fails each publish and replay at once.
+/// While the command connection is down: waits `delay` for requests and fails each publish,
+/// replay and script at once. (UN)SUBSCRIBEs still go to the pub/sub connection, which may be
+/// up: dropping one would leave its channel waiting for a confirmation that never comes.
 /// False when the master is gone.
 fn fail_waiting(
+    target: &Target,
     requests: &Receiver<Request>,
     tx: &SyncSender<Incoming>,
     shared: &Shared,
@@ -242,6 +245,12 @@ fn fail_waiting(
     loop {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         match requests.recv_timeout(left) {
+            Ok(Request::Subscribe(ch)) => {
+                pubsub_write(shared, "SUBSCRIBE", &script::pubsub_name(target.db, &ch))
+            }
+            Ok(Request::Unsubscribe(ch)) => {
+                pubsub_write(shared, "UNSUBSCRIBE", &script::pubsub_name(target.db, &ch))
+            }
             Ok(req) => {
                 if let Some(tag) = req.tag() {
                     if !shared.send(tx, Incoming::Answer { tag, value: None }) {

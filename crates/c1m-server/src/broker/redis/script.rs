@@ -29,26 +29,22 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 local function trim_age(key, ch, cutoff)
-  while true do
-    local front = redis.call('XRANGE', key, '-', '+', 'COUNT', 64)
-    local dropped = nil
-    local kept = nil
-    for _, e in ipairs(front) do
-      local fields = e[2]
-      local t = nil
-      for i = 1, #fields, 2 do
-        if fields[i] == 't' then t = tonumber(fields[i + 1]) end
-      end
-      if t ~= nil and t < cutoff then dropped = e[1] else kept = e[1]; break end
+  -- Looks at the oldest entry only: in a steady state at most one leaves per publish.
+  local dropped = nil
+  for _ = 1, 1000 do
+    local front = redis.call('XRANGE', key, '-', '+', 'COUNT', 1)
+    if #front == 0 then break end
+    local fields = front[1][2]
+    local t = nil
+    for i = 1, #fields, 2 do
+      if fields[i] == 't' then t = tonumber(fields[i + 1]) end
     end
-    if dropped == nil then return end
-    if kept == nil then
-      redis.call('DEL', key)
-    else
-      redis.call('XTRIM', key, 'MINID', kept)
-    end
+    if t == nil or t >= cutoff then break end
+    redis.call('XDEL', key, front[1][1])
+    dropped = front[1][1]
+  end
+  if dropped ~= nil then
     redis.call('HSET', 'c1m:forgot', ch, string.sub(dropped, 1, -3))
-    if kept ~= nil or #front < 64 then return end
   end
 end
 "#;
@@ -61,6 +57,11 @@ init(ARGV[5])
 local id = string.format('%.0f', redis.call('INCR', 'c1m:id'))
 local now = now_ms()
 local key = 'c1m:h:' .. ch
+if redis.call('EXISTS', key) == 0 then
+  -- The stream expired as a whole (idle past the age bound): all before it is forgotten.
+  local last = redis.call('HGET', 'c1m:last', ch)
+  if last then redis.call('HSET', 'c1m:forgot', ch, last) end
+end
 redis.call('XADD', key, id .. '-0', 'p', ARGV[2], 't', now)
 local maxc = tonumber(ARGV[3])
 local n = redis.call('XLEN', key)

@@ -153,6 +153,9 @@ pub struct Config {
     pub tls_cert: Option<PathBuf>,
     /// PEM private key of `tls_cert` (PKCS#8, PKCS#1 or SEC1).
     pub tls_key: Option<PathBuf>,
+    // --- cluster broker (issue #10) ---
+    /// Cluster broker URL (`redis://HOST:PORT[/DB]`); none = the in-process hub (one box).
+    pub broker: Option<String>,
 }
 
 /// `--auth`: whether subscribers must show a token.
@@ -228,6 +231,7 @@ impl Default for Config {
             admin_publish: false,
             tls_cert: None,
             tls_key: None,
+            broker: None,
         }
     }
 }
@@ -407,6 +411,13 @@ pub struct ServeArgs {
     /// PEM private key for --tls-cert (PKCS#8, PKCS#1 or SEC1) [default: off].
     #[arg(long, env = "C1M_TLS_KEY", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+    // --- cluster broker (issue #10) ---
+    /// Share ids, history and delivery with other `c1m serve` nodes through Redis:
+    /// redis://HOST:PORT[/DB]. Publishes get 503 + Retry-After while Redis is unreachable;
+    /// subscribers stay connected and get what they missed (or a gap event) when it is back
+    /// [default: none, the in-process hub].
+    #[arg(long, env = "C1M_BROKER")]
+    pub broker: Option<String>,
 }
 
 impl ServeArgs {
@@ -464,7 +475,8 @@ impl ServeArgs {
             log_format,
             log_level,
             tls_cert,
-            tls_key
+            tls_key,
+            broker
         );
         // auth, CORS and the admin listener (issue #11)
         overlay!(
@@ -521,6 +533,11 @@ impl Config {
         let mut problems = Vec::new();
         macro_rules! problem {
             ($($arg:tt)*) => { problems.push(format!($($arg)*)) };
+        }
+        if let Some(url) = &self.broker {
+            if let Err(e) = crate::broker::redis::RedisTarget::parse(url) {
+                problem!("{e:#}");
+            }
         }
         if self.max_conns == 0 {
             problem!("--max-conns must be at least 1");

@@ -1,5 +1,6 @@
-//! The hub: message ids, per-channel history and resume. It lives in the master today; a cluster
-//! broker (Redis, NATS) would implement the same [`Hub`] trait, so that swap stays local.
+//! The in-process hub: message ids, per-channel history and resume, for one box. The master
+//! reaches it through the broker seam (`crate::broker::memory`); a cluster uses another broker
+//! (`crate::broker::redis`) behind the same seam.
 //!
 //! History is bounded three ways: per channel by count and age, and over all channels by bytes
 //! (the oldest message anywhere goes first), so no publisher can grow the master without bound.
@@ -107,6 +108,11 @@ impl MemoryHub {
             bytes: 0,
             stored: 0,
         }
+    }
+
+    /// The newest id history holds on `channel`.
+    pub fn last_id_of(&self, channel: &str) -> Option<u64> {
+        self.channels.get(channel)?.history.back().map(|s| s.id)
     }
 
     /// New history bounds (SIGHUP); history over the new count or bytes is dropped now, the

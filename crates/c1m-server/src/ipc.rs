@@ -217,6 +217,16 @@ pub enum ToMaster {
         req: u64,
         metrics: bool,
     },
+    /// This worker's subscriber count on each channel whose count changed since its last
+    /// report (0: none left). Sent with the stats; feeds `GET /channels/{ch}`.
+    Counts {
+        counts: Vec<(String, u32)>,
+    },
+    /// `GET /channels/{ch}`: answered with a `Status` frame carrying the JSON body.
+    ChannelInfo {
+        req: u64,
+        channel: String,
+    },
 }
 
 /// Master → worker.
@@ -257,6 +267,19 @@ pub enum ToWorker {
     /// The master re-read its configuration (SIGHUP): the whole new `Config` as JSON.
     Reconfigure {
         json: String,
+    },
+    /// A join could not be answered (the cluster broker is unreachable): the subscriber is
+    /// refused (503 + Retry-After, WebSocket 1013, TCP ERR) and comes back with its last id.
+    JoinRefused {
+        req: u64,
+        retry_after_s: u64,
+    },
+    /// Live subscribers of `channel` missed `(after, through]` (the cluster broker lost it, or
+    /// it left history while the broker was unreachable): they get a gap event.
+    Gap {
+        channel: String,
+        after: u64,
+        through: u64,
     },
 }
 
@@ -396,6 +419,19 @@ impl ToMaster {
                 w.u64(*req).u8(u8::from(*metrics));
                 w.finish()
             }
+            ToMaster::Counts { counts } => {
+                let mut w = Writer::new(6);
+                w.u64(counts.len() as u64);
+                for (channel, n) in counts {
+                    w.str(channel).u64(u64::from(*n));
+                }
+                w.finish()
+            }
+            ToMaster::ChannelInfo { req, channel } => {
+                let mut w = Writer::new(7);
+                w.u64(*req).str(channel);
+                w.finish()
+            }
         }
     }
 
@@ -451,6 +487,21 @@ impl ToMaster {
             5 => ToMaster::StatusQuery {
                 req: r.u64()?,
                 metrics: r.u8()? != 0,
+            },
+            6 => {
+                // Each entry takes at least 12 bytes, so a count the frame cannot hold is bad.
+                let n = r.count(frame.len() / 12, "count entries")?;
+                let mut counts = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let channel = r.string()?;
+                    let count = u32::try_from(r.u64()?).map_err(|_| bad("count"))?;
+                    counts.push((channel, count));
+                }
+                ToMaster::Counts { counts }
+            }
+            7 => ToMaster::ChannelInfo {
+                req: r.u64()?,
+                channel: r.string()?,
             },
             _ => return Err(bad("tag")),
         })
@@ -520,6 +571,20 @@ impl ToWorker {
                 w.str(json);
                 w.finish()
             }
+            ToWorker::JoinRefused { req, retry_after_s } => {
+                let mut w = Writer::new(8);
+                w.u64(*req).u64(*retry_after_s);
+                w.finish()
+            }
+            ToWorker::Gap {
+                channel,
+                after,
+                through,
+            } => {
+                let mut w = Writer::new(9);
+                w.str(channel).u64(*after).u64(*through);
+                w.finish()
+            }
         }
     }
 
@@ -577,6 +642,15 @@ impl ToWorker {
                 retry_after_s: r.u64()?,
             },
             6 => ToWorker::Reconfigure { json: r.string()? },
+            8 => ToWorker::JoinRefused {
+                req: r.u64()?,
+                retry_after_s: r.u64()?,
+            },
+            9 => ToWorker::Gap {
+                channel: r.string()?,
+                after: r.u64()?,
+                through: r.u64()?,
+            },
             _ => return Err(bad("tag")),
         })
     }
@@ -624,6 +698,13 @@ pub fn examples() -> (Vec<ToMaster>, Vec<ToWorker>) {
             req: 3,
             metrics: true,
         },
+        ToMaster::Counts {
+            counts: vec![("a".into(), 3), ("b".into(), 0)],
+        },
+        ToMaster::ChannelInfo {
+            req: 6,
+            channel: "a".into(),
+        },
     ];
     let to_worker = vec![
         ToWorker::Message {
@@ -666,6 +747,15 @@ pub fn examples() -> (Vec<ToMaster>, Vec<ToWorker>) {
         },
         ToWorker::Reconfigure {
             json: "{\"max_payload\":5}".into(),
+        },
+        ToWorker::JoinRefused {
+            req: 4,
+            retry_after_s: 1,
+        },
+        ToWorker::Gap {
+            channel: "a".into(),
+            after: 5,
+            through: 9,
         },
     ];
     (to_master, to_worker)

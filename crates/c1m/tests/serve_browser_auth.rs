@@ -15,7 +15,6 @@ mod tls_support;
 
 use auth::{now, Keys};
 use common::{Server, Sse};
-use tls_support::{TestPki, TlsServer};
 use serde_json::json;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
@@ -23,6 +22,7 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tls_support::{TestPki, TlsServer};
 
 /// Headless Chromium on one URL, with its own profile and HOME (so its NSS trust store is
 /// ours); killed and cleaned up even when an assertion fails.
@@ -34,8 +34,7 @@ struct Browser {
 impl Browser {
     /// Opens `url`; with `trusted_ca`, that CA is imported into the browser's NSS database first.
     fn open(url: &str, tag: &str, trusted_ca: Option<&std::path::Path>) -> Browser {
-        let home =
-            std::env::temp_dir().join(format!("c1m-chromium-{tag}-{}", std::process::id()));
+        let home = std::env::temp_dir().join(format!("c1m-chromium-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&home);
         let nssdb = home.join(".pki/nssdb");
         std::fs::create_dir_all(&nssdb).unwrap();

@@ -9,8 +9,8 @@ mod reload;
 mod sd_notify;
 mod status;
 
+use crate::broker::{self, Broker, Event, Req};
 use crate::config::{Config, Workers};
-use crate::hub::{Hub, MemoryHub};
 use crate::ipc::{ToMaster, ToWorker, WorkerStats};
 use crate::link::Link;
 use crate::worker;
@@ -29,6 +29,8 @@ pub fn reserved_fds(hard_nofile: u64) -> u64 {
     (hard_nofile / 16).clamp(4, 64)
 }
 const SIGNALS: Token = Token(usize::MAX);
+/// The broker's threads have answers or messages.
+const BROKER: Token = Token(usize::MAX - 1);
 const RESTART_DELAY: Duration = Duration::from_millis(200);
 
 /// How many workers, and how many connections each may hold.
@@ -93,9 +95,13 @@ pub struct Master {
     cfg: Config,
     plan: Plan,
     poll: Poll,
-    hub: MemoryHub,
+    broker: Box<dyn Broker>,
+    /// Scratch for draining the broker (kept to reuse its allocation).
+    events: Vec<Event>,
     /// Channel → indices of workers with subscribers on it.
     interest: HashMap<String, Vec<usize>>,
+    /// Channel → (worker, subscribers there), as the workers last reported.
+    counts: HashMap<String, Vec<(usize, u32)>>,
     slots: Vec<Slot>,
     published: u64,
     /// Publishes refused because a worker that must deliver them is behind.
@@ -117,13 +123,28 @@ pub struct Master {
 
 impl Master {
     pub fn new(cfg: Config, plan: Plan) -> anyhow::Result<Master> {
-        let hub = MemoryHub::new(cfg.history_size, cfg.history_age, cfg.history_max_bytes);
+        let poll = Poll::new()?;
+        let limits = broker::Limits {
+            max_count: cfg.history_size,
+            max_age: cfg.history_age,
+            max_bytes: cfg.history_max_bytes,
+        };
+        let broker: Box<dyn Broker> = match &cfg.broker {
+            None => Box::new(broker::memory::MemoryBroker::new(limits)),
+            Some(url) => {
+                let target = broker::redis::RedisTarget::parse(url)?;
+                let waker = mio::Waker::new(poll.registry(), BROKER)?;
+                Box::new(broker::redis::RedisBroker::start(target, limits, waker)?)
+            }
+        };
         let mut master = Master {
             cfg,
             plan,
-            poll: Poll::new()?,
-            hub,
+            poll,
+            broker,
+            events: Vec::new(),
             interest: HashMap::new(),
+            counts: HashMap::new(),
             slots: Vec::new(),
             published: 0,
             publish_refused: 0,
@@ -246,6 +267,7 @@ impl Master {
                         }
                         self.reap();
                     }
+                    BROKER => self.pump(),
                     Token(i) => self.on_worker_event(i, event.is_writable()),
                 }
             }
@@ -253,7 +275,8 @@ impl Master {
             let now = Instant::now();
             self.notify_systemd(now);
             if now >= next_expire {
-                self.hub.expire(now);
+                self.broker.tick(now);
+                self.pump();
                 next_expire = now + Duration::from_secs(1);
                 let refused = status::refused_totals(self);
                 self.refusal_log.tick(now, &refused);
@@ -351,12 +374,11 @@ impl Master {
                 channel,
                 payload,
             } => {
-                let targets = self.interest.get(&channel).cloned().unwrap_or_default();
-                let behind = targets.iter().any(|&w| {
-                    self.slots[w]
-                        .link
-                        .as_ref()
-                        .is_some_and(|l| l.is_congested())
+                let slots = &self.slots;
+                let behind = self.interest.get(&channel).is_some_and(|targets| {
+                    targets
+                        .iter()
+                        .any(|&w| slots[w].link.as_ref().is_some_and(|l| l.is_congested()))
                 });
                 if behind {
                     // Refused before it gets an id: nothing is half-published, and the
@@ -369,23 +391,12 @@ impl Master {
                     return self.send(i, refusal.encode());
                 }
                 let payload: Rc<[u8]> = Rc::from(payload);
-                let id = self.hub.publish(&channel, payload.clone(), Instant::now());
-                self.published += 1;
-                // The publisher's answer goes first: if its worker also has subscribers, the
-                // ack would otherwise wait behind that worker's whole local fan-out. (Only join
-                // answers must stay ordered after earlier messages; an ack has no such duty.)
-                let frame = ToWorker::Message {
-                    channel: channel.clone(),
-                    id,
-                    payload: payload.to_vec(),
+                let req = Req {
+                    worker: i,
+                    token: req,
                 };
-                self.send(i, ToWorker::Published { req, channel, id }.encode());
-                if !targets.is_empty() {
-                    let frame = frame.encode();
-                    for w in targets {
-                        self.send(w, frame.clone());
-                    }
-                }
+                self.broker.publish(req, channel, payload);
+                self.pump();
             }
             ToMaster::Join {
                 req,
@@ -398,30 +409,32 @@ impl Master {
                         workers.push(i);
                     }
                 }
-                let chunk = match after {
-                    Some(after) => self
-                        .hub
-                        .replay(&channels, after, REPLAY_CHUNK, Instant::now()),
-                    None => Default::default(),
+                let req = Req {
+                    worker: i,
+                    token: req,
                 };
-                let current_id = self.hub.current_id();
-                self.send(
-                    i,
-                    ToWorker::Joined {
-                        req,
-                        current_id,
-                        channels,
-                        replay: chunk.items,
-                        more: chunk.more,
-                    }
-                    .encode(),
-                );
+                self.broker.join(req, channels, after, REPLAY_CHUNK);
+                self.pump();
             }
             ToMaster::Leave { channel } => self.drop_interest(i, Some(&channel)),
             ToMaster::Stats(stats) => {
                 self.slots[i].stats = *stats;
                 self.slots[i].reported_at = Instant::now();
                 self.slots[i].listening = true;
+            }
+            ToMaster::Counts { counts } => {
+                for (channel, n) in counts {
+                    self.set_worker_count(i, channel, n);
+                }
+            }
+            ToMaster::ChannelInfo { req, channel } => {
+                let local = self.local_count(&channel);
+                let req = Req {
+                    worker: i,
+                    token: req,
+                };
+                self.broker.channel_info(req, channel, local);
+                self.pump();
             }
             ToMaster::StatusQuery { req, metrics } => {
                 let report = status::Report::gather(self);
@@ -442,13 +455,23 @@ impl Master {
                     ws.retain(|&w| w != worker);
                     if ws.is_empty() {
                         self.interest.remove(c);
+                        self.broker.leave(c);
                     }
                 }
             }
-            None => self.interest.retain(|_, ws| {
-                ws.retain(|&w| w != worker);
-                !ws.is_empty()
-            }),
+            None => {
+                let mut emptied = Vec::new();
+                self.interest.retain(|c, ws| {
+                    ws.retain(|&w| w != worker);
+                    if ws.is_empty() {
+                        emptied.push(c.clone());
+                    }
+                    !ws.is_empty()
+                });
+                for c in emptied {
+                    self.broker.leave(&c);
+                }
+            }
         }
     }
 
@@ -471,6 +494,136 @@ impl Master {
         }
     }
 
+    /// Hands the broker's ready events to the workers: answers to the worker that asked,
+    /// messages and gaps to every worker with subscribers on the channel.
+    fn pump(&mut self) {
+        let mut events = std::mem::take(&mut self.events);
+        self.broker.drain(&mut events);
+        for event in events.drain(..) {
+            match event {
+                // The publisher's answer comes before the message: if its worker also has
+                // subscribers, the ack would otherwise wait behind that worker's whole local
+                // fan-out. (Only join answers must stay ordered after earlier messages.)
+                Event::Published { req, channel, id } => {
+                    self.published += 1;
+                    let ack = ToWorker::Published {
+                        req: req.token,
+                        channel,
+                        id,
+                    };
+                    self.send(req.worker, ack.encode());
+                }
+                Event::PublishUnavailable { req } => {
+                    self.publish_refused += 1;
+                    let refusal = ToWorker::PublishRefused {
+                        req: req.token,
+                        retry_after_s: RETRY_AFTER_S,
+                    };
+                    self.send(req.worker, refusal.encode());
+                }
+                Event::Joined {
+                    req,
+                    current_id,
+                    channels,
+                    chunk,
+                } => {
+                    let joined = ToWorker::Joined {
+                        req: req.token,
+                        current_id,
+                        channels,
+                        replay: chunk.items,
+                        more: chunk.more,
+                    };
+                    self.send(req.worker, joined.encode());
+                }
+                Event::JoinUnavailable { req } => {
+                    let refusal = ToWorker::JoinRefused {
+                        req: req.token,
+                        retry_after_s: RETRY_AFTER_S,
+                    };
+                    self.send(req.worker, refusal.encode());
+                }
+                Event::Message {
+                    channel,
+                    id,
+                    payload,
+                } => {
+                    let Some(targets) = self.interest.get(&channel).cloned() else {
+                        continue;
+                    };
+                    let frame = ToWorker::Message {
+                        channel,
+                        id,
+                        payload: payload.to_vec(),
+                    }
+                    .encode();
+                    for w in targets {
+                        self.send(w, frame.clone());
+                    }
+                }
+                Event::ChannelInfo {
+                    req,
+                    channel,
+                    subscribers,
+                    last_id,
+                    nodes,
+                    complete,
+                } => {
+                    let body = serde_json::json!({
+                        "channel": channel, "subscribers": subscribers, "last_id": last_id,
+                        "nodes": nodes, "complete": complete,
+                    })
+                    .to_string();
+                    let answer = ToWorker::Status {
+                        req: req.token,
+                        body,
+                        metrics: false,
+                    };
+                    self.send(req.worker, answer.encode());
+                }
+                Event::Gap {
+                    channel,
+                    after,
+                    through,
+                } => {
+                    let Some(targets) = self.interest.get(&channel).cloned() else {
+                        continue;
+                    };
+                    let frame = ToWorker::Gap {
+                        channel,
+                        after,
+                        through,
+                    }
+                    .encode();
+                    for w in targets {
+                        self.send(w, frame.clone());
+                    }
+                }
+            }
+        }
+        self.events = events;
+    }
+
+    fn local_count(&self, channel: &str) -> u64 {
+        self.counts
+            .get(channel)
+            .map_or(0, |ws| ws.iter().map(|&(_, n)| u64::from(n)).sum())
+    }
+
+    /// Records worker `i`'s subscriber count on `channel` and tells the broker this node's.
+    fn set_worker_count(&mut self, i: usize, channel: String, n: u32) {
+        let entry = self.counts.entry(channel.clone()).or_default();
+        entry.retain(|&(w, _)| w != i);
+        if n > 0 {
+            entry.push((i, n));
+        }
+        if entry.is_empty() {
+            self.counts.remove(&channel);
+        }
+        let total = self.local_count(&channel);
+        self.broker.set_count(&channel, total);
+    }
+
     /// A worker's link broke: make sure the process is gone; `reap` restarts it.
     fn worker_gone(&mut self, i: usize) {
         if let Some(mut link) = self.slots[i].link.take() {
@@ -480,6 +633,15 @@ impl Master {
             let _ = child.kill();
         }
         self.drop_interest(i, None);
+        let held: Vec<String> = self
+            .counts
+            .iter()
+            .filter(|(_, ws)| ws.iter().any(|&(w, _)| w == i))
+            .map(|(c, _)| c.clone())
+            .collect();
+        for channel in held {
+            self.set_worker_count(i, channel, 0);
+        }
     }
 
     /// Collects exited workers and schedules their restart.

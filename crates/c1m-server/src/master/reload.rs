@@ -10,6 +10,8 @@ use crate::ipc::ToWorker;
 /// Keys that need a restart: sockets, processes and per-worker shares are set up once.
 const RESTART_KEYS: &[&str] = &[
     "listen",
+    // The broker connection is made once at start.
+    "broker",
     "tcp_listen",
     "workers",
     "max_conns",
@@ -112,11 +114,11 @@ impl Master {
         } else {
             tracing::info!(keys = %live.join(", "), "SIGHUP: applied");
         }
-        self.hub.set_limits(
-            merged.history_size,
-            merged.history_age,
-            merged.history_max_bytes,
-        );
+        self.broker.set_limits(crate::broker::Limits {
+            max_count: merged.history_size,
+            max_age: merged.history_age,
+            max_bytes: merged.history_max_bytes,
+        });
         let json = match serde_json::to_string(&merged) {
             Ok(json) => json,
             Err(e) => return tracing::error!(error = %e, "SIGHUP: encoding the configuration"),

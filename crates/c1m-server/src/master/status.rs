@@ -5,7 +5,7 @@
 //! Gathering is cheap: memory comes from the sampler's cache, not from /proc.
 
 use super::Master;
-use crate::hub::Hub;
+use crate::broker::BrokerStats;
 use crate::ipc::Refused;
 use crate::ipc::TlsStats;
 use crate::ipc::WorkerStats;
@@ -38,6 +38,7 @@ pub struct Report {
     publish_refused: u64,
     history_bytes: usize,
     tls: Option<TlsStats>,
+    broker: BrokerStats,
 }
 
 impl Report {
@@ -59,11 +60,14 @@ impl Report {
             client_ignored: 0,
             refused: Refused::default(),
             restarts: m.restarts,
-            channels: m.hub.channel_count(),
+            channels: 0,
             publish_refused: m.publish_refused,
-            history_bytes: m.hub.history_bytes(),
+            history_bytes: 0,
+            broker: m.broker.stats(),
             tls: m.cfg.tls_cert.is_some().then(TlsStats::default),
         };
+        r.channels = r.broker.channels;
+        r.history_bytes = r.broker.history_bytes;
         for (i, slot) in m.slots.iter().enumerate() {
             let s = &slot.stats;
             let pid = slot.child.as_ref().map_or(0, |c| c.id());
@@ -149,6 +153,13 @@ impl Report {
             "worker_restarts": self.restarts,
             "channels": self.channels,
             "tls": self.tls_json(),
+            "broker": {
+                "kind": self.broker.kind, "connected": self.broker.connected,
+                "reconnects": self.broker.reconnects,
+                "publish_unavailable": self.broker.publish_unavailable,
+                "join_unavailable": self.broker.join_unavailable,
+                "live_gaps": self.broker.live_gaps, "in_flight": self.broker.in_flight,
+            },
         })
         .to_string()
     }
@@ -240,6 +251,40 @@ impl Report {
             "Channels with history.",
             &[("", self.channels as u64)],
         );
+        let b = &self.broker;
+        metric(
+            "broker_connected",
+            "gauge",
+            "1 when the broker can be reached (always 1 for the in-process hub).",
+            &[("", u64::from(b.connected))],
+        );
+        metric(
+            "broker_reconnects_total",
+            "counter",
+            "Times the broker connection was made again after a loss.",
+            &[("", b.reconnects)],
+        );
+        metric(
+            "broker_unavailable_total",
+            "counter",
+            "Requests refused (503 / WebSocket 1013) because the broker was unreachable.",
+            &[
+                ("{op=\"publish\"}", b.publish_unavailable),
+                ("{op=\"subscribe\"}", b.join_unavailable),
+            ],
+        );
+        metric(
+            "broker_live_gaps_total",
+            "counter",
+            "Gap events sent to live subscribers after a broker outage lost messages.",
+            &[("", b.live_gaps)],
+        );
+        metric(
+            "broker_in_flight",
+            "gauge",
+            "Requests sent to the broker and not answered yet.",
+            &[("", b.in_flight)],
+        );
         if let Some(tls) = &self.tls {
             metric(
                 "tls_handshakes_total",
@@ -269,8 +314,6 @@ impl Report {
     }
 }
 
-/// Folds a dead worker's last counters into its slot's retired figures (connection gauges are
-/// not counters: they are not carried over).
 /// Refusals over every worker, live and retired (what the refusal summary log watches).
 pub fn refused_totals(m: &Master) -> Refused {
     let mut total = Refused::default();
@@ -281,6 +324,8 @@ pub fn refused_totals(m: &Master) -> Refused {
     total
 }
 
+/// Folds a dead worker's last counters into its slot's retired figures (connection gauges are
+/// not counters: they are not carried over).
 pub fn retire(retired: &mut WorkerStats, last: &WorkerStats) {
     retired.delivered += last.delivered;
     retired.dropped += last.dropped;

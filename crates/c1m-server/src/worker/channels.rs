@@ -3,7 +3,7 @@
 //! channels are slab indices, so a subscription costs 8 bytes, not a string per connection.
 
 use slab::Slab;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
 pub struct LocalChannel {
@@ -19,6 +19,8 @@ pub struct LocalChannel {
 pub struct Channels {
     slots: Slab<LocalChannel>,
     by_name: HashMap<Rc<str>, u32>,
+    /// Channels whose member count changed since the last report to the master.
+    changed: HashSet<Rc<str>>,
 }
 
 impl Channels {
@@ -53,7 +55,26 @@ impl Channels {
         };
         let ch = &mut self.slots[idx as usize];
         ch.members.push(conn);
+        if !self.changed.contains(&ch.name) {
+            self.changed.insert(ch.name.clone());
+        }
         (idx, (ch.members.len() - 1) as u32)
+    }
+
+    /// The member counts that changed since the last call (0 for a channel left by all).
+    pub fn take_changed_counts(&mut self) -> Vec<(String, u32)> {
+        let changed = std::mem::take(&mut self.changed);
+        changed
+            .into_iter()
+            .map(|name| {
+                let n = self
+                    .by_name
+                    .get(&name)
+                    .and_then(|&i| self.slots.get(i as usize))
+                    .map_or(0, |c| c.members.len() as u32);
+                (name.to_string(), n)
+            })
+            .collect()
     }
 
     /// Removes the member at `pos` of channel `idx`. Returns the connection that moved into
@@ -68,6 +89,9 @@ impl Channels {
             return (None, None);
         }
         ch.members.swap_remove(pos);
+        if !self.changed.contains(&ch.name) {
+            self.changed.insert(ch.name.clone());
+        }
         let moved = ch.members.get(pos).copied();
         if ch.members.is_empty() {
             let ch = self.slots.remove(idx as usize);

@@ -9,6 +9,7 @@
 //! admin listener), `tls_session` (TLS handshake and record layer).
 
 mod channels;
+mod cluster;
 mod conn;
 mod edge;
 mod health;
@@ -730,6 +731,14 @@ impl Worker {
                 ToWorker::Status { req, body, metrics } => self.on_status(req, body, metrics),
                 ToWorker::Shutdown => self.begin_shutdown(),
                 ToWorker::Reconfigure { json } => self.reconfigure(&json),
+                ToWorker::JoinRefused { req, retry_after_s } => {
+                    self.on_join_refused(req, retry_after_s)
+                }
+                ToWorker::Gap {
+                    channel,
+                    after,
+                    through,
+                } => self.fan_out_gap(&channel, after, through),
             }
         }
         Ok(open)
@@ -758,6 +767,10 @@ impl Worker {
         s.refused = self.counters.refused;
         s.tls = tls_session::stats();
         self.send_to_master(ToMaster::Stats(Box::new(s)));
+        let counts = self.channels.take_changed_counts();
+        if !counts.is_empty() {
+            self.send_to_master(ToMaster::Counts { counts });
+        }
         Ok(())
     }
 

@@ -118,7 +118,7 @@ impl Worker {
         self.arm_head_timer(idx);
     }
 
-    fn refuse(&mut self, idx: usize, status: u16, message: &str) {
+    pub(super) fn refuse(&mut self, idx: usize, status: u16, message: &str) {
         let r = &mut self.counters.refused;
         match status {
             400 | 411 | 501 => r.bad_request += 1,
@@ -189,6 +189,9 @@ impl Worker {
             self.subscribe_request(idx, &req, channels);
             return Some(used);
         }
+        if let Some(channel) = route.strip_prefix("/channels/") {
+            return self.channel_info_request(idx, &req, channel, data.len(), used);
+        }
         if let Some(channel) = route.strip_prefix("/pub/") {
             if req.method != "POST" {
                 self.refuse_method(idx, "POST");
@@ -225,7 +228,7 @@ impl Worker {
         }
     }
 
-    fn refuse_method(&mut self, idx: usize, allow: &str) {
+    pub(super) fn refuse_method(&mut self, idx: usize, allow: &str) {
         self.counters.refused.method += 1;
         let body = format!("method not allowed; use {allow}\n");
         let bytes = http::response(
@@ -370,7 +373,7 @@ impl Worker {
     }
 
     /// The publish rule (`publish_rule`), shared with WebSocket client publish.
-    fn publish_allowed(&mut self, idx: usize, req: &Request<'_>, channel: &str) -> bool {
+    pub(super) fn publish_allowed(&mut self, idx: usize, req: &Request<'_>, channel: &str) -> bool {
         let peer = self.conns[idx].stream.peer_addr().ok().map(|a| a.ip());
         let key = self.cfg.publish_key.as_deref();
         match super::publish_rule::check_with_token(key, &self.auth, req, peer, &[channel]) {

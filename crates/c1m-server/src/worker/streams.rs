@@ -298,7 +298,7 @@ impl Worker {
     }
 
     /// Answers a long-poll and leaves its channels; the connection goes back to reading requests.
-    fn poll_answer(&mut self, idx: usize, status: u16, body: &[u8]) {
+    pub(super) fn poll_answer(&mut self, idx: usize, status: u16, body: &[u8]) {
         self.poll_leave(idx);
         self.respond(idx, status, "application/json", POLL_HEADERS, body);
         self.resume_input(idx);

@@ -33,7 +33,7 @@ fn ws_format(req: &Request<'_>, needs_ids: bool) -> Result<bool, &'static str> {
 }
 
 /// A gap notice as a WebSocket text frame (docs/PROTOCOL.md).
-fn gap_frame(channel: &str, after: u64, through: u64) -> Vec<u8> {
+pub(super) fn gap_frame(channel: &str, after: u64, through: u64) -> Vec<u8> {
     let json =
         serde_json::json!({"type": "gap", "channel": channel, "after": after, "through": through});
     encode::data_frame(DataKind::Text, json.to_string().as_bytes())

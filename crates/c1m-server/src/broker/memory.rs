@@ -1,0 +1,90 @@
+//! The default broker: the in-process [`MemoryHub`], answering every request before the call
+//! returns. One box needs nothing else; its events are exactly what the master did inline
+//! before the broker seam existed (ack first, then the message), so its figures stay the same.
+
+use super::{Broker, BrokerStats, Event, Limits, Req};
+use crate::hub::{Hub, MemoryHub};
+use std::rc::Rc;
+use std::time::Instant;
+
+pub struct MemoryBroker {
+    hub: MemoryHub,
+    ready: Vec<Event>,
+}
+
+impl MemoryBroker {
+    pub fn new(limits: Limits) -> MemoryBroker {
+        MemoryBroker {
+            hub: MemoryHub::new(limits.max_count, limits.max_age, limits.max_bytes),
+            ready: Vec::new(),
+        }
+    }
+}
+
+impl Broker for MemoryBroker {
+    fn publish(&mut self, req: Req, channel: String, payload: Rc<[u8]>) {
+        let id = self.hub.publish(&channel, payload.clone(), Instant::now());
+        self.ready.push(Event::Published {
+            req,
+            channel: channel.clone(),
+            id,
+        });
+        self.ready.push(Event::Message {
+            channel,
+            id,
+            payload,
+        });
+    }
+
+    fn join(&mut self, req: Req, channels: Vec<String>, after: Option<u64>, budget: usize) {
+        let chunk = match after {
+            Some(after) => self.hub.replay(&channels, after, budget, Instant::now()),
+            None => Default::default(),
+        };
+        self.ready.push(Event::Joined {
+            req,
+            current_id: self.hub.current_id(),
+            channels,
+            chunk,
+        });
+    }
+
+    fn leave(&mut self, _channel: &str) {}
+
+    fn drain(&mut self, out: &mut Vec<Event>) {
+        out.append(&mut self.ready);
+    }
+
+    fn tick(&mut self, now: Instant) {
+        self.hub.expire(now);
+    }
+
+    fn set_limits(&mut self, limits: Limits) {
+        self.hub
+            .set_limits(limits.max_count, limits.max_age, limits.max_bytes);
+    }
+
+    fn set_count(&mut self, _channel: &str, _n: u64) {}
+
+    fn channel_info(&mut self, req: Req, channel: String, local: u64) {
+        let last_id = self.hub.last_id_of(&channel);
+        self.ready.push(Event::ChannelInfo {
+            req,
+            channel,
+            subscribers: local,
+            last_id,
+            nodes: 1,
+            complete: true,
+        });
+    }
+
+    fn stats(&self) -> BrokerStats {
+        BrokerStats {
+            kind: "memory",
+            channels: self.hub.channel_count(),
+            history_bytes: self.hub.history_bytes(),
+            connected: true,
+            ..Default::default()
+        }
+    }
+}

@@ -1,0 +1,117 @@
+//! The broker seam: what the master asks of whatever holds ids, history and cross-node
+//! delivery. Requests return at once; their answers (and messages published anywhere in the
+//! cluster) come back as [`Event`]s that the master drains after each request and whenever the
+//! broker's [`mio::Waker`] fires. The in-process [`memory::MemoryBroker`] answers synchronously
+//! (its events are ready before the call returns); [`redis::RedisBroker`] answers from its own
+//! threads. A further backend (NATS JetStream, see docs/cluster.md) is one more module here.
+
+pub mod memory;
+pub mod redis;
+
+use crate::hub::ReplayChunk;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+/// Who asked: the worker slot and the worker's own request token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Req {
+    pub worker: usize,
+    pub token: u64,
+}
+
+/// An answer, or a message to deliver.
+#[derive(Debug)]
+pub enum Event {
+    /// A publish was stored under `id`.
+    Published { req: Req, channel: String, id: u64 },
+    /// A publish was not taken (the broker is unreachable): the publisher retries.
+    PublishUnavailable { req: Req },
+    /// The answer to a join: one chunk of the replay, then the channels are live on this node.
+    Joined {
+        req: Req,
+        current_id: u64,
+        channels: Vec<String>,
+        chunk: ReplayChunk,
+    },
+    /// A join could not be answered exactly (the broker is unreachable): the subscriber is
+    /// refused and retries.
+    JoinUnavailable { req: Req },
+    /// A message for the channel's subscribers on this node, in the channel's order, once.
+    Message {
+        channel: String,
+        id: u64,
+        payload: Rc<[u8]>,
+    },
+    /// The answer to `channel_info`. `complete` is false when only this node's figures could be
+    /// had (the broker is unreachable).
+    ChannelInfo {
+        req: Req,
+        channel: String,
+        subscribers: u64,
+        last_id: Option<u64>,
+        nodes: u64,
+        complete: bool,
+    },
+    /// Messages `(after, through]` on `channel` cannot be delivered (lost while the broker was
+    /// unreachable, or gone from its history): live subscribers are told so.
+    Gap {
+        channel: String,
+        after: u64,
+        through: u64,
+    },
+}
+
+/// Figures for `/status` and `/metrics`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BrokerStats {
+    /// "memory" or "redis".
+    pub kind: &'static str,
+    /// Channels with history held in this process (memory) or subscribed on this node (redis).
+    pub channels: usize,
+    /// Bytes of history held in this process (0 for an external broker).
+    pub history_bytes: usize,
+    /// The broker can be reached now (always true for memory).
+    pub connected: bool,
+    /// Times the connection to the broker was (re)established after the first.
+    pub reconnects: u64,
+    /// Publishes refused (503) because the broker was unreachable.
+    pub publish_unavailable: u64,
+    /// Subscribes refused (503 / 1013) because the broker was unreachable.
+    pub join_unavailable: u64,
+    /// Gap events sent to live subscribers after an outage lost messages.
+    pub live_gaps: u64,
+    /// Requests sent to the broker and not yet answered.
+    pub in_flight: u64,
+}
+
+/// History bounds (from the configuration, changed by SIGHUP).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub max_count: usize,
+    pub max_age: Duration,
+    pub max_bytes: usize,
+}
+
+/// What a broker must do for the master.
+pub trait Broker {
+    /// Stores and delivers a message; answered by `Published` or `PublishUnavailable`, and the
+    /// message itself comes back as a `Message` event for this node's subscribers.
+    fn publish(&mut self, req: Req, channel: String, payload: Rc<[u8]>);
+    /// Makes `channels` live on this node and answers with what history holds after `after`
+    /// (one chunk of `budget` payload bytes): `Joined`, or `JoinUnavailable`. No `Message` on
+    /// these channels that the replay covers is delivered after the `Joined` event.
+    fn join(&mut self, req: Req, channels: Vec<String>, after: Option<u64>, budget: usize);
+    /// No worker on this node has subscribers on `channel` any more.
+    fn leave(&mut self, channel: &str);
+    /// Moves every ready event to `out`, in order.
+    fn drain(&mut self, out: &mut Vec<Event>);
+    /// Periodic work (expiry, reconnection); called about once a second.
+    fn tick(&mut self, now: Instant);
+    fn set_limits(&mut self, limits: Limits);
+    /// This node's subscriber count on `channel` changed (0: none left).
+    fn set_count(&mut self, channel: &str, n: u64);
+    /// Subscribers on `channel` over all nodes (`local` is this node's) and its newest id:
+    /// answered by `ChannelInfo`.
+    fn channel_info(&mut self, req: Req, channel: String, local: u64);
+    fn stats(&self) -> BrokerStats;
+}

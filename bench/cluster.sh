@@ -31,7 +31,7 @@ PRATE=${PRATE:-30000}
 PUBLISHERS=${PUBLISHERS:-48}
 RATE=${RATE:-20000}
 PORT0=${PORT0:-18500}
-source "$(dirname "$0")/lib.sh" # BENCH_DIR, ROOT, OUT, c1m_binary, start_serve, wait_http
+source "$(dirname "$0")/lib.sh" # BENCH_DIR, ROOT, OUT, c1m_binary, start_serve, wait_http, stop_pid
 c1m_binary
 TMP=$(mktemp -d)
 on_exit "rm -rf '$TMP'"
@@ -40,13 +40,6 @@ LB_PORT=$((PORT0 + 5))
 SINGLE_PORT=$((PORT0 + 4))
 
 sse_on() { timeout 5 curl -s "http://127.0.0.1:$1/status" | python3 -c 'import json,sys; print(json.load(sys.stdin)["connections"]["sse"])' 2>/dev/null || echo 0; }
-
-stop_pid() {
-    kill -TERM "$1" 2>/dev/null || true
-    for _ in $(seq 100); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$1" 2>/dev/null || true
-    wait "$1" 2>/dev/null || true
-}
 
 # Each bench run gets its own block of loopback source addresses (127.0.SRC.1-20): ports in
 # TIME_WAIT from an earlier phase (or another program's benchmark) then cannot collide with it.

@@ -10,8 +10,13 @@
 #   wait_port HOST PORT [SECS]      # until a TCP connect succeeds (bounded, default 10 s)
 #   stop_pid PID [SECS]             # SIGTERM, up to SECS (10) to exit, then SIGKILL (children too)
 #   tree_pss PID                    # PSS bytes of PID plus its children (a master and its workers)
+#   tree_procs PID                  # how many processes tree_pss counts
+#   cpu_ticks PID                   # utime + stime of PID, in clock ticks (getconf CLK_TCK)
+#   make_cert DIR                   # DIR/cert.pem, DIR/key.pem: throw-away ECDSA P-256, SAN 127.0.0.1
 #   ensure_nchan                    # installs nginx-light + libnginx-mod-nchan when missing
-#   start_nchan DIR PORT WORKERS    # nginx+nchan from its own prefix DIR; sets NCHAN_PID
+#   start_nchan DIR PORT WORKERS [CERT_DIR]
+#                                   # nginx+nchan from its own prefix DIR (TLS with CERT_DIR's
+#                                   # cert.pem/key.pem); sets NCHAN_PID
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(dirname "$BENCH_DIR")
@@ -103,6 +108,22 @@ tree_pss() {
     echo "$total"
 }
 
+tree_procs() {
+    local pid=$1
+    echo $(($(pgrep -P "$pid" 2>/dev/null | wc -l) + 1))
+}
+
+cpu_ticks() {
+    awk '{print $14 + $15}' "/proc/$1/stat"
+}
+
+make_cert() {
+    local dir=$1
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+        -keyout "$dir/key.pem" -out "$dir/cert.pem" -subj /CN=127.0.0.1 \
+        -addext "subjectAltName=IP:127.0.0.1,DNS:localhost" 2>/dev/null
+}
+
 ensure_nchan() {
     if [ ! -e /usr/lib/nginx/modules/ngx_nchan_module.so ] || ! command -v nginx >/dev/null; then
         echo "installing nginx-light libnginx-mod-nchan (Debian packages)" >&2
@@ -117,8 +138,13 @@ ensure_nchan() {
 # the kernel spreads accepts over workers as it does for c1m serve's. New subscribers get only
 # new messages (nchan's default replays the channel's stored history to them).
 start_nchan() {
-    local dir=$1 port=$2 workers=$3
+    local dir=$1 port=$2 workers=$3 certs=${4:-} tls=""
     mkdir -p "$dir"
+    if [ -n "$certs" ]; then
+        tls="ssl;
+    ssl_certificate $certs/cert.pem;
+    ssl_certificate_key $certs/key.pem"
+    fi
     cat >"$dir/nginx.conf" <<NGINX
 load_module /usr/lib/nginx/modules/ngx_nchan_module.so;
 daemon off;
@@ -137,7 +163,7 @@ http {
   scgi_temp_path $dir/scgi;
   nchan_shared_memory_size 512M;
   server {
-    listen 127.0.0.1:$port reuseport backlog=65535;
+    listen 127.0.0.1:$port reuseport backlog=65535 $tls;
     location ~ ^/pub/(.+)\$ { nchan_publisher; nchan_channel_id \$1; nchan_message_buffer_length 16; nchan_message_timeout 60s; }
     location ~ ^/sub/(.+)\$ { nchan_subscriber; nchan_channel_id \$1; nchan_subscriber_first_message newest; }
     location = /healthz { return 200 "ok\n"; }

@@ -94,7 +94,6 @@ EOF
     done
 }
 
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 hz=$(getconf CLK_TCK)
 
 # ramp NAME COUNT: opens COUNT subscribers through the proxy and keeps them for 120 s (or until

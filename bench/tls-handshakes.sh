@@ -19,20 +19,12 @@ RUNS=${RUNS:-"c1m nginx"}
 PROCS=${PROCS:-3}
 PORT=${PORT:-18390}
 source "$(dirname "$0")/lib.sh"
-source "$(dirname "$0")/tls-lib.sh"
 TMP=$(mktemp -d)
 on_exit "rm -rf '$TMP'"
 c1m_binary
 make_cert "$TMP"
 TICK=$(getconf CLK_TCK)
 
-stop_pid() {
-    local pid=$1
-    kill -TERM "$pid" 2>/dev/null || true
-    for _ in $(seq 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-}
 
 : >"$TMP/results.jsonl"
 for RUN in $RUNS; do
@@ -42,8 +34,9 @@ for RUN in $RUNS; do
             --tls-cert "$TMP/cert.pem" --tls-key "$TMP/key.pem"
         ROOT_PID=$SERVE_PID ;;
     nginx)
-        start_nginx "$TMP" "$PORT" 1
-        ROOT_PID=$NGINX_PID ;;
+        start_nchan "$TMP/nginx" "$PORT" 1 "$TMP"
+        wait_port 127.0.0.1 "$PORT"
+        ROOT_PID=$NCHAN_PID ;;
     *) echo "unknown run $RUN" >&2; exit 2 ;;
     esac
     sleep 3

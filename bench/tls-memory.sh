@@ -25,7 +25,6 @@ PROCS=${PROCS:-$((N / 16000 + 1))}
 PORT=${PORT:-18380}
 SETTLE=${SETTLE:-5}
 source "$(dirname "$0")/lib.sh"
-source "$(dirname "$0")/tls-lib.sh"
 TMP=$(mktemp -d)
 on_exit "rm -rf '$TMP'"
 c1m_binary
@@ -34,13 +33,6 @@ make_cert "$TMP"
 WORKERS=$((N / 18000 + 1))
 RAMP_LIMIT=$((N / 100 + 120))   # seconds: at least 100 handshakes/s or the run fails
 
-stop_pid() {
-    local pid=$1
-    kill -TERM "$pid" 2>/dev/null || true
-    for _ in $(seq 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-}
 
 : >"$TMP/results.jsonl"
 for RUN in $RUNS; do
@@ -55,12 +47,13 @@ for RUN in $RUNS; do
             --max-conns $((N + N / 10 + 100))
         ROOT_PID=$SERVE_PID; proto=plain-sse ;;
     nchan-tls)
-        start_nginx "$TMP" "$PORT" "$WORKERS"
-        ROOT_PID=$NGINX_PID ;;
+        start_nchan "$TMP/nginx" "$PORT" "$WORKERS" "$TMP"
+        wait_port 127.0.0.1 "$PORT"
+        ROOT_PID=$NCHAN_PID ;;
     *) echo "unknown run $RUN" >&2; exit 2 ;;
     esac
     sleep 3   # every worker up
-    read -r P0 NP0 < <(pss_tree "$ROOT_PID")
+    P0=$(tree_pss "$ROOT_PID"); NP0=$(tree_procs "$ROOT_PID")
     rm -f "$TMP/ready"
     T0=$(date +%s.%N)
     python3 "$BENCH_DIR/tls-hold.py" hold 127.0.0.1 "$PORT" "$N" --ca "$TMP/cert.pem" \
@@ -76,7 +69,7 @@ for RUN in $RUNS; do
     T1=$(date +%s.%N)
     READY=$(cat "$TMP/ready" 2>/dev/null || echo "ready 0 $N never")
     sleep "$SETTLE"
-    read -r P1 NP1 < <(pss_tree "$ROOT_PID")
+    P1=$(tree_pss "$ROOT_PID"); NP1=$(tree_procs "$ROOT_PID")
     STATUS='{}'
     if [ "${RUN#c1m}" != "$RUN" ]; then
         scheme=https; [ "$RUN" = c1m-plain ] && scheme=http

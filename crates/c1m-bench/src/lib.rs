@@ -13,7 +13,8 @@
 //! - [`delivery`]: loss / duplicate / reorder accounting and the "delivered to all?" verdict.
 //! - [`plan`], [`wire`], [`payload`], [`hist`], [`errors`], [`http`], [`publish`], [`env`],
 //!   [`report`], [`plot`], [`template`]: the pieces those use.
-//! - [`scenario`]: named run shapes (`--scenario fanout|channels`) and their report sections.
+//! - [`scenario`]: named run shapes (`--scenario fanout|channels|churn|reconnect-storm`) and
+//!   their report sections; [`storm`]: the reconnect storm's measures.
 
 pub mod coordinator;
 pub mod delivery;
@@ -28,6 +29,7 @@ pub mod proto;
 pub mod publish;
 pub mod report;
 pub mod scenario;
+pub mod storm;
 pub mod template;
 pub mod wire;
 pub mod worker;
@@ -183,7 +185,10 @@ pub struct BenchOptions {
     /// Named run shape with its own report section: fanout (one channel, N subscribers,
     /// --publish-every default 1s), channels (--channels K, round-robin publishing as fast as
     /// acks come unless --publish-rate is given) or churn (hold N while --churn-rate of them
-    /// are closed and reopened per second; default 1% of --conns per second).
+    /// are closed and reopened per second; default 1% of --conns per second) or
+    /// reconnect-storm (the server is restarted under the subscribers, by --restart-cmd or by
+    /// hand; --reconnect on, --publish-every default 200ms; reports drops, time until all are
+    /// back and caught up, resumes with replay, gaps, loss and duplicates across the restart).
     #[arg(long, value_enum)]
     pub scenario: Option<scenario::Scenario>,
     /// Close this many online connections per second (picked at random, over all workers)
@@ -192,6 +197,16 @@ pub struct BenchOptions {
     /// Churn closes are not errors; they are counted as `churned`.
     #[arg(long, default_value_t = 0.0, value_name = "PER_SEC")]
     pub churn_rate: f64,
+    // ---- Reconnect storm (--scenario reconnect-storm) ----
+    /// Reconnect storm: restart the server by running `sh -c CMD` at --restart-after into the
+    /// hold (e.g. a script that kills and restarts it on the same port); exit status 0 is
+    /// required. Without it bench waits for the operator to restart the server by hand.
+    #[arg(long, value_name = "CMD")]
+    pub restart_cmd: Option<String>,
+    /// Reconnect storm: how long into the hold the restart comes (default: a third of --hold),
+    /// so subscribers have received messages before it.
+    #[arg(long, value_parser = parse_duration)]
+    pub restart_after: Option<Duration>,
     // ---- Any server (issue #13): subscribe headers, publishing to other servers ----
     /// Extra subscribe request header `Name: value` ({ch} and {i} expand); repeatable.
     #[arg(long = "header", short = 'H', value_name = "NAME: VALUE")]

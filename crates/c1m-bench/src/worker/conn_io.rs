@@ -8,6 +8,7 @@ use crate::errors::io_kind;
 use crate::hist::record;
 use crate::payload::{self, now_us};
 use crate::proto::{self, Ctx, Event, Phase, Proto};
+use crate::storm::{self, StormTotals};
 use hdrhistogram::Histogram;
 use std::io::{self, Read, Write};
 
@@ -120,12 +121,30 @@ impl Worker {
         let dh = &mut self.delivery_h;
         let delivery = &mut c.delivery;
         let last_id = &mut c.last_id;
+        let mut storm = StormConn {
+            flags: &mut c.storm,
+            back_wall_us: self.wall_epoch_us + c.due_us,
+            restart_us: self.storm_ref_us.unwrap_or(0),
+            totals: &mut self.r.storm,
+            back_h: &mut self.storm_back_h,
+            caught_up_h: &mut self.storm_caught_up_h,
+            came_back: false,
+        };
         let mut on = |ev: Event<'_>| match ev {
-            Event::Online => online = true,
-            Event::Message { id, data } => {
-                on_message(delivery, last_id, ours, id, data, t, dh);
+            Event::Online => {
+                online = true;
+                // At once: a resume's gap and replay often come in the same read as the head.
+                storm.on_online();
             }
-            Event::Gap => t.server_gaps += 1,
+            Event::Message { id, data } => {
+                if let Some(arrived) = on_message(delivery, last_id, ours, id, data, t, dh) {
+                    storm.on_message(arrived);
+                }
+            }
+            Event::Gap => {
+                t.server_gaps += 1;
+                storm.on_gap();
+            }
             Event::PollDone { last_id: l } => repoll = Some(l),
             Event::Ping(p) => pong = Some(proto::ws_client_frame(10, p, [0x5a, 0x17, 0x3c, 0x99])),
             Event::Closed => closed = true,
@@ -136,6 +155,7 @@ impl Worker {
             &self.scratch[..n]
         };
         let result = proto::parse(&ctx, &mut c.phase, data, &mut on);
+        let came_back = storm.came_back;
         let consumed = match result {
             Ok(used) => used,
             Err(e) => {
@@ -161,6 +181,12 @@ impl Worker {
             c.state = State::Online;
             let now = self.mono_us();
             self.went_online(key, now);
+            if came_back {
+                // From here on due_us is when it came back (replayed vs live messages).
+                if let Some(c) = self.conns.get_mut(key) {
+                    c.due_us = now;
+                }
+            }
         }
         if let Some(l) = repoll {
             let Some(c) = self.conns.get_mut(key) else {
@@ -195,6 +221,62 @@ struct Ours {
     run_start_us: u64,
 }
 
+/// A reconnect storm's view of one connection while its input is parsed (see
+/// [`crate::storm`]): a back connection's replayed messages, its catch-up and its gap.
+struct StormConn<'a> {
+    flags: &'a mut u8,
+    /// Wall-clock µs when the connection came back (meaningful with the BACK flag).
+    back_wall_us: u64,
+    restart_us: u64,
+    totals: &'a mut StormTotals,
+    back_h: &'a mut Histogram<u64>,
+    caught_up_h: &'a mut Histogram<u64>,
+    /// The connection came back in this parse.
+    came_back: bool,
+}
+
+impl StormConn<'_> {
+    fn on_online(&mut self) {
+        if *self.flags & storm::DROPPED != 0 {
+            let now = now_us();
+            *self.flags = storm::BACK;
+            self.back_wall_us = now;
+            self.came_back = true;
+            self.totals.back += 1;
+            record(self.back_h, now.saturating_sub(self.restart_us));
+        }
+    }
+
+    fn on_message(&mut self, (arrival, sent_us): (Arrival, u64)) {
+        if *self.flags & storm::BACK == 0 {
+            return;
+        }
+        if sent_us < self.back_wall_us {
+            if arrival == Arrival::Fresh {
+                self.totals.replayed += 1;
+                if *self.flags & storm::REPLAY_COUNTED == 0 {
+                    *self.flags |= storm::REPLAY_COUNTED;
+                    self.totals.resumed_with_replay += 1;
+                }
+            }
+        } else {
+            // Sent after the reconnection: whatever the server replays comes before it.
+            *self.flags &= !storm::BACK;
+            self.totals.caught_up += 1;
+            record(self.caught_up_h, now_us().saturating_sub(self.restart_us));
+        }
+    }
+
+    fn on_gap(&mut self) {
+        if *self.flags & storm::BACK != 0 && *self.flags & storm::GAP_COUNTED == 0 {
+            *self.flags |= storm::GAP_COUNTED;
+            self.totals.gapped += 1;
+        }
+    }
+}
+
+/// Accounts one received message; for a stamped message of this connection's channel and run,
+/// how it arrived and when it was sent.
 fn on_message(
     d: &mut ConnDelivery,
     last_id: &mut u64,
@@ -203,21 +285,21 @@ fn on_message(
     data: &[u8],
     t: &mut DeliveryTotals,
     dh: &mut Histogram<u64>,
-) {
+) -> Option<(Arrival, u64)> {
     let Some(stamp) = payload::decode(data) else {
         t.foreign += 1;
         if let Some(id) = id {
             *last_id = (*last_id).max(id);
         }
-        return;
+        return None;
     };
     if stamp.sent_us < ours.run_start_us {
         t.stale += 1;
-        return;
+        return None;
     }
     if stamp.channel != ours.channel {
         t.wrong_channel += 1;
-        return;
+        return None;
     }
     let arrival = d.on_message(stamp.seq, stamp.sent_us, t);
     // Latency of due messages only: one sent before this session's window (a server's history
@@ -233,6 +315,7 @@ fn on_message(
         }
         *last_id = (*last_id).max(id);
     }
+    Some((arrival, stamp.sent_us))
 }
 
 #[cfg(test)]

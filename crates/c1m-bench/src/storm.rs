@@ -123,11 +123,16 @@ impl StormFigures<'_> {
         !self.has_cmd || matches!(self.storm.cmd_result, Some((Ok(Some(0)), _)))
     }
 
-    /// The restart happened, its command succeeded, and at the end every dropped subscriber was
-    /// back and caught up. (Loss, duplicates and gaps are judged by the delivery verdict.)
+    /// The restart happened, its command succeeded, every reconnection could resume (the
+    /// server gave ids), and at the end every dropped subscriber was back and caught up. (Loss,
+    /// duplicates and gaps are judged by the delivery verdict.)
     pub fn all_back(&self) -> bool {
         let t = self.totals;
-        self.cmd_ok() && t.dropped > 0 && t.still_away == 0 && t.not_caught_up == 0
+        self.cmd_ok()
+            && t.dropped > 0
+            && t.reconnects_without_id == 0
+            && t.still_away == 0
+            && t.not_caught_up == 0
     }
 
     pub fn json(&self) -> Value {
@@ -268,5 +273,13 @@ mod tests {
             ..t.clone()
         };
         assert!(!figures(&storm, &away, &d, false).all_back());
+        let no_ids = StormTotals {
+            reconnects_without_id: 3,
+            ..t.clone()
+        };
+        assert!(
+            !figures(&storm, &no_ids, &d, false).all_back(),
+            "resume unverifiable"
+        );
     }
 }

@@ -15,9 +15,11 @@
 //!   still reach it (by a resume replay) or counts as lost. A server without resume (no ids)
 //!   therefore shows its outage as loss; nothing unverified counts as delivered.
 //! - Back: the subscription is confirmed again. Caught up: after coming back, the first message
-//!   sent after the reconnection arrived (a resuming server replays what it holds first, so
-//!   that message means the replay is done). Replayed: a fresh message sent before the
-//!   reconnection but received after it.
+//!   stamped after the resubscription request was sent arrived (a resuming server replays what
+//!   it holds first, so that message means the replay is done). Replayed: a fresh message the
+//!   server acknowledged before the resubscription request was sent, received after it (it
+//!   cannot have come live; one acknowledged during the handshake may have, and is not
+//!   counted).
 
 use crate::hist::{fmt_us, percentiles, Percentiles};
 use crate::report::thousands;

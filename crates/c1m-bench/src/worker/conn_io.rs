@@ -123,12 +123,15 @@ impl Worker {
         let last_id = &mut c.last_id;
         let mut storm = StormConn {
             flags: &mut c.storm,
-            back_wall_us: self.wall_epoch_us + c.due_us,
+            resub_wall_us: self.wall_epoch_us + u64::from(c.resub_ms) * 1000,
+            publishes: self
+                .publishes
+                .get(my_ch as usize)
+                .map_or(&[], Vec::as_slice),
             restart_us: self.storm_ref_us.unwrap_or(0),
             totals: &mut self.r.storm,
             back_h: &mut self.storm_back_h,
             caught_up_h: &mut self.storm_caught_up_h,
-            came_back: false,
         };
         let mut on = |ev: Event<'_>| match ev {
             Event::Online => {
@@ -155,7 +158,6 @@ impl Worker {
             &self.scratch[..n]
         };
         let result = proto::parse(&ctx, &mut c.phase, data, &mut on);
-        let came_back = storm.came_back;
         let consumed = match result {
             Ok(used) => used,
             Err(e) => {
@@ -181,12 +183,6 @@ impl Worker {
             c.state = State::Online;
             let now = self.mono_us();
             self.went_online(key, now);
-            if came_back {
-                // From here on due_us is when it came back (replayed vs live messages).
-                if let Some(c) = self.conns.get_mut(key) {
-                    c.due_us = now;
-                }
-            }
         }
         if let Some(l) = repoll {
             let Some(c) = self.conns.get_mut(key) else {
@@ -225,14 +221,15 @@ struct Ours {
 /// [`crate::storm`]): a back connection's replayed messages, its catch-up and its gap.
 struct StormConn<'a> {
     flags: &'a mut u8,
-    /// Wall-clock µs when the connection came back (meaningful with the BACK flag).
-    back_wall_us: u64,
+    /// Wall-clock µs (rounded down to the ms) when the reconnection's subscribe request was
+    /// sent: a message acknowledged before it can only arrive by a replay.
+    resub_wall_us: u64,
+    /// The channel's acknowledged publishes (sent µs, ack µs) in send order.
+    publishes: &'a [(u64, u64)],
     restart_us: u64,
     totals: &'a mut StormTotals,
     back_h: &'a mut Histogram<u64>,
     caught_up_h: &'a mut Histogram<u64>,
-    /// The connection came back in this parse.
-    came_back: bool,
 }
 
 impl StormConn<'_> {
@@ -240,8 +237,6 @@ impl StormConn<'_> {
         if *self.flags & storm::DROPPED != 0 {
             let now = now_us();
             *self.flags = storm::BACK;
-            self.back_wall_us = now;
-            self.came_back = true;
             self.totals.back += 1;
             record(self.back_h, now.saturating_sub(self.restart_us));
         }
@@ -251,8 +246,14 @@ impl StormConn<'_> {
         if *self.flags & storm::BACK == 0 {
             return;
         }
-        if sent_us < self.back_wall_us {
-            if arrival == Arrival::Fresh {
+        if sent_us < self.resub_wall_us {
+            // Replayed only if the server had ordered it before the request went out; one
+            // stamped before but ordered after may have been delivered live (or is unknown
+            // yet: acknowledgements reach the worker after the coordinator, so not counted).
+            let i = self.publishes.partition_point(|&(s, _)| s < sent_us);
+            let acked_before = matches!(self.publishes.get(i),
+                Some(&(s, ack)) if s == sent_us && ack < self.resub_wall_us);
+            if arrival == Arrival::Fresh && acked_before {
                 self.totals.replayed += 1;
                 if *self.flags & storm::REPLAY_COUNTED == 0 {
                     *self.flags |= storm::REPLAY_COUNTED;
@@ -260,7 +261,7 @@ impl StormConn<'_> {
                 }
             }
         } else {
-            // Sent after the reconnection: whatever the server replays comes before it.
+            // Sent after the resubscription: whatever the server replays comes before it.
             *self.flags &= !storm::BACK;
             self.totals.caught_up += 1;
             record(self.caught_up_h, now_us().saturating_sub(self.restart_us));

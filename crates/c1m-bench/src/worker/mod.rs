@@ -60,6 +60,9 @@ struct Conn {
     delivery: ConnDelivery,
     /// Reconnect storm flags ([`crate::storm`]: DROPPED, BACK, …); 0 outside that scenario.
     storm: u8,
+    /// Reconnect storm: ms after `epoch` when the last resubscription request was sent
+    /// (49 days of range; a run is bounded by --duration long before).
+    resub_ms: u32,
     /// Unparsed tail of input; empty (no allocation) while idle.
     pending: Spill,
     /// Unwritten output; empty (no allocation) unless a write blocked.
@@ -274,6 +277,7 @@ impl Worker {
                 last_id: 0,
                 delivery: ConnDelivery::default(),
                 storm: 0,
+                resub_ms: 0,
                 pending: Spill::default(),
                 out: Spill::default(),
             });
@@ -465,9 +469,12 @@ impl Worker {
             _ => {
                 let ch = c.global % self.cfg.channels.max(1);
                 let last_id = (c.last_id != 0).then_some(c.last_id);
-                if c.storm & storm::DROPPED != 0 && last_id.is_none() {
-                    // Nothing to resume from: counted, so the report can say so.
-                    self.r.storm.reconnects_without_id += 1;
+                if c.storm & storm::DROPPED != 0 {
+                    c.resub_ms = (now / 1000).min(u64::from(u32::MAX)) as u32;
+                    if last_id.is_none() {
+                        // Nothing to resume from: counted, so the report can say so.
+                        self.r.storm.reconnects_without_id += 1;
+                    }
                 }
                 let (gen, global) = (c.gen, c.global);
                 let req = self.request(global, ch, last_id, gen);
@@ -526,7 +533,6 @@ impl Worker {
             }
             if c.storm & storm::DROPPED != 0 {
                 c.storm = storm::BACK;
-                c.due_us = now_mono;
                 self.r.storm.back += 1;
                 let since = now_us().saturating_sub(self.storm_ref_us.unwrap_or(0));
                 record(&mut self.storm_back_h, since);

@@ -260,6 +260,13 @@ fn start_restart(run: &mut Run, procs: &mut [WorkerProc], tx: &Sender<Msg>) {
     };
     st.started = Some(Instant::now());
     st.publish_errors_before = before;
+    let Some(cmd) = run.args.restart_cmd.clone() else {
+        // The restart time is unknown: each worker takes its first drop as the reference.
+        if !run.args.quiet {
+            eprintln!("c1m bench: reconnect storm: waiting for the server to be restarted by hand");
+        }
+        return;
+    };
     let line = format!("R {}\n", crate::payload::now_us());
     for w in procs.iter_mut() {
         if let Some(stdin) = w.stdin.as_mut() {
@@ -268,12 +275,6 @@ fn start_restart(run: &mut Run, procs: &mut [WorkerProc], tx: &Sender<Msg>) {
             }
         }
     }
-    let Some(cmd) = run.args.restart_cmd.clone() else {
-        if !run.args.quiet {
-            eprintln!("c1m bench: reconnect storm: waiting for the server to be restarted by hand");
-        }
-        return;
-    };
     if !run.args.quiet {
         eprintln!("c1m bench: reconnect storm: running --restart-cmd");
     }

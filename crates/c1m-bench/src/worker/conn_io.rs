@@ -112,6 +112,7 @@ impl Worker {
         let ours = Ours {
             channel: my_ch,
             run_start_us: self.cfg.run_start_us,
+            live_from_us: 0,
         };
         let mut online = false;
         let mut closed = false;
@@ -140,6 +141,10 @@ impl Worker {
                 storm.on_online();
             }
             Event::Message { id, data } => {
+                let ours = Ours {
+                    live_from_us: storm.live_from_us(),
+                    ..ours
+                };
                 if let Some(arrived) = on_message(delivery, last_id, ours, id, data, t, dh) {
                     storm.on_message(arrived);
                 }
@@ -215,6 +220,9 @@ impl Worker {
 struct Ours {
     channel: u32,
     run_start_us: u64,
+    /// Latency counts only for messages sent from here on (a storm's back connection: what
+    /// was sent before its resubscription arrives by replay and would add the outage).
+    live_from_us: u64,
 }
 
 /// A reconnect storm's view of one connection while its input is parsed (see
@@ -233,6 +241,15 @@ struct StormConn<'a> {
 }
 
 impl StormConn<'_> {
+    /// Back and not caught up yet: messages sent before the resubscription are replays.
+    fn live_from_us(&self) -> u64 {
+        if *self.flags & storm::BACK != 0 {
+            self.resub_wall_us
+        } else {
+            0
+        }
+    }
+
     fn on_online(&mut self) {
         if *self.flags & storm::DROPPED != 0 {
             let now = now_us();
@@ -306,7 +323,9 @@ fn on_message(
     // Latency of due messages only: one sent before this session's window (a server's history
     // replay to a new subscriber, or a resume after an outage) would add the time it waited
     // for the subscriber to exist.
-    let due = d.window_start_us != 0 && stamp.sent_us >= d.window_start_us;
+    let due = d.window_start_us != 0
+        && stamp.sent_us >= d.window_start_us
+        && stamp.sent_us >= ours.live_from_us;
     if arrival != Arrival::Duplicate && due {
         record(dh, now_us().saturating_sub(stamp.sent_us));
     }
@@ -328,6 +347,7 @@ mod tests {
         Ours {
             channel,
             run_start_us,
+            live_from_us: 0,
         }
     }
 

@@ -86,6 +86,8 @@ impl std::ops::DerefMut for BenchArgs {
   c1m bench http://198.51.100.5:8080/sub/a --source 198.51.100.10-198.51.100.29 --reconnect
   c1m bench 'http://127.0.0.1:8081/sub/{ch}' --channels 100 --publish-every 1s \\
       --publish-url 'http://127.0.0.1:8081/pub/{ch}'          (nchan)
+  c1m bench http://127.0.0.1:8080/sub/news --scenario reconnect-storm --conns 10000 \\
+      --hold 20s --restart-after 5s --restart-cmd 'systemctl restart c1m'
 
 Channels: --channels K > 1 subscribes connection i to {base}-{i mod K} (news-0 .. news-K-1);
 {base} is the URL's last segment, or `bench` for a URL template with {ch}.
@@ -93,8 +95,9 @@ Delivery: payloads carry the stamp `c1mb CHANNEL SEQ SENT_US`, found anywhere in
 so loss, duplicates, reordering and latency are measured through any envelope.
 Durations: 500ms, 10s, 2m, 1h. Progress goes to stderr, the summary to stdout.
 Exit codes: 0 the full --hold ran, every connection came online, no errors and (when
-publishing) every expected message was delivered exactly once; 1 the run finished short of
-that; 2 error.")]
+publishing) every expected message was delivered exactly once (reconnect-storm: errors the
+restart caused are allowed, every dropped subscriber must be back, caught up and resumed by
+id); 1 the run finished short of that; 2 error.")]
 pub struct BenchOptions {
     /// Target: http://HOST:PORT/sub/CHANNEL (sse, ws, poll; also the publish address for tcp),
     /// a template with {ch} (channel name) and {i} (connection index) anywhere in path and

@@ -26,6 +26,8 @@ use crate::report::thousands;
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+use std::sync::atomic::AtomicU32;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Connection flag: dropped while online after the ramp; not back yet.
@@ -86,6 +88,8 @@ pub struct StormRun {
     /// `--restart-cmd`'s result: exit code (None = killed by a signal, or could not start,
     /// with the reason) and how long it ran.
     pub cmd_result: Option<(Result<Option<i32>, String>, f64)>,
+    /// Pid of the running `--restart-cmd` shell (0 = none yet), to end it with the run.
+    pub cmd_pid: Arc<AtomicU32>,
     /// Publish errors counted before the restart (the outage's are the rest).
     pub publish_errors_before: u64,
     /// µs from the restart to each connection's return / catch-up.
@@ -99,6 +103,7 @@ impl StormRun {
             after,
             started: None,
             cmd_result: None,
+            cmd_pid: Arc::default(),
             publish_errors_before: 0,
             back_h: crate::hist::new_hist(),
             caught_up_h: crate::hist::new_hist(),

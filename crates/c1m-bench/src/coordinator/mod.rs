@@ -279,6 +279,7 @@ fn start_restart(run: &mut Run, procs: &mut [WorkerProc], tx: &Sender<Msg>) {
         eprintln!("c1m bench: reconnect storm: running --restart-cmd");
     }
     let tx = tx.clone();
+    let pid = st.cmd_pid.clone();
     std::thread::spawn(move || {
         let t = Instant::now();
         // The command's output goes to bench's stderr: the summary on stdout stays clean.
@@ -287,11 +288,26 @@ fn start_restart(run: &mut Run, procs: &mut [WorkerProc], tx: &Sender<Msg>) {
             .arg(&cmd)
             .stdin(Stdio::null())
             .stdout(std::io::stderr())
-            .status()
+            .spawn()
+            .and_then(|mut child| {
+                pid.store(child.id(), Ordering::SeqCst);
+                child.wait()
+            })
             .map(|s| s.code())
             .map_err(|e| format!("could not run sh -c: {e}"));
         let _ = tx.send(Msg::RestartDone(result, t.elapsed().as_secs_f64()));
     });
+}
+
+/// A `--restart-cmd` still running when the run ends is killed (reported as not finished), so
+/// bench leaves no process of its own behind.
+fn stop_restart_cmd(run: &Run) {
+    if let Some(st) = run.storm.as_ref().filter(|st| st.cmd_result.is_none()) {
+        let pid = st.cmd_pid.load(Ordering::SeqCst);
+        if pid != 0 {
+            let _ = c1m_sys::process::kill(pid, libc::SIGKILL);
+        }
+    }
 }
 
 fn drive(
@@ -457,6 +473,7 @@ fn drive(
         run.server_peak = fetch_status(run.target.addr, &run.target.host_header);
     }
     pub_stop.store(true, Ordering::SeqCst);
+    stop_restart_cmd(run);
     if run.publish_window.0.is_some() && run.publish_window.1.is_none() {
         run.publish_window.1 = Some(Instant::now());
     }

@@ -13,7 +13,8 @@
 //! - [`delivery`]: loss / duplicate / reorder accounting and the "delivered to all?" verdict.
 //! - [`plan`], [`wire`], [`payload`], [`hist`], [`errors`], [`http`], [`publish`], [`env`],
 //!   [`report`], [`plot`], [`template`]: the pieces those use.
-//! - [`scenario`]: named run shapes (`--scenario fanout|channels`) and their report sections.
+//! - [`scenario`]: named run shapes (`--scenario fanout|channels|churn|reconnect-storm`) and
+//!   their report sections; [`storm`]: the reconnect storm's measures.
 
 pub mod coordinator;
 pub mod delivery;
@@ -28,6 +29,7 @@ pub mod proto;
 pub mod publish;
 pub mod report;
 pub mod scenario;
+pub mod storm;
 pub mod template;
 pub mod wire;
 pub mod worker;
@@ -84,6 +86,8 @@ impl std::ops::DerefMut for BenchArgs {
   c1m bench http://198.51.100.5:8080/sub/a --source 198.51.100.10-198.51.100.29 --reconnect
   c1m bench 'http://127.0.0.1:8081/sub/{ch}' --channels 100 --publish-every 1s \\
       --publish-url 'http://127.0.0.1:8081/pub/{ch}'          (nchan)
+  c1m bench http://127.0.0.1:8080/sub/news --scenario reconnect-storm --conns 10000 \\
+      --hold 20s --restart-after 5s --restart-cmd 'systemctl restart c1m'
 
 Channels: --channels K > 1 subscribes connection i to {base}-{i mod K} (news-0 .. news-K-1);
 {base} is the URL's last segment, or `bench` for a URL template with {ch}.
@@ -91,8 +95,9 @@ Delivery: payloads carry the stamp `c1mb CHANNEL SEQ SENT_US`, found anywhere in
 so loss, duplicates, reordering and latency are measured through any envelope.
 Durations: 500ms, 10s, 2m, 1h. Progress goes to stderr, the summary to stdout.
 Exit codes: 0 the full --hold ran, every connection came online, no errors and (when
-publishing) every expected message was delivered exactly once; 1 the run finished short of
-that; 2 error.")]
+publishing) every expected message was delivered exactly once (reconnect-storm: errors the
+restart caused are allowed, every dropped subscriber must be back, caught up and resumed by
+id); 1 the run finished short of that; 2 error.")]
 pub struct BenchOptions {
     /// Target: http://HOST:PORT/sub/CHANNEL (sse, ws, poll; also the publish address for tcp),
     /// a template with {ch} (channel name) and {i} (connection index) anywhere in path and
@@ -183,7 +188,10 @@ pub struct BenchOptions {
     /// Named run shape with its own report section: fanout (one channel, N subscribers,
     /// --publish-every default 1s), channels (--channels K, round-robin publishing as fast as
     /// acks come unless --publish-rate is given) or churn (hold N while --churn-rate of them
-    /// are closed and reopened per second; default 1% of --conns per second).
+    /// are closed and reopened per second; default 1% of --conns per second) or
+    /// reconnect-storm (the server is restarted under the subscribers, by --restart-cmd or by
+    /// hand; --reconnect on, --publish-every default 200ms; reports drops, time until all are
+    /// back and caught up, resumes with replay, gaps, loss and duplicates across the restart).
     #[arg(long, value_enum)]
     pub scenario: Option<scenario::Scenario>,
     /// Close this many online connections per second (picked at random, over all workers)
@@ -192,6 +200,16 @@ pub struct BenchOptions {
     /// Churn closes are not errors; they are counted as `churned`.
     #[arg(long, default_value_t = 0.0, value_name = "PER_SEC")]
     pub churn_rate: f64,
+    // ---- Reconnect storm (--scenario reconnect-storm) ----
+    /// Reconnect storm: restart the server by running `sh -c CMD` at --restart-after into the
+    /// hold (e.g. a script that kills and restarts it on the same port); exit status 0 is
+    /// required. Without it bench waits for the operator to restart the server by hand.
+    #[arg(long, value_name = "CMD")]
+    pub restart_cmd: Option<String>,
+    /// Reconnect storm: how long into the hold the restart comes (default: a third of --hold),
+    /// so subscribers have received messages before it.
+    #[arg(long, value_parser = parse_duration)]
+    pub restart_after: Option<Duration>,
     // ---- Any server (issue #13): subscribe headers, publishing to other servers ----
     /// Extra subscribe request header `Name: value` ({ch} and {i} expand); repeatable.
     #[arg(long = "header", short = 'H', value_name = "NAME: VALUE")]

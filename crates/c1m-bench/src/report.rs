@@ -102,6 +102,12 @@ pub fn success(run: &Run, t: &Totals) -> bool {
     let delivered = !run.publishing || (run.published > 0 && t.delivery.delivered_to_all());
     // An interrupted run, or one cut by --duration, did not do what was asked.
     let completed = run.stop_reason == "hold complete";
+    if let Some(storm) = crate::scenario::storm_figures(run, t) {
+        // A restart makes connection and publish errors (closed streams, refused reconnects,
+        // publishes during the outage): they are reported, and the storm's own verdict (all
+        // back and caught up, nothing lost, duplicated or gapped) replaces "no errors".
+        return all_online && storm.all_back() && delivered && completed;
+    }
     all_online && no_errors && delivered && completed
 }
 

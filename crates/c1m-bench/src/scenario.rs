@@ -10,6 +10,9 @@
 //! - `churn`: N held while `--churn-rate` of them per second (default 1 % of N) are closed and
 //!   reopened at once, publishing every second: how many were away at worst, reopen latency
 //!   (subscribe percentiles), loss across reopens.
+//! - `reconnect-storm`: N held while the server is restarted (`--restart-cmd`, or by hand):
+//!   drops, time until all are back and caught up, resumes, gaps, loss and duplicates across
+//!   the restart ([`crate::storm`]).
 
 use crate::coordinator::{Run, Totals};
 use crate::hist::{fmt_us, percentiles};
@@ -27,6 +30,8 @@ pub enum Scenario {
     Channels,
     /// N held while a rate of them is closed and reopened.
     Churn,
+    /// N held while the server is restarted under them; time until all are back and caught up.
+    ReconnectStorm,
 }
 
 /// Publish rate meaning "as fast as acknowledgements come" (the publisher never sleeps).
@@ -38,6 +43,7 @@ impl Scenario {
             Scenario::Fanout => "fanout",
             Scenario::Channels => "channels",
             Scenario::Churn => "churn",
+            Scenario::ReconnectStorm => "reconnect-storm",
         }
     }
 
@@ -70,6 +76,22 @@ impl Scenario {
                 }
                 if o.publish_every.is_none() && o.publish_rate.is_none() {
                     o.publish_every = Some(Duration::from_secs(1));
+                }
+            }
+            Scenario::ReconnectStorm => {
+                if o.churn_rate != 0.0 {
+                    bail!("--scenario reconnect-storm drops connections by restarting the server, not by --churn-rate");
+                }
+                if o.proto() == crate::proto::Proto::Connect {
+                    bail!("--scenario reconnect-storm needs a subscribing protocol (not connect)");
+                }
+                o.reconnect = true;
+                if o.publish_every.is_none() && o.publish_rate.is_none() {
+                    o.publish_every = Some(Duration::from_millis(200));
+                }
+                let after = *o.restart_after.get_or_insert(o.hold / 3);
+                if after >= o.hold {
+                    bail!("--restart-after must come before the end of --hold");
                 }
             }
         }
@@ -123,6 +145,7 @@ impl Scenario {
                     "loss": loss,
                 })
             }
+            Scenario::ReconnectStorm => storm_figures(run, t).map_or(Value::Null, |f| f.json()),
         }
     }
 
@@ -171,8 +194,20 @@ impl Scenario {
                     fmt_us(sub.p99_us),
                 )
             }
+            Scenario::ReconnectStorm => storm_figures(run, t).map_or(String::new(), |f| f.text()),
         }
     }
+}
+
+/// The reconnect storm's figures, when this run is one.
+pub fn storm_figures<'a>(run: &'a Run, t: &'a Totals) -> Option<crate::storm::StormFigures<'a>> {
+    Some(crate::storm::StormFigures {
+        storm: run.storm.as_ref()?,
+        totals: &t.storm,
+        delivery: &t.delivery,
+        publish_errors_total: run.publish_errors.values().sum(),
+        has_cmd: run.args.restart_cmd.is_some(),
+    })
 }
 
 /// Acknowledged publishes per second over the publishing window.

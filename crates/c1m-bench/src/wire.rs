@@ -1,6 +1,7 @@
 //! Coordinator ⇄ worker messages. The coordinator passes a [`WorkerConfig`] as JSON in the
 //! `C1M_BENCH_WORKER` environment variable, then writes commands on the worker's stdin
-//! (`P ch seq sent_us ack_us` for each acknowledged publish, `S` to stop; EOF also stops).
+//! (`P ch seq sent_us ack_us` for each acknowledged publish, `R restart_us` when a reconnect
+//! storm's restart begins, `S` to stop; EOF also stops).
 //! The worker writes one JSON [`WorkerReport`] line to stdout per tick and a final one.
 
 use crate::delivery::DeliveryTotals;
@@ -47,6 +48,10 @@ pub struct WorkerConfig {
     /// (`--churn-rate` split over workers); 0 = none.
     #[serde(default)]
     pub churn_rate: f64,
+    /// Reconnect storm (`--scenario reconnect-storm`): delivery windows stay open across
+    /// reconnects and drops after the ramp are timed (see [`crate::storm`]).
+    #[serde(default)]
+    pub storm: bool,
     /// The worker exits by itself this long after start even if never told to stop.
     pub max_runtime_ms: u64,
 }
@@ -95,6 +100,14 @@ pub struct WorkerReport {
     pub connect_hist: Vec<(u64, u64)>,
     pub subscribe_hist: Vec<(u64, u64)>,
     pub delivery_hist: Vec<(u64, u64)>,
+    /// Reconnect storm counters (zero outside that scenario).
+    #[serde(default)]
+    pub storm: crate::storm::StormTotals,
+    /// µs from the restart to each return online / catch-up (deltas, like the others).
+    #[serde(default)]
+    pub storm_back_hist: Vec<(u64, u64)>,
+    #[serde(default)]
+    pub storm_caught_up_hist: Vec<(u64, u64)>,
     pub pss_start: u64,
     pub pss_now: u64,
     pub rss_now: u64,

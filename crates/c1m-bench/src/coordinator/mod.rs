@@ -34,6 +34,8 @@ pub enum Msg {
     Report(Box<WorkerReport>),
     WorkerGone(usize),
     Published(Published),
+    /// `--restart-cmd` finished: its exit code (or why it did not run) and its run time.
+    RestartDone(Result<Option<i32>, String>, f64),
 }
 
 /// Everything the report needs, merged over workers.
@@ -48,6 +50,7 @@ pub struct Totals {
     pub churned: u64,
     pub errors: ErrorCounts,
     pub delivery: DeliveryTotals,
+    pub storm: crate::storm::StormTotals,
 }
 
 pub struct Run {
@@ -86,6 +89,8 @@ pub struct Run {
     pub coordinator_pss: (u64, u64),
     /// Things the reader of a report must know (e.g. a worker that never reported at the end).
     pub notes: Vec<String>,
+    /// The restart of `--scenario reconnect-storm`.
+    pub storm: Option<crate::storm::StormRun>,
 }
 
 impl Run {
@@ -100,6 +105,7 @@ impl Run {
             churned: 0,
             errors: ErrorCounts::new(),
             delivery: DeliveryTotals::default(),
+            storm: Default::default(),
         };
         for r in &self.latest {
             t.attempts += r.attempts;
@@ -111,6 +117,7 @@ impl Run {
             t.churned += r.churned;
             merge(&mut t.errors, &r.errors);
             t.delivery.add(&r.delivery);
+            t.storm.add(&r.storm);
         }
         t
     }
@@ -205,6 +212,12 @@ fn handle(run: &mut Run, procs: &mut [WorkerProc], iv: &mut Interval, msg: Msg, 
             r.connect_hist = Vec::new();
             r.subscribe_hist = Vec::new();
             r.delivery_hist = Vec::new();
+            if let Some(st) = run.storm.as_mut() {
+                add_pairs(&mut st.back_h, &r.storm_back_hist);
+                add_pairs(&mut st.caught_up_h, &r.storm_caught_up_hist);
+            }
+            r.storm_back_hist = Vec::new();
+            r.storm_caught_up_hist = Vec::new();
             if r.last {
                 run.finals[i] = true;
             }
@@ -230,6 +243,70 @@ fn handle(run: &mut Run, procs: &mut [WorkerProc], iv: &mut Interval, msg: Msg, 
             }
             Some(kind) => crate::errors::bump(&mut run.publish_errors, kind),
         },
+        Msg::RestartDone(result, secs) => {
+            if let Some(st) = run.storm.as_mut() {
+                st.cmd_result = Some((result, secs));
+            }
+        }
+    }
+}
+
+/// Reconnect storm: at `--restart-after` into the hold, tells the workers the restart time and
+/// runs `--restart-cmd` on its own thread (or says that bench waits for a restart by hand).
+fn start_restart(run: &mut Run, procs: &mut [WorkerProc], tx: &Sender<Msg>) {
+    let before: u64 = run.publish_errors.values().sum();
+    let Some(st) = run.storm.as_mut() else {
+        return;
+    };
+    st.started = Some(Instant::now());
+    st.publish_errors_before = before;
+    let Some(cmd) = run.args.restart_cmd.clone() else {
+        // The restart time is unknown: each worker takes its first drop as the reference.
+        if !run.args.quiet {
+            eprintln!("c1m bench: reconnect storm: waiting for the server to be restarted by hand");
+        }
+        return;
+    };
+    let line = format!("R {}\n", crate::payload::now_us());
+    for w in procs.iter_mut() {
+        if let Some(stdin) = w.stdin.as_mut() {
+            if stdin.write_all(line.as_bytes()).is_err() {
+                w.stdin = None;
+            }
+        }
+    }
+    if !run.args.quiet {
+        eprintln!("c1m bench: reconnect storm: running --restart-cmd");
+    }
+    let tx = tx.clone();
+    let pid = st.cmd_pid.clone();
+    std::thread::spawn(move || {
+        let t = Instant::now();
+        // The command's output goes to bench's stderr: the summary on stdout stays clean.
+        let result = Command::new("sh")
+            .arg("-c")
+            .arg(&cmd)
+            .stdin(Stdio::null())
+            .stdout(std::io::stderr())
+            .spawn()
+            .and_then(|mut child| {
+                pid.store(child.id(), Ordering::SeqCst);
+                child.wait()
+            })
+            .map(|s| s.code())
+            .map_err(|e| format!("could not run sh -c: {e}"));
+        let _ = tx.send(Msg::RestartDone(result, t.elapsed().as_secs_f64()));
+    });
+}
+
+/// A `--restart-cmd` still running when the run ends is killed (reported as not finished), so
+/// bench leaves no process of its own behind.
+fn stop_restart_cmd(run: &Run) {
+    if let Some(st) = run.storm.as_ref().filter(|st| st.cmd_result.is_none()) {
+        let pid = st.cmd_pid.load(Ordering::SeqCst);
+        if pid != 0 {
+            let _ = c1m_sys::process::kill(pid, libc::SIGKILL);
+        }
     }
 }
 
@@ -321,6 +398,13 @@ fn drive(
                 ));
             }
         }
+        let restart_due = match (&run.storm, hold_end) {
+            (Some(st), Some(h)) => st.started.is_none() && now + run.args.hold >= h + st.after,
+            _ => false,
+        };
+        if restart_due {
+            start_restart(run, procs, tx);
+        }
         if publish_until.is_some_and(|u| now >= u) && run.publish_window.1.is_none() {
             pub_stop.store(true, Ordering::SeqCst);
             run.publish_window.1 = Some(now);
@@ -389,6 +473,7 @@ fn drive(
         run.server_peak = fetch_status(run.target.addr, &run.target.host_header);
     }
     pub_stop.store(true, Ordering::SeqCst);
+    stop_restart_cmd(run);
     if run.publish_window.0.is_some() && run.publish_window.1.is_none() {
         run.publish_window.1 = Some(Instant::now());
     }

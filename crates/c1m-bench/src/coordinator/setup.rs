@@ -35,6 +35,11 @@ pub(super) fn plan_run(
     if let Some(s) = args.scenario {
         s.apply(&mut args)?;
     }
+    if args.scenario != Some(crate::scenario::Scenario::ReconnectStorm)
+        && (args.restart_cmd.is_some() || args.restart_after.is_some())
+    {
+        bail!("--restart-cmd and --restart-after belong to --scenario reconnect-storm");
+    }
     let target = plan::parse_url(&args.url)?;
     let proto = args.proto();
     let header_template = subscribe_headers(&args)?;
@@ -184,6 +189,7 @@ pub(super) fn plan_run(
             tick_ms: 250,
             run_start_us,
             churn_rate: args.churn_rate * n as f64 / args.conns as f64,
+            storm: args.scenario == Some(crate::scenario::Scenario::ReconnectStorm),
             max_runtime_ms: (duration + Duration::from_secs(30)).as_millis() as u64,
         })
         .collect();
@@ -223,6 +229,7 @@ pub(super) fn plan_run(
         publish_window: (None, None),
         coordinator_pss: (0, 0),
         notes: Vec::new(),
+        storm: args.restart_after.map(crate::storm::StormRun::new),
         args,
     };
     Ok((run, configs))

@@ -8,6 +8,7 @@ use crate::errors::io_kind;
 use crate::hist::record;
 use crate::payload::{self, now_us};
 use crate::proto::{self, Ctx, Event, Phase, Proto};
+use crate::storm::{self, StormTotals};
 use hdrhistogram::Histogram;
 use std::io::{self, Read, Write};
 
@@ -111,6 +112,7 @@ impl Worker {
         let ours = Ours {
             channel: my_ch,
             run_start_us: self.cfg.run_start_us,
+            live_from_us: 0,
         };
         let mut online = false;
         let mut closed = false;
@@ -120,12 +122,37 @@ impl Worker {
         let dh = &mut self.delivery_h;
         let delivery = &mut c.delivery;
         let last_id = &mut c.last_id;
+        let mut storm = StormConn {
+            flags: &mut c.storm,
+            resub_wall_us: self.wall_epoch_us + u64::from(c.resub_ms) * 1000,
+            publishes: self
+                .publishes
+                .get(my_ch as usize)
+                .map_or(&[], Vec::as_slice),
+            restart_us: self.storm_ref_us.unwrap_or(0),
+            totals: &mut self.r.storm,
+            back_h: &mut self.storm_back_h,
+            caught_up_h: &mut self.storm_caught_up_h,
+        };
         let mut on = |ev: Event<'_>| match ev {
-            Event::Online => online = true,
-            Event::Message { id, data } => {
-                on_message(delivery, last_id, ours, id, data, t, dh);
+            Event::Online => {
+                online = true;
+                // At once: a resume's gap and replay often come in the same read as the head.
+                storm.on_online();
             }
-            Event::Gap => t.server_gaps += 1,
+            Event::Message { id, data } => {
+                let ours = Ours {
+                    live_from_us: storm.live_from_us(),
+                    ..ours
+                };
+                if let Some(arrived) = on_message(delivery, last_id, ours, id, data, t, dh) {
+                    storm.on_message(arrived);
+                }
+            }
+            Event::Gap => {
+                t.server_gaps += 1;
+                storm.on_gap();
+            }
             Event::PollDone { last_id: l } => repoll = Some(l),
             Event::Ping(p) => pong = Some(proto::ws_client_frame(10, p, [0x5a, 0x17, 0x3c, 0x99])),
             Event::Closed => closed = true,
@@ -193,8 +220,81 @@ impl Worker {
 struct Ours {
     channel: u32,
     run_start_us: u64,
+    /// Latency counts only for messages sent from here on (a storm's back connection: what
+    /// was sent before its resubscription arrives by replay and would add the outage).
+    live_from_us: u64,
 }
 
+/// A reconnect storm's view of one connection while its input is parsed (see
+/// [`crate::storm`]): a back connection's replayed messages, its catch-up and its gap.
+struct StormConn<'a> {
+    flags: &'a mut u8,
+    /// Wall-clock µs (rounded down to the ms) when the reconnection's subscribe request was
+    /// sent: a message acknowledged before it can only arrive by a replay.
+    resub_wall_us: u64,
+    /// The channel's acknowledged publishes (sent µs, ack µs) in send order.
+    publishes: &'a [(u64, u64)],
+    restart_us: u64,
+    totals: &'a mut StormTotals,
+    back_h: &'a mut Histogram<u64>,
+    caught_up_h: &'a mut Histogram<u64>,
+}
+
+impl StormConn<'_> {
+    /// Back and not caught up yet: messages sent before the resubscription are replays.
+    fn live_from_us(&self) -> u64 {
+        if *self.flags & storm::BACK != 0 {
+            self.resub_wall_us
+        } else {
+            0
+        }
+    }
+
+    fn on_online(&mut self) {
+        if *self.flags & storm::DROPPED != 0 {
+            let now = now_us();
+            *self.flags = storm::BACK;
+            self.totals.back += 1;
+            record(self.back_h, now.saturating_sub(self.restart_us));
+        }
+    }
+
+    fn on_message(&mut self, (arrival, sent_us): (Arrival, u64)) {
+        if *self.flags & storm::BACK == 0 {
+            return;
+        }
+        if sent_us < self.resub_wall_us {
+            // Replayed only if the server had ordered it before the request went out; one
+            // stamped before but ordered after may have been delivered live (or is unknown
+            // yet: acknowledgements reach the worker after the coordinator, so not counted).
+            let i = self.publishes.partition_point(|&(s, _)| s < sent_us);
+            let acked_before = matches!(self.publishes.get(i),
+                Some(&(s, ack)) if s == sent_us && ack < self.resub_wall_us);
+            if arrival == Arrival::Fresh && acked_before {
+                self.totals.replayed += 1;
+                if *self.flags & storm::REPLAY_COUNTED == 0 {
+                    *self.flags |= storm::REPLAY_COUNTED;
+                    self.totals.resumed_with_replay += 1;
+                }
+            }
+        } else {
+            // Sent after the resubscription: whatever the server replays comes before it.
+            *self.flags &= !storm::BACK;
+            self.totals.caught_up += 1;
+            record(self.caught_up_h, now_us().saturating_sub(self.restart_us));
+        }
+    }
+
+    fn on_gap(&mut self) {
+        if *self.flags & storm::BACK != 0 && *self.flags & storm::GAP_COUNTED == 0 {
+            *self.flags |= storm::GAP_COUNTED;
+            self.totals.gapped += 1;
+        }
+    }
+}
+
+/// Accounts one received message; for a stamped message of this connection's channel and run,
+/// how it arrived and when it was sent.
 fn on_message(
     d: &mut ConnDelivery,
     last_id: &mut u64,
@@ -203,27 +303,29 @@ fn on_message(
     data: &[u8],
     t: &mut DeliveryTotals,
     dh: &mut Histogram<u64>,
-) {
+) -> Option<(Arrival, u64)> {
     let Some(stamp) = payload::decode(data) else {
         t.foreign += 1;
         if let Some(id) = id {
             *last_id = (*last_id).max(id);
         }
-        return;
+        return None;
     };
     if stamp.sent_us < ours.run_start_us {
         t.stale += 1;
-        return;
+        return None;
     }
     if stamp.channel != ours.channel {
         t.wrong_channel += 1;
-        return;
+        return None;
     }
     let arrival = d.on_message(stamp.seq, stamp.sent_us, t);
     // Latency of due messages only: one sent before this session's window (a server's history
     // replay to a new subscriber, or a resume after an outage) would add the time it waited
     // for the subscriber to exist.
-    let due = d.window_start_us != 0 && stamp.sent_us >= d.window_start_us;
+    let due = d.window_start_us != 0
+        && stamp.sent_us >= d.window_start_us
+        && stamp.sent_us >= ours.live_from_us;
     if arrival != Arrival::Duplicate && due {
         record(dh, now_us().saturating_sub(stamp.sent_us));
     }
@@ -233,6 +335,7 @@ fn on_message(
         }
         *last_id = (*last_id).max(id);
     }
+    Some((arrival, stamp.sent_us))
 }
 
 #[cfg(test)]
@@ -244,6 +347,7 @@ mod tests {
         Ours {
             channel,
             run_start_us,
+            live_from_us: 0,
         }
     }
 

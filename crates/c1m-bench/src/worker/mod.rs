@@ -15,6 +15,7 @@ use crate::errors::{bump, io_kind};
 use crate::hist::{new_hist, record, to_pairs};
 use crate::payload::now_us;
 use crate::proto::{self, Phase, Proto};
+use crate::storm;
 use crate::template::expand;
 use crate::wire::{WorkerConfig, WorkerReport};
 use anyhow::Context;
@@ -57,6 +58,11 @@ struct Conn {
     /// Highest server message id seen (0 = none); also the resume position.
     last_id: u64,
     delivery: ConnDelivery,
+    /// Reconnect storm flags ([`crate::storm`]: DROPPED, BACK, …); 0 outside that scenario.
+    storm: u8,
+    /// Reconnect storm: ms after `epoch` when the last resubscription request was sent
+    /// (49 days of range; a run is bounded by --duration long before).
+    resub_ms: u32,
     /// Unparsed tail of input; empty (no allocation) while idle.
     pending: Spill,
     /// Unwritten output; empty (no allocation) unless a write blocked.
@@ -123,6 +129,13 @@ struct Worker {
     port_range_warned: bool,
     /// When this worker's ramp finished (churn starts then).
     churn_from: Option<Instant>,
+    /// Wall-clock µs at `epoch` (turns a monotonic `due_us` into a send-time comparable one).
+    wall_epoch_us: u64,
+    /// Reconnect storm: wall-clock µs of the restart (the coordinator's `R`, or this worker's
+    /// first drop after the ramp, whichever is earlier).
+    storm_ref_us: Option<u64>,
+    storm_back_h: Histogram<u64>,
+    storm_caught_up_h: Histogram<u64>,
 }
 
 /// Entry point of `c1m __bench-worker`.
@@ -173,6 +186,10 @@ impl Worker {
             delivery_h: new_hist(),
             port_range_warned: false,
             churn_from: None,
+            wall_epoch_us: now_us(),
+            storm_ref_us: None,
+            storm_back_h: new_hist(),
+            storm_caught_up_h: new_hist(),
         })
     }
 
@@ -259,6 +276,8 @@ impl Worker {
                 due_us: due,
                 last_id: 0,
                 delivery: ConnDelivery::default(),
+                storm: 0,
+                resub_ms: 0,
                 pending: Spill::default(),
                 out: Spill::default(),
             });
@@ -450,6 +469,13 @@ impl Worker {
             _ => {
                 let ch = c.global % self.cfg.channels.max(1);
                 let last_id = (c.last_id != 0).then_some(c.last_id);
+                if c.storm & storm::DROPPED != 0 {
+                    c.resub_ms = (now / 1000).min(u64::from(u32::MAX)) as u32;
+                    if last_id.is_none() {
+                        // Nothing to resume from: counted, so the report can say so.
+                        self.r.storm.reconnects_without_id += 1;
+                    }
+                }
                 let (gen, global) = (c.gen, c.global);
                 let req = self.request(global, ch, last_id, gen);
                 let Some(c) = self.conns.get_mut(key) else {
@@ -500,8 +526,16 @@ impl Worker {
             }
             c.attempts = 0;
             record(&mut self.subscribe_h, now_mono.saturating_sub(c.due_us));
-            if self.cfg.proto != Proto::Poll {
+            // A storm keeps the first window open across reconnects (see crate::storm).
+            let keep_window = self.cfg.storm && c.delivery.window_start_us != 0;
+            if self.cfg.proto != Proto::Poll && !keep_window {
                 c.delivery.window_start_us = now_us();
+            }
+            if c.storm & storm::DROPPED != 0 {
+                c.storm = storm::BACK;
+                self.r.storm.back += 1;
+                let since = now_us().saturating_sub(self.storm_ref_us.unwrap_or(0));
+                record(&mut self.storm_back_h, since);
             }
         }
     }
@@ -530,6 +564,11 @@ impl Worker {
             let mut w = line.split(|&b| b == b' ');
             match w.next() {
                 Some(b"S") => self.stop = true,
+                Some(b"R") => {
+                    if let Some(at) = w.next().and_then(proto::parse_u64) {
+                        self.storm_ref_us = Some(self.storm_ref_us.map_or(at, |r| r.min(at)));
+                    }
+                }
                 Some(b"P") => {
                     let nums: Vec<u64> = w.filter_map(proto::parse_u64).collect();
                     if let [ch, _seq, sent, ack] = nums[..] {
@@ -578,6 +617,7 @@ impl Worker {
         if let Some(mut s) = c.stream.take() {
             let _ = self.poll.registry().deregister(&mut s);
         }
+        let was_online = c.state == State::Online;
         match c.state {
             State::Online => self.r.online = self.r.online.saturating_sub(1),
             State::Connecting | State::Subscribing => {
@@ -592,7 +632,16 @@ impl Worker {
             self.first_unresolved = self.first_unresolved.saturating_sub(1);
         }
         let ch = (c.global % self.cfg.channels.max(1)) as usize;
-        if let Some(pubs) = self.publishes.get(ch) {
+        if self.cfg.storm {
+            // The window stays open until the run ends: what is sent while this connection is
+            // away must still reach it (settled in finish).
+            if was_online && self.churn_from.is_some() && !reopen_now {
+                let now = now_us();
+                self.storm_ref_us.get_or_insert(now);
+                c.storm = storm::DROPPED;
+                self.r.storm.dropped += 1;
+            }
+        } else if let Some(pubs) = self.publishes.get(ch) {
             c.delivery
                 .close_session(pubs, Some(now_us()), &mut self.r.delivery);
         }
@@ -640,6 +689,10 @@ impl Worker {
         self.r.connect_hist = to_pairs(&self.connect_h);
         self.r.subscribe_hist = to_pairs(&self.subscribe_h);
         self.r.delivery_hist = to_pairs(&self.delivery_h);
+        self.r.storm_back_hist = to_pairs(&self.storm_back_h);
+        self.r.storm_caught_up_hist = to_pairs(&self.storm_caught_up_h);
+        self.storm_back_h.reset();
+        self.storm_caught_up_h.reset();
         self.connect_h.reset();
         self.subscribe_h.reset();
         self.delivery_h.reset();
@@ -663,8 +716,15 @@ impl Worker {
     fn finish(&mut self) -> anyhow::Result<()> {
         self.stop = true;
         let channels = self.cfg.channels.max(1);
+        let settle_all = self.cfg.storm;
         for (_, c) in self.conns.iter_mut() {
-            if c.state == State::Online {
+            if c.storm & storm::DROPPED != 0 {
+                self.r.storm.still_away += 1;
+            } else if c.storm & storm::BACK != 0 {
+                self.r.storm.not_caught_up += 1;
+            }
+            // A storm settles every window, also of connections that never came back.
+            if c.state == State::Online || settle_all {
                 let ch = (c.global % channels) as usize;
                 if let Some(pubs) = self.publishes.get(ch) {
                     c.delivery.close_session(pubs, None, &mut self.r.delivery);

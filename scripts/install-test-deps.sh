@@ -15,6 +15,8 @@ needed=(curl iproute2 util-linux procps tmux python3 gcc chromium haproxy openss
 # nginx-light + libnginx-mod-nchan: the peer server that crates/c1m/tests/bench_nchan.rs and
 # bench/peers.sh measure c1m bench against (nginx is started from a temp prefix, never the service).
 needed+=(nginx-light libnginx-mod-nchan)
+# prometheus: its promtool checks the real /metrics body in crates/c1m/tests/serve_metrics.rs.
+needed+=(prometheus)
 missing=()
 for pkg in "${needed[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

@@ -4,7 +4,9 @@
 //! id and history slot, and goes to each worker that has subscribers on the channel.
 //! It serves no client traffic itself.
 
+mod dashboard;
 mod memory;
+mod plan_reason;
 mod reload;
 mod sd_notify;
 mod status;
@@ -17,6 +19,7 @@ use crate::worker;
 use anyhow::Context;
 use mio::net::UnixStream;
 use mio::{Events, Interest, Poll, Token};
+pub use plan_reason::workers_reason;
 use std::collections::HashMap;
 use std::os::fd::AsRawFd;
 use std::process::{Child, Command, Stdio};
@@ -257,6 +260,7 @@ impl Master {
                 next_expire = now + Duration::from_secs(1);
                 let refused = status::refused_totals(self);
                 self.refusal_log.tick(now, &refused);
+                self.push_dashboard();
             }
             self.reap();
             if let Some(deadline) = self.shutdown_deadline {
@@ -368,6 +372,7 @@ impl Master {
                     };
                     return self.send(i, refusal.encode());
                 }
+                let published_us = c1m_sys::shm::monotonic_micros();
                 let payload: Rc<[u8]> = Rc::from(payload);
                 let id = self.hub.publish(&channel, payload.clone(), Instant::now());
                 self.published += 1;
@@ -378,6 +383,7 @@ impl Master {
                     channel: channel.clone(),
                     id,
                     payload: payload.to_vec(),
+                    published_us,
                 };
                 self.send(i, ToWorker::Published { req, channel, id }.encode());
                 if !targets.is_empty() {

@@ -1,7 +1,7 @@
 //! `/dashboard`: headless Chromium (Debian package `chromium`, installed by
 //! scripts/install-test-deps.sh) loads the page while the test keeps real load going
 //! (SSE subscribers, a publish every 50 ms); the page's live figures, read back from the DOM
-//! (`--dump-dom`; the page mirrors each figure in a data-* attribute of <body>), must be
+//! (over the DevTools protocol; the page mirrors each figure in a data-* attribute of <body>), must be
 //! non-zero, and a screenshot goes to docs/dashboard.png. Also: /dashboard/events is a plain
 //! SSE stream of JSON snapshots, and with --admin-listen the public listener answers 404.
 
@@ -11,7 +11,7 @@ use common::{Server, Sse};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Stops the publishing thread even when an assertion fails.
 struct StopFlag(Arc<AtomicBool>);
@@ -22,10 +22,26 @@ impl Drop for StopFlag {
     }
 }
 
-/// Runs headless Chromium on `url` with `extra` flags, killed after 30 s at most.
-fn chromium(url: &str, extra: &[&str], tag: &str) -> String {
-    let profile = std::env::temp_dir().join(format!("c1m-dash-{tag}-{}", std::process::id()));
-    let mut child = Command::new("chromium")
+/// Kills the browser even when an assertion fails.
+struct Browser(std::process::Child, std::path::PathBuf);
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+        let _ = std::fs::remove_dir_all(&self.1);
+    }
+}
+
+type DevTools = tungstenite::WebSocket<std::net::TcpStream>;
+
+/// Headless Chromium on `url`, driven over the DevTools protocol (its own WebSocket): a page
+/// with a live EventSource never finishes loading, so `--dump-dom`/`--screenshot` would
+/// capture it before the first snapshot; here the test waits until the page has drawn several.
+fn open_browser(url: &str) -> (Browser, DevTools) {
+    let profile = std::env::temp_dir().join(format!("c1m-dash-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&profile);
+    let child = Command::new("chromium")
         .args([
             "--headless",
             "--no-sandbox",
@@ -35,35 +51,78 @@ fn chromium(url: &str, extra: &[&str], tag: &str) -> String {
             "--disable-sync",
             "--no-first-run",
             "--hide-scrollbars",
-            "--window-size=1280,820",
-            // Let the page collect a few snapshots (one a second) before the dump/screenshot.
-            "--timeout=4500",
+            "--window-size=1280,860",
+            "--remote-debugging-port=0",
             &format!("--user-data-dir={}", profile.display()),
+            url,
         ])
-        .args(extra)
-        .arg(url)
-        .stdout(Stdio::piped())
+        .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .expect("chromium is installed by scripts/install-test-deps.sh");
-    let stdout = child.stdout.take().unwrap();
-    let reader = std::thread::spawn(move || std::io::read_to_string(stdout).unwrap_or_default());
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while child.try_wait().unwrap().is_none() {
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
+    let browser = Browser(child, profile.clone());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    // Chromium writes the port it chose to DevToolsActivePort; the page appears in /json/list.
+    let ws_url = loop {
+        assert!(
+            Instant::now() < deadline,
+            "chromium's DevTools never answered"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        let Ok(text) = std::fs::read_to_string(profile.join("DevToolsActivePort")) else {
+            continue;
+        };
+        let Some(port) = text.lines().next() else {
+            continue;
+        };
+        let Ok(list) = ureq::get(&format!("http://127.0.0.1:{port}/json/list")).call() else {
+            continue;
+        };
+        let list: serde_json::Value = serde_json::from_str(&list.into_string().unwrap()).unwrap();
+        let page = list
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["type"] == "page");
+        if let Some(ws) = page.and_then(|p| p["webSocketDebuggerUrl"].as_str()) {
+            break ws.to_string();
         }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let _ = child.wait();
-    let _ = std::fs::remove_dir_all(profile);
-    reader.join().unwrap()
+    };
+    let (socket, _) = tungstenite::connect(ws_url).expect("DevTools WebSocket");
+    let config = *socket.get_config();
+    let tungstenite::stream::MaybeTlsStream::Plain(stream) = socket.into_inner() else {
+        unreachable!("DevTools is plain ws://");
+    };
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let ws = tungstenite::WebSocket::from_raw_socket(
+        stream,
+        tungstenite::protocol::Role::Client,
+        Some(config),
+    );
+    (browser, ws)
 }
 
-/// `data-NAME="VALUE"` of the dumped <body>.
-fn data_attr(dom: &str, name: &str) -> Option<f64> {
-    let start = dom.find(&format!("data-{name}=\""))? + name.len() + 7;
-    dom[start..].split('"').next()?.parse().ok()
+/// One DevTools call; returns its `result`.
+fn devtools(
+    ws: &mut DevTools,
+    id: u64,
+    method: &str,
+    params: serde_json::Value,
+) -> serde_json::Value {
+    let call = serde_json::json!({"id": id, "method": method, "params": params});
+    ws.send(tungstenite::Message::text(call.to_string()))
+        .unwrap();
+    for _ in 0..1000 {
+        let msg = ws.read().expect("DevTools answer");
+        let Ok(text) = msg.to_text() else { continue };
+        let v: serde_json::Value = serde_json::from_str(text).unwrap_or_default();
+        if v["id"] == id {
+            return v["result"].clone();
+        }
+    }
+    panic!("no DevTools answer to {method}");
 }
 
 #[test]
@@ -87,14 +146,51 @@ fn headless_chromium_shows_live_nonzero_figures() {
         }
         sent
     });
-    let page = server.url("/dashboard");
-    let dom = chromium(&page, &["--dump-dom"], "dom");
-    let shot = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/dashboard.png");
-    chromium(
-        &page,
-        &[&format!("--screenshot={}", shot.display())],
-        "shot",
+    let (_browser, mut ws) = open_browser(&server.url("/dashboard"));
+    // Wait (at most 15 s) until the page has drawn 3 snapshots, then read what it shows.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut id = 0;
+    let expression = "JSON.stringify(document.body.dataset) + '|' + \
+                      document.getElementById('state').textContent";
+    let shown = loop {
+        id += 1;
+        let r = devtools(
+            &mut ws,
+            id,
+            "Runtime.evaluate",
+            serde_json::json!({"expression": expression, "returnByValue": true}),
+        );
+        let text = r["result"]["value"].as_str().unwrap_or("").to_string();
+        let (data, state) = text.split_once('|').unwrap_or(("{}", ""));
+        let data: serde_json::Value = serde_json::from_str(data).unwrap_or_default();
+        let snapshots: u64 = data["snapshots"]
+            .as_str()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        if snapshots >= 3 {
+            assert!(state.starts_with("live, updated"), "{state}");
+            break data;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "page never drew 3 snapshots: {text}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    id += 1;
+    let shot = devtools(
+        &mut ws,
+        id,
+        "Page.captureScreenshot",
+        serde_json::json!({"format": "png"}),
     );
+    let png = base64::Engine::decode(
+        &base64::engine::general_purpose::STANDARD,
+        shot["data"].as_str().expect("screenshot data"),
+    )
+    .unwrap();
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/dashboard.png");
+    std::fs::write(&path, &png).unwrap();
     drop(stop);
     let sent = publisher.join().unwrap();
     assert!(sent > 0);
@@ -102,18 +198,20 @@ fn headless_chromium_shows_live_nonzero_figures() {
     assert_eq!(subs[0].next().data, "tick");
     drop(subs.pop());
 
-    let get = |name| data_attr(&dom, name).unwrap_or_else(|| panic!("data-{name} in {dom}"));
-    assert!(get("snapshots") >= 2.0, "{dom}");
-    assert!(get("connections") >= 6.0);
+    let get = |name: &str| -> f64 {
+        shown[name]
+            .as_str()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("data-{name} in {shown}"))
+    };
+    assert!(get("connections") >= 6.0, "{shown}");
     assert!(get("sse") >= 6.0);
     assert!(get("published") > 0.0);
     assert!(get("delivered") > 0.0);
-    assert!(get("publish-rate") > 0.0, "publish rate: {dom}");
-    assert!(get("latency-count") > 0.0);
-    assert!(get("mem-per-conn") > 0.0);
+    assert!(get("publishRate") > 0.0, "publish rate: {shown}");
+    assert!(get("latencyCount") > 0.0);
+    assert!(get("memPerConn") > 0.0);
     assert_eq!(get("workers"), 2.0);
-    assert!(dom.contains("live, updated"), "{dom}");
-    let png = std::fs::read(&shot).expect("chromium wrote the screenshot");
     assert!(
         png.starts_with(b"\x89PNG") && png.len() > 10_000,
         "{} bytes",

@@ -19,6 +19,8 @@ needed=(curl iproute2 util-linux procps tmux python3 gcc chromium haproxy openss
 needed+=(nginx-light libnginx-mod-nchan)
 # redis-server: the cluster broker of crates/c1m/tests/serve_cluster.rs (with haproxy in front).
 needed+=(redis-server)
+# prometheus: its promtool checks the real /metrics body in crates/c1m/tests/serve_metrics.rs.
+needed+=(prometheus)
 missing=()
 for pkg in "${needed[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

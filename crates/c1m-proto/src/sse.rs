@@ -36,6 +36,22 @@ pub fn encode_message(event: Option<&str>, id: u64, payload: &[u8]) -> Vec<u8> {
     out
 }
 
+/// Encodes a named event without an id (the dashboard's `event: snapshot`); data lines split
+/// as in [`encode_message`].
+pub fn encode_event(event: &str, data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(data.len() + event.len() + 16);
+    out.extend_from_slice(b"event: ");
+    out.extend_from_slice(event.as_bytes());
+    out.push(b'\n');
+    for line in split_lines(data) {
+        out.extend_from_slice(b"data: ");
+        out.extend_from_slice(line);
+        out.push(b'\n');
+    }
+    out.push(b'\n');
+    out
+}
+
 /// Encodes a gap notice: messages with ids in `(after, through]` on `channel` are lost.
 pub fn encode_gap(channel: &str, after: u64, through: u64) -> Vec<u8> {
     format!("event: gap\ndata: {{\"channel\":\"{channel}\",\"after\":{after},\"through\":{through}}}\n\n").into_bytes()

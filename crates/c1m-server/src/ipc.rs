@@ -2,6 +2,7 @@
 //! tag byte and the fields. Hand-rolled rather than serde+bincode: the messages are few and
 //! flat, and publish payloads pass through without re-encoding.
 
+use crate::histogram::{Histogram, Latencies, WIRE_VALUES};
 use std::io;
 
 /// Largest frame either side accepts (a payload is ≤ max_payload; status JSON is small).
@@ -25,6 +26,15 @@ pub struct WorkerStats {
     pub client_ignored: u64,
     pub refused: Refused,
     pub tls: TlsStats,
+    /// Subscriptions taken (one per channel a connection joins), for the dashboard's rate.
+    pub subscribes: u64,
+    /// Bytes queued in this worker's connections that their sockets have not taken yet.
+    pub unsent_bytes: u64,
+    /// This worker's resident memory (/proc/self/statm), for the per-worker gauge.
+    pub rss_bytes: u64,
+    /// Open `/dashboard/events` streams: the master builds snapshots only while some exist.
+    pub dashboard_viewers: u64,
+    pub latency: Latencies,
 }
 
 /// TLS handshake counters of one worker (all zero without `--tls-cert`). `/status` key `tls`.
@@ -236,6 +246,9 @@ pub enum ToWorker {
         channel: String,
         id: u64,
         payload: Vec<u8>,
+        /// When the master received the publish (`c1m_sys::shm::monotonic_micros`, one clock
+        /// for all processes): the start of the publish-to-write latency.
+        published_us: u64,
     },
     Published {
         req: u64,
@@ -280,6 +293,11 @@ pub enum ToWorker {
         channel: String,
         after: u64,
         through: u64,
+    },
+    /// The dashboard's JSON snapshot (once a second while a worker reports viewers): the
+    /// worker pushes it as one SSE event to its `/dashboard/events` streams.
+    Dashboard {
+        json: String,
     },
 }
 
@@ -412,6 +430,15 @@ impl ToMaster {
                 for (_, v) in s.tls.fields() {
                     w.u64(v);
                 }
+                w.u64(s.subscribes)
+                    .u64(s.unsent_bytes)
+                    .u64(s.rss_bytes)
+                    .u64(s.dashboard_viewers);
+                for (_, _, h) in s.latency.fields() {
+                    for v in h.to_values() {
+                        w.u64(v);
+                    }
+                }
                 w.finish()
             }
             ToMaster::StatusQuery { req, metrics } => {
@@ -470,6 +497,18 @@ impl ToMaster {
                 for slot in &mut tls {
                     *slot = r.u64()?;
                 }
+                let mut more = [0u64; 4];
+                for slot in &mut more {
+                    *slot = r.u64()?;
+                }
+                let mut latency = Latencies::default();
+                for h in latency.fields_mut() {
+                    let mut v = [0u64; WIRE_VALUES];
+                    for slot in &mut v {
+                        *slot = r.u64()?;
+                    }
+                    *h = Histogram::from_values(v);
+                }
                 ToMaster::Stats(Box::new(WorkerStats {
                     pid,
                     conns_sse: v[0],
@@ -482,6 +521,11 @@ impl ToMaster {
                     client_ignored: v[7],
                     refused: Refused::from_values(refused),
                     tls: TlsStats::from_values(tls),
+                    subscribes: more[0],
+                    unsent_bytes: more[1],
+                    rss_bytes: more[2],
+                    dashboard_viewers: more[3],
+                    latency,
                 }))
             }
             5 => ToMaster::StatusQuery {
@@ -515,9 +559,10 @@ impl ToWorker {
                 channel,
                 id,
                 payload,
+                published_us,
             } => {
                 let mut w = Writer::new(1);
-                w.str(channel).u64(*id).bytes(payload);
+                w.str(channel).u64(*id).bytes(payload).u64(*published_us);
                 w.finish()
             }
             ToWorker::Published { req, channel, id } => {
@@ -561,6 +606,11 @@ impl ToWorker {
                 w.finish()
             }
             ToWorker::Shutdown => Writer::new(5).finish(),
+            ToWorker::Dashboard { json } => {
+                let mut w = Writer::new(10);
+                w.str(json);
+                w.finish()
+            }
             ToWorker::PublishRefused { req, retry_after_s } => {
                 let mut w = Writer::new(7);
                 w.u64(*req).u64(*retry_after_s);
@@ -595,6 +645,7 @@ impl ToWorker {
                 channel: r.string()?,
                 id: r.u64()?,
                 payload: r.bytes()?,
+                published_us: r.u64()?,
             },
             2 => ToWorker::Published {
                 req: r.u64()?,
@@ -651,6 +702,7 @@ impl ToWorker {
                 after: r.u64()?,
                 through: r.u64()?,
             },
+            10 => ToWorker::Dashboard { json: r.string()? },
             _ => return Err(bad("tag")),
         })
     }
@@ -692,6 +744,18 @@ pub fn examples() -> (Vec<ToMaster>, Vec<ToWorker>) {
                 plaintext_refused: 1,
                 ..Default::default()
             },
+            subscribes: 6,
+            unsent_bytes: 7,
+            rss_bytes: 4096,
+            dashboard_viewers: 1,
+            latency: {
+                let mut l = Latencies::default();
+                l.publish_to_write.record(120);
+                l.fan_out.record(3);
+                l.publish_ack.record(900);
+                l.tls_handshake.record(20_000_000);
+                l
+            },
             ..Default::default()
         })),
         ToMaster::StatusQuery {
@@ -711,6 +775,7 @@ pub fn examples() -> (Vec<ToMaster>, Vec<ToWorker>) {
             channel: "a".into(),
             id: 7,
             payload: vec![0, 1, 255],
+            published_us: 123_456,
         },
         ToWorker::Published {
             req: 1,
@@ -757,6 +822,9 @@ pub fn examples() -> (Vec<ToMaster>, Vec<ToWorker>) {
             after: 5,
             through: 9,
         },
+        ToWorker::Dashboard {
+            json: "{\"connections\":1}".into(),
+        },
     ];
     (to_master, to_worker)
 }
@@ -788,6 +856,7 @@ mod tests {
             channel: "abc".into(),
             id: 7,
             payload: vec![1; 10],
+            published_us: 1,
         }
         .encode();
         for cut in 4..frame.len() - 1 {

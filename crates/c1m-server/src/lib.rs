@@ -15,6 +15,9 @@ mod auth;
 mod broker;
 pub mod config;
 pub mod config_report;
+// Public because `ipc::WorkerStats` (public for the fuzz harness) carries histograms.
+#[doc(hidden)]
+pub mod histogram;
 mod hub;
 // Public only so the fuzz harness (crates/c1m-server/fuzz) can reach the codec.
 mod ip_table;
@@ -28,6 +31,19 @@ mod tls;
 mod worker;
 
 pub use config::{Config, ServeArgs};
+
+/// Version and git commit of the binary, set once by `main` (the commit is stamped by the `c1m`
+/// crate's build script, which this library cannot see); `c1m_build_info` reports them.
+static BUILD_INFO: std::sync::OnceLock<(&'static str, &'static str)> = std::sync::OnceLock::new();
+
+/// Records the binary's version and commit for `/metrics` (`c1m_build_info`).
+pub fn set_build_info(version: &'static str, commit: &'static str) {
+    let _ = BUILD_INFO.set((version, commit));
+}
+
+fn build_info() -> (&'static str, &'static str) {
+    BUILD_INFO.get().copied().unwrap_or(("unknown", "unknown"))
+}
 
 /// Entry point of `c1m serve`. `matches` (the parsed command line) tells `--print-config`
 /// which values came from flags and which from the environment.
@@ -53,12 +69,9 @@ pub fn run(args: ServeArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Resul
     // The key file is read now so a bad one stops the start with its reason (workers re-read it).
     auth::Auth::from_config(&cfg)?;
     let limit = c1m_sys::rlimit::raise_nofile_to_hard()?;
-    let plan = master::plan(
-        cfg.workers,
-        cfg.max_conns,
-        limit.hard,
-        c1m_sys::process::available_cpus(),
-    );
+    let cpus = c1m_sys::process::available_cpus();
+    let plan = master::plan(cfg.workers, cfg.max_conns, limit.hard, cpus);
+    let workers_why = master::workers_reason(cfg.workers, cfg.max_conns, limit.hard, cpus, &plan);
     // Bound but never listening: resolves port 0 and keeps the ports ours across restarts.
     // Exclusive: no second instance (or other program) shares the ports through SO_REUSEPORT.
     let http_reservation = listener::reserve_exclusive(cfg.listen)?;
@@ -90,8 +103,10 @@ pub fn run(args: ServeArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Resul
         .admin_listen
         .map(|a| format!("; admin http {a}"))
         .unwrap_or_default();
+    // The workers' reason goes after the fields tools parse, and before the admin address,
+    // which stays last.
     println!(
-        "c1m serve: listening on http {}{tcp}; {} workers x {} connections (fd limit {}){tls}{admin}",
+        "c1m serve: listening on http {}{tcp}; {} workers x {} connections (fd limit {}); workers {workers_why}{tls}{admin}",
         cfg.listen, plan.workers, plan.per_worker, limit.hard
     );
     tracing::info!(
@@ -101,6 +116,13 @@ pub fn run(args: ServeArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Resul
         per_worker = plan.per_worker,
         fd_limit = limit.hard,
         "listening"
+    );
+    tracing::info!(
+        workers = plan.workers,
+        cpus,
+        fd_limit = limit.hard,
+        max_conns = cfg.max_conns,
+        "workers {workers_why}"
     );
     master.run()?;
     drop((http_reservation, tcp_reservation, admin_reservation));

@@ -49,6 +49,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    c1m_server::set_build_info(env!("CARGO_PKG_VERSION"), env!("C1M_GIT_COMMIT"));
     // Parsed in two steps so `serve --print-config` can ask clap where each value came from.
     let matches = Cli::command().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());

@@ -4,7 +4,9 @@
 //! id and history slot, and goes to each worker that has subscribers on the channel.
 //! It serves no client traffic itself.
 
+mod dashboard;
 mod memory;
+mod plan_reason;
 mod reload;
 mod sd_notify;
 mod status;
@@ -17,6 +19,7 @@ use crate::worker;
 use anyhow::Context;
 use mio::net::UnixStream;
 use mio::{Events, Interest, Poll, Token};
+pub use plan_reason::workers_reason;
 use std::collections::HashMap;
 use std::os::fd::AsRawFd;
 use std::process::{Child, Command, Stdio};
@@ -280,6 +283,7 @@ impl Master {
                 next_expire = now + Duration::from_secs(1);
                 let refused = status::refused_totals(self);
                 self.refusal_log.tick(now, &refused);
+                self.push_dashboard();
             }
             self.reap();
             if let Some(deadline) = self.shutdown_deadline {
@@ -551,10 +555,13 @@ impl Master {
                     let Some(targets) = self.interest.get(&channel).cloned() else {
                         continue;
                     };
+                    // Publish-to-write latency starts here: when this node's master hands the
+                    // message out (for the in-process hub, right after the publish arrived).
                     let frame = ToWorker::Message {
                         channel,
                         id,
                         payload: payload.to_vec(),
+                        published_us: c1m_sys::shm::monotonic_micros(),
                     }
                     .encode();
                     for w in targets {

@@ -6,6 +6,7 @@
 
 use super::Master;
 use crate::broker::BrokerStats;
+use crate::histogram::Latencies;
 use crate::ipc::Refused;
 use crate::ipc::TlsStats;
 use crate::ipc::WorkerStats;
@@ -16,6 +17,14 @@ use std::time::Duration;
 
 /// A worker that has not reported for this long is taken as not answering.
 const WORKER_SILENT: Duration = Duration::from_secs(2);
+
+/// Per-worker gauges for `/metrics` (label `worker`) and the dashboard.
+pub struct WorkerGauges {
+    pub index: usize,
+    pub connections: u64,
+    pub unsent_bytes: u64,
+    pub rss_bytes: u64,
+}
 
 pub struct Report {
     pid: u32,
@@ -39,6 +48,9 @@ pub struct Report {
     history_bytes: usize,
     tls: Option<TlsStats>,
     broker: BrokerStats,
+    pub(super) latency: Latencies,
+    pub(super) gauges: Vec<WorkerGauges>,
+    pub(super) subscribes: u64,
 }
 
 impl Report {
@@ -65,6 +77,9 @@ impl Report {
             history_bytes: 0,
             broker: m.broker.stats(),
             tls: m.cfg.tls_cert.is_some().then(TlsStats::default),
+            latency: Latencies::default(),
+            gauges: Vec::new(),
+            subscribes: 0,
         };
         r.channels = r.broker.channels;
         r.history_bytes = r.broker.history_bytes;
@@ -75,6 +90,15 @@ impl Report {
             // Workers report every 250 ms; several missed reports mean stopped or stuck.
             let answering = slot.reported_at.elapsed() < WORKER_SILENT;
             r.workers.push((i, pid, conns, slot.restarts, answering));
+            r.gauges.push(WorkerGauges {
+                index: i,
+                connections: conns,
+                unsent_bytes: s.unsent_bytes,
+                rss_bytes: s.rss_bytes,
+            });
+            r.latency.add(&s.latency);
+            r.latency.add(&slot.retired.latency);
+            r.subscribes += s.subscribes + slot.retired.subscribes;
             r.sse += s.conns_sse;
             r.ws += s.conns_ws;
             r.longpoll += s.conns_longpoll;
@@ -99,7 +123,7 @@ impl Report {
         r
     }
 
-    fn total(&self) -> u64 {
+    pub(super) fn total(&self) -> u64 {
         self.sse + self.ws + self.longpoll + self.tcp + self.other
     }
 
@@ -160,6 +184,14 @@ impl Report {
                 "join_unavailable": self.broker.join_unavailable,
                 "live_gaps": self.broker.live_gaps, "in_flight": self.broker.in_flight,
             },
+            "subscribes": self.subscribes,
+            "latency": serde_json::Value::Object(
+                self.latency
+                    .fields()
+                    .iter()
+                    .map(|(name, _, h)| (name.trim_end_matches("_seconds").to_string(), h.summary_json()))
+                    .collect(),
+            ),
         })
         .to_string()
     }
@@ -285,6 +317,50 @@ impl Report {
             "Requests sent to the broker and not answered yet.",
             &[("", b.in_flight)],
         );
+        metric(
+            "subscribes_total",
+            "counter",
+            "Subscriptions taken (one per channel a connection joins).",
+            &[("", self.subscribes)],
+        );
+        let (version, commit) = crate::build_info();
+        let build = format!(
+            "{{version=\"{}\",commit=\"{}\"}}",
+            label_value(version),
+            label_value(commit)
+        );
+        metric(
+            "build_info",
+            "gauge",
+            "Always 1; the labels say which build is running.",
+            &[(build.as_str(), 1)],
+        );
+        let per_worker = |f: fn(&WorkerGauges) -> u64| -> Vec<(String, u64)> {
+            self.gauges
+                .iter()
+                .map(|g| (format!("{{worker=\"{}\"}}", g.index), f(g)))
+                .collect()
+        };
+        for (name, help, rows) in [
+            (
+                "worker_connections",
+                "Open client connections of one worker.",
+                per_worker(|g| g.connections),
+            ),
+            (
+                "worker_unsent_bytes",
+                "Bytes queued in one worker's connections that their sockets have not taken.",
+                per_worker(|g| g.unsent_bytes),
+            ),
+            (
+                "worker_memory_rss_bytes",
+                "Resident memory of one worker process.",
+                per_worker(|g| g.rss_bytes),
+            ),
+        ] {
+            let rows: Vec<(&str, u64)> = rows.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+            metric(name, "gauge", help, &rows);
+        }
         if let Some(tls) = &self.tls {
             metric(
                 "tls_handshakes_total",
@@ -310,6 +386,12 @@ impl Report {
                 tls.handshake_micros as f64 / 1e6
             );
         }
+        for (name, help, h) in self.latency.fields() {
+            if name == "tls_handshake_seconds" && self.tls.is_none() {
+                continue;
+            }
+            h.prometheus(&mut out, name, help);
+        }
         out
     }
 }
@@ -332,4 +414,13 @@ pub fn retire(retired: &mut WorkerStats, last: &WorkerStats) {
     retired.client_ignored += last.client_ignored;
     retired.refused.add(&last.refused);
     retired.tls.add(&last.tls);
+    retired.subscribes += last.subscribes;
+    retired.latency.add(&last.latency);
+}
+
+/// A Prometheus label value: backslash, quote and newline escaped.
+fn label_value(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }

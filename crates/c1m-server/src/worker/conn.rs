@@ -127,7 +127,8 @@ impl Subs {
 #[derive(Default)]
 pub struct OutQueue {
     chunks: VecDeque<(Rc<[u8]>, usize)>,
-    bytes: usize,
+    /// Bytes not yet taken by the socket (also reported as the worker's unsent bytes).
+    pub bytes: usize,
 }
 
 /// WebSocket state that exists only while a client is mid-message (idle sockets hold none).

@@ -23,7 +23,10 @@ const JOINING_RETRY: Duration = Duration::from_millis(100);
 
 /// The routes only the admin listener serves once `--admin-listen` is set.
 fn is_admin_route(route: &str) -> bool {
-    matches!(route, "/status" | "/metrics" | "/healthz")
+    matches!(
+        route,
+        "/status" | "/metrics" | "/healthz" | "/dashboard" | "/dashboard/events"
+    )
 }
 
 impl Worker {
@@ -41,7 +44,7 @@ impl Worker {
         let served = moved == admin;
         if !served {
             let why = if admin {
-                "the admin listener serves /status, /metrics, /healthz (and /pub with --admin-publish)"
+                "the admin listener serves /status, /metrics, /healthz, /dashboard (and /pub with --admin-publish)"
             } else {
                 "not served here: this path is on the admin listener"
             };

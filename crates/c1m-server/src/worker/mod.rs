@@ -11,6 +11,7 @@
 mod channels;
 mod cluster;
 mod conn;
+mod dashboard;
 mod edge;
 mod health;
 mod ip_limits;
@@ -74,6 +75,8 @@ struct Counters {
     dropped: u64,
     client_ignored: u64,
     refused: Refused,
+    subscribes: u64,
+    latency: crate::histogram::Latencies,
 }
 
 pub struct Worker {
@@ -114,6 +117,11 @@ pub struct Worker {
     /// Connections (by token) whose next answer carries CORS headers (a subscribe or publish
     /// from an allowed Origin, until its response head is written).
     cors_pending: HashMap<u64, std::rc::Rc<str>>,
+    /// Publish requests (by token) waiting for the master's answer: when each was parsed
+    /// (monotonic µs), for the publish-ack histogram.
+    publish_started: HashMap<u64, u64>,
+    /// `/dashboard/events` streams (by token), at most [`dashboard::MAX_VIEWERS`].
+    dashboards: Vec<u64>,
 }
 
 /// Entry point of `c1m __serve-worker`.
@@ -187,6 +195,8 @@ impl Worker {
             admin_listener: admin,
             auth,
             cors_pending: HashMap::new(),
+            publish_started: HashMap::new(),
+            dashboards: Vec::new(),
             ws_policy,
             cfg,
             poll,
@@ -574,6 +584,9 @@ impl Worker {
         if !self.cors_pending.is_empty() {
             self.cors_pending.remove(&token_of(idx, conn.generation));
         }
+        if !self.publish_started.is_empty() {
+            self.publish_started.remove(&token_of(idx, conn.generation));
+        }
         for (chan, pos) in conn.subs.take() {
             self.leave_channel(chan, pos);
         }
@@ -708,7 +721,8 @@ impl Worker {
                     channel,
                     id,
                     payload,
-                } => self.fan_out(&channel, id, payload),
+                    published_us,
+                } => self.fan_out(&channel, id, payload, published_us),
                 ToWorker::Published { req, channel, id } => self.on_published(req, &channel, id),
                 ToWorker::Joined {
                     req,
@@ -739,6 +753,7 @@ impl Worker {
                     after,
                     through,
                 } => self.fan_out_gap(&channel, after, through),
+                ToWorker::Dashboard { json } => self.push_dashboard(&json),
             }
         }
         Ok(open)
@@ -753,6 +768,7 @@ impl Worker {
             ..Default::default()
         };
         for (_, conn) in self.conns.iter() {
+            s.unsent_bytes += conn.out.as_ref().map_or(0, |q| q.bytes as u64);
             match conn.kind.protocol() {
                 Protocol::Sse => s.conns_sse += 1,
                 Protocol::WebSocket => s.conns_ws += 1,
@@ -766,6 +782,11 @@ impl Worker {
         s.client_ignored = self.counters.client_ignored;
         s.refused = self.counters.refused;
         s.tls = tls_session::stats();
+        s.subscribes = self.counters.subscribes;
+        s.latency = self.counters.latency;
+        s.latency.tls_handshake = tls_session::handshake_histogram();
+        s.rss_bytes = c1m_sys::mem::own_rss_bytes().unwrap_or(0);
+        s.dashboard_viewers = self.dashboard_viewers();
         self.send_to_master(ToMaster::Stats(Box::new(s)));
         let counts = self.channels.take_changed_counts();
         if !counts.is_empty() {

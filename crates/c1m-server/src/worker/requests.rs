@@ -200,7 +200,10 @@ impl Worker {
             return self.publish_request(idx, &req, framing, channel, data);
         }
         match route {
-            "/status" | "/metrics" | "/healthz" | "" | "/demo" if req.method != "GET" => {
+            "/status" | "/metrics" | "/healthz" | "" | "/demo" | "/dashboard"
+            | "/dashboard/events"
+                if req.method != "GET" =>
+            {
                 self.refuse_method(idx, "GET");
                 Some(data.len())
             }
@@ -215,6 +218,15 @@ impl Worker {
             }
             "/status" | "/metrics" => {
                 self.status_request(idx, route == "/metrics");
+                Some(used)
+            }
+            "/dashboard" => {
+                let page = include_bytes!("../dashboard.html");
+                self.respond(idx, 200, "text/html; charset=utf-8", "", page);
+                Some(used)
+            }
+            "/dashboard/events" => {
+                self.dashboard_request(idx);
                 Some(used)
             }
             _ => {
@@ -348,6 +360,8 @@ impl Worker {
         let conn = &mut self.conns[idx];
         conn.kind = Kind::Publishing;
         conn.deadline = 0;
+        self.publish_started
+            .insert(token, c1m_sys::shm::monotonic_micros());
         self.send_to_master(ToMaster::Publish {
             req: token,
             channel: channel.to_string(),

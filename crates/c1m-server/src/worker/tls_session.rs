@@ -19,6 +19,7 @@
 //! is per thread (the worker is single-threaded), so `Conn`'s send and flush paths reach it
 //! without every caller passing it along. A connection without an entry is plaintext.
 
+use crate::histogram::Histogram;
 use crate::ipc::TlsStats;
 use crate::tls::Configs;
 use mio::net::TcpStream;
@@ -60,6 +61,13 @@ struct Table {
 
 thread_local! {
     static TABLE: RefCell<Table> = RefCell::new(Table::default());
+    /// Completed handshakes' durations (`c1m_tls_handshake_seconds`).
+    static HANDSHAKES: RefCell<Histogram> = RefCell::new(Histogram::default());
+}
+
+/// The handshake-time histogram (totals since the worker started).
+pub fn handshake_histogram() -> Histogram {
+    HANDSHAKES.with_borrow(|h| *h)
 }
 
 /// Sets (or, after a certificate reload, replaces) the configurations new connections use.
@@ -271,8 +279,10 @@ impl Session {
                 }
                 ConnectionState::WriteTraffic(_) => {
                     if let Some(started) = self.handshake_started.take() {
+                        let micros = started.elapsed().as_micros() as u64;
                         stats.handshakes += 1;
-                        stats.handshake_micros += started.elapsed().as_micros() as u64;
+                        stats.handshake_micros += micros;
+                        HANDSHAKES.with_borrow_mut(|h| h.record(micros));
                     }
                     more = false;
                 }

@@ -38,6 +38,10 @@ pub const BACK: u8 = 2;
 pub const REPLAY_COUNTED: u8 = 4;
 /// Connection flag: this drop's gap was counted.
 pub const GAP_COUNTED: u8 = 8;
+/// Connection flag: the last reconnection carried no id (the server sent none), so nothing it
+/// receives is a replay: a message acknowledged before its resubscription but fanned out after
+/// it arrives live.
+pub const NO_ID: u8 = 16;
 
 /// Worker-wide storm counters (summed over workers by the coordinator).
 #[derive(Debug, Default, Clone, Serialize, Deserialize, PartialEq, Eq)]

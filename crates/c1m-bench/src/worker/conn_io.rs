@@ -253,7 +253,7 @@ impl StormConn<'_> {
     fn on_online(&mut self) {
         if *self.flags & storm::DROPPED != 0 {
             let now = now_us();
-            *self.flags = storm::BACK;
+            *self.flags = storm::BACK | (*self.flags & storm::NO_ID);
             self.totals.back += 1;
             record(self.back_h, now.saturating_sub(self.restart_us));
         }
@@ -270,7 +270,8 @@ impl StormConn<'_> {
             let i = self.publishes.partition_point(|&(s, _)| s < sent_us);
             let acked_before = matches!(self.publishes.get(i),
                 Some(&(s, ack)) if s == sent_us && ack < self.resub_wall_us);
-            if arrival == Arrival::Fresh && acked_before {
+            let resumed = *self.flags & storm::NO_ID == 0;
+            if arrival == Arrival::Fresh && acked_before && resumed {
                 self.totals.replayed += 1;
                 if *self.flags & storm::REPLAY_COUNTED == 0 {
                     *self.flags |= storm::REPLAY_COUNTED;

@@ -474,6 +474,9 @@ impl Worker {
                     if last_id.is_none() {
                         // Nothing to resume from: counted, so the report can say so.
                         self.r.storm.reconnects_without_id += 1;
+                        c.storm |= storm::NO_ID;
+                    } else {
+                        c.storm &= !storm::NO_ID;
                     }
                 }
                 let (gen, global) = (c.gen, c.global);
@@ -532,7 +535,7 @@ impl Worker {
                 c.delivery.window_start_us = now_us();
             }
             if c.storm & storm::DROPPED != 0 {
-                c.storm = storm::BACK;
+                c.storm = storm::BACK | (c.storm & storm::NO_ID);
                 self.r.storm.back += 1;
                 let since = now_us().saturating_sub(self.storm_ref_us.unwrap_or(0));
                 record(&mut self.storm_back_h, since);

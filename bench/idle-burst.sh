@@ -33,10 +33,7 @@ RTT_MS=$((2 * DELAY_MS))
 
 [ "$(id -u)" = 0 ] || { echo "idle-burst: needs root (network namespaces)" >&2; exit 2; }
 c1m_binary
-if [ -n "${KEEP_WORK:-}" ]; then WORK=$KEEP_WORK; mkdir -p "$WORK"; else
-    WORK=$(mktemp -d)
-    on_exit "rm -rf '$WORK'"
-fi
+work_dir
 gcc -O2 -Wall -o "$WORK/delayline" "$BENCH_DIR/delayline.c"
 
 SRV=c1m-ib-srv-$$

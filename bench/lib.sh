@@ -12,6 +12,7 @@
 #   tree_pss PID                    # PSS bytes of PID plus its children (a master and its workers)
 #   tree_procs PID                  # how many processes tree_pss counts
 #   cpu_ticks PID                   # utime + stime of PID, in clock ticks (getconf CLK_TCK)
+#   work_dir                        # sets WORK: $KEEP_WORK if set (kept), else a temp dir removed at exit
 #   make_cert DIR                   # DIR/cert.pem, DIR/key.pem: throw-away ECDSA P-256, SAN 127.0.0.1
 #   ensure_nchan                    # installs nginx-light + libnginx-mod-nchan when missing
 #   start_nchan DIR PORT WORKERS [CERT_DIR]
@@ -115,6 +116,16 @@ tree_procs() {
 
 cpu_ticks() {
     awk '{print $14 + $15}' "/proc/$1/stat"
+}
+
+work_dir() {
+    if [ -n "${KEEP_WORK:-}" ]; then
+        WORK=$KEEP_WORK
+        mkdir -p "$WORK"
+    else
+        WORK=$(mktemp -d)
+        on_exit "rm -rf '$WORK'"
+    fi
 }
 
 make_cert() {

@@ -32,10 +32,7 @@ PORT_HI=$((PORT_LO + RANGE - 1))
 [ "$(id -u)" = 0 ] || { echo "proxy-ports: needs root (network namespaces)" >&2; exit 2; }
 command -v haproxy >/dev/null || { echo "proxy-ports: haproxy missing (apt-get install haproxy)" >&2; exit 2; }
 c1m_binary
-if [ -n "${KEEP_WORK:-}" ]; then WORK=$KEEP_WORK; mkdir -p "$WORK"; else
-    WORK=$(mktemp -d)
-    on_exit "rm -rf '$WORK'"
-fi
+work_dir
 
 CLI=c1m-pp-cli-$$
 PROXY=c1m-pp-proxy-$$

@@ -42,13 +42,13 @@ fn source(key: &str, matches: Option<&ArgMatches>, file_keys: &toml::Table) -> S
     }
 }
 
-/// The configuration keys, in `--help` order.
-fn keys() -> Vec<String> {
-    ServeArgs::augment_args(Command::new("serve"))
-        .get_arguments()
-        .map(|a| a.get_id().to_string())
-        .filter(|id| !NOT_KEYS.contains(&id.as_str()) && id != "help")
-        .collect()
+/// The configuration keys' arguments, in `--help` order (the one list behind `--print-config`
+/// and docs/CONFIG.md).
+fn key_args(cmd: &Command) -> impl Iterator<Item = &clap::Arg> {
+    cmd.get_arguments().filter(|a| {
+        let id = a.get_id().as_str();
+        !NOT_KEYS.contains(&id) && id != "help"
+    })
 }
 
 /// `--print-config`: the effective configuration as TOML (valid as a `--config` file), each
@@ -69,7 +69,8 @@ pub fn print(args: &ServeArgs, cfg: &Config, matches: Option<&ArgMatches>) -> St
         let _ = write!(out, " (file {})", p.display());
     }
     out.push('\n');
-    for key in keys() {
+    let cmd = ServeArgs::augment_args(Command::new("serve"));
+    for key in key_args(&cmd).map(|a| a.get_id().to_string()) {
         let from = source(&key, matches, &file_keys);
         match values.get(&key) {
             Some(_) if SECRET_KEYS.contains(&key.as_str()) => {
@@ -99,11 +100,8 @@ pub fn reference() -> String {
          --check-config` lists every problem and exits 2 (0 when valid). SIGHUP re-reads the file\n\
          (docs/PROTOCOL.md, Lifecycle, says which keys apply live).\n\n",
     );
-    for arg in cmd.get_arguments() {
+    for arg in key_args(&cmd) {
         let id = arg.get_id().as_str();
-        if NOT_KEYS.contains(&id) || id == "help" {
-            continue;
-        }
         let flag = arg.get_long().unwrap_or(id);
         let env = arg
             .get_env()

@@ -10,75 +10,20 @@
 //! (certutil, from libnss3-tools), not by switching certificate checks off.
 
 mod auth;
+mod browser;
 mod common;
 mod tls_support;
 
 use auth::{now, Keys};
+use browser::Browser;
 use common::{Server, Sse};
 use serde_json::json;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tls_support::{TestPki, TlsServer};
-
-/// Headless Chromium on one URL, with its own profile and HOME (so its NSS trust store is
-/// ours); killed and cleaned up even when an assertion fails.
-struct Browser {
-    child: std::process::Child,
-    home: std::path::PathBuf,
-}
-
-impl Browser {
-    /// Opens `url`; with `trusted_ca`, that CA is imported into the browser's NSS database first.
-    fn open(url: &str, tag: &str, trusted_ca: Option<&std::path::Path>) -> Browser {
-        let home = std::env::temp_dir().join(format!("c1m-chromium-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&home);
-        let nssdb = home.join(".pki/nssdb");
-        std::fs::create_dir_all(&nssdb).unwrap();
-        if let Some(ca) = trusted_ca {
-            let db = format!("sql:{}", nssdb.display());
-            let certutil = |args: &[&str]| {
-                let out = Command::new("certutil").args(args).output().expect(
-                    "certutil (libnss3-tools) is installed by scripts/install-test-deps.sh",
-                );
-                assert!(out.status.success(), "certutil {args:?}: {out:?}");
-            };
-            certutil(&["-d", &db, "-N", "--empty-password"]);
-            let ca = ca.to_str().unwrap();
-            certutil(&["-d", &db, "-A", "-t", "C,,", "-n", "c1m test CA", "-i", ca]);
-        }
-        let child = Command::new("chromium")
-            .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--no-first-run",
-                "--remote-debugging-port=0", // keeps the headless browser running
-                &format!("--user-data-dir={}", home.join("profile").display()),
-                url,
-            ])
-            .env("HOME", &home)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("chromium is installed by scripts/install-test-deps.sh");
-        Browser { child, home }
-    }
-}
-
-impl Drop for Browser {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.home);
-    }
-}
 
 /// Serves tests/auth/page.html for any GET, from its own loopback address; stops on drop.
 struct PageServer {
@@ -157,7 +102,7 @@ fn headless_chromium_on_another_origin_subscribes_with_a_token() {
         page.origin(),
         server.http
     );
-    let _browser = Browser::open(&url, "plain", None);
+    let _browser = Browser::open(&url, "auth-plain");
     // The page's two good subscriptions (the report stream is this test's own SSE), and its
     // three refusals (SSE, WebSocket, fetch: 401 each).
     server.wait_status(|s| {
@@ -218,7 +163,7 @@ fn headless_chromium_subscribes_over_tls_with_a_test_ca() {
         page.origin(),
         server.http
     );
-    let _browser = Browser::open(&url, "tls", Some(&pki.ca_pem));
+    let _browser = Browser::open_with(&url, "auth-tls", &[], Some(&pki.ca_pem));
     server.wait_status(&pki, |s| {
         s["connections"]["websocket"] == 1
             && s["connections"]["sse"] == 2

@@ -5,10 +5,12 @@
 //! non-zero, and a screenshot is taken (written to docs/dashboard.png with C1M_UPDATE_DOCS=1). Also: /dashboard/events is a plain
 //! SSE stream of JSON snapshots, and with --admin-listen the public listener answers 404.
 
+mod browser;
 mod common;
 
+use browser::Browser;
 use common::{Server, Sse};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,45 +24,19 @@ impl Drop for StopFlag {
     }
 }
 
-/// Kills the browser even when an assertion fails.
-struct Browser(std::process::Child, std::path::PathBuf);
-
-impl Drop for Browser {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-        let _ = std::fs::remove_dir_all(&self.1);
-    }
-}
-
 type DevTools = tungstenite::WebSocket<std::net::TcpStream>;
 
 /// Headless Chromium on `url`, driven over the DevTools protocol (its own WebSocket): a page
 /// with a live EventSource never finishes loading, so `--dump-dom`/`--screenshot` would
 /// capture it before the first snapshot; here the test waits until the page has drawn several.
 fn open_browser(url: &str) -> (Browser, DevTools) {
-    let profile = std::env::temp_dir().join(format!("c1m-dash-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&profile);
-    let child = Command::new("chromium")
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--no-first-run",
-            "--hide-scrollbars",
-            "--window-size=1280,860",
-            "--remote-debugging-port=0",
-            &format!("--user-data-dir={}", profile.display()),
-            url,
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("chromium is installed by scripts/install-test-deps.sh");
-    let browser = Browser(child, profile.clone());
+    let browser = Browser::open_with(
+        url,
+        "dashboard",
+        &["--hide-scrollbars", "--window-size=1280,860"],
+        None,
+    );
+    let profile = browser.profile();
     let deadline = Instant::now() + Duration::from_secs(20);
     // Chromium writes the port it chose to DevToolsActivePort; the page appears in /json/list.
     let ws_url = loop {

@@ -9,13 +9,15 @@
 //! an EventSource needs CORS headers that c1m does not send on this branch (CORS belongs to the
 //! auth work). The page reports to the test by publishing on a report channel.
 
+mod browser;
 mod common;
 
+use browser::Browser;
 use common::{c1m, Server, Sse};
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -121,17 +123,6 @@ fn serve_file(mut stream: TcpStream, dist: &Path) {
     let _ = stream.write_all(&body);
 }
 
-/// Kills the browser even when an assertion fails.
-struct Browser(Child, PathBuf);
-
-impl Drop for Browser {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-        let _ = std::fs::remove_dir_all(&self.1);
-    }
-}
-
 /// `c1m serve` on exactly `addr` (the port the killed server had): retried briefly, as the
 /// old workers' sockets may take a moment to go.
 fn restart_on(addr: SocketAddr) -> Server {
@@ -192,32 +183,11 @@ fn browser_client_resumes_across_a_server_restart_with_a_gap() {
     let port = server.http;
     let files = StaticFiles::start(dist);
     let mut report = Sse::connect(server.http, "/sub/e2e-report", "");
-    let profile = std::env::temp_dir().join(format!("c1m-js-chromium-{}", std::process::id()));
     let page = format!(
         "http://{}/?server=http://{}&want=6",
         files.addr, server.http
     );
-    let _browser = Browser(
-        Command::new("chromium")
-            .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-web-security",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--no-first-run",
-                "--remote-debugging-port=0", // keeps the headless browser running
-                &format!("--user-data-dir={}", profile.display()),
-                &page,
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("chromium is installed by scripts/install-test-deps.sh"),
-        profile,
-    );
+    let _browser = Browser::open_with(&page, "js-client", &["--disable-web-security"], None);
     // The page's two subscriptions plus this test's report stream.
     server.wait_status(|s| s["connections"]["websocket"] == 1 && s["connections"]["sse"] == 2);
     let mut ids = Vec::new();

@@ -5,9 +5,9 @@
 //! does not hold the old ids).
 //!
 //! The page comes from a small static file server in this test (the client's dist/ files plus
-//! a test page), so it is cross-origin to c1m: Chromium runs with --disable-web-security because
-//! an EventSource needs CORS headers that c1m does not send on this branch (CORS belongs to the
-//! auth work). The page reports to the test by publishing on a report channel.
+//! a test page), so it is cross-origin to c1m: the server allows that origin with
+//! `--cors-origins` (browser security stays on). The page reports to the test by publishing on
+//! a report channel.
 
 mod browser;
 mod common;
@@ -125,11 +125,12 @@ fn serve_file(mut stream: TcpStream, dist: &Path) {
 
 /// `c1m serve` on exactly `addr` (the port the killed server had): retried briefly, as the
 /// old workers' sockets may take a moment to go.
-fn restart_on(addr: SocketAddr) -> Server {
+fn restart_on(addr: SocketAddr, origin: &str) -> Server {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let mut child = c1m()
             .args(["serve", "--workers", "2", "--listen", &addr.to_string()])
+            .args(["--cors-origins", origin])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -179,15 +180,16 @@ fn browser_client_resumes_across_a_server_restart_with_a_gap() {
         dist.join("index.js").exists(),
         "clients/js is not built: run `npm ci && npm run build` there (scripts/test.sh does)"
     );
-    let mut server = Server::start(&["--workers", "2"]);
-    let port = server.http;
     let files = StaticFiles::start(dist);
+    let origin = format!("http://{}", files.addr);
+    let mut server = Server::start(&["--workers", "2", "--cors-origins", &origin]);
+    let port = server.http;
     let mut report = Sse::connect(server.http, "/sub/e2e-report", "");
     let page = format!(
         "http://{}/?server=http://{}&want=6",
         files.addr, server.http
     );
-    let _browser = Browser::open_with(&page, "js-client", &["--disable-web-security"], None);
+    let _browser = Browser::open(&page, "js-client");
     // The page's two subscriptions plus this test's report stream.
     server.wait_status(|s| s["connections"]["websocket"] == 1 && s["connections"]["sse"] == 2);
     let mut ids = Vec::new();
@@ -200,7 +202,7 @@ fn browser_client_resumes_across_a_server_restart_with_a_gap() {
     server.signal(libc::SIGKILL);
     server.wait_exit(Duration::from_secs(5));
     drop(report);
-    let server = restart_on(port);
+    let server = restart_on(port, &origin);
     let mut report = Sse::connect(server.http, "/sub/e2e-report", "");
     // m4 may land before the page reconnects (it is then replayed after the gap) or after.
     ids.push(server.publish("e2e", b"m4"));

@@ -394,8 +394,8 @@ fn publishers_may_show_a_jwt_with_a_publish_claim_beside_the_key() {
     assert_eq!(next_text(&mut may_not)["data"], "from a jwt"); // it may read, not write
     may_not.send(Message::Text("refused".into())).unwrap();
     assert_eq!(expect_close(&mut may_not).0, CloseCode::Policy);
-    // 403 ×2 (claims), the key's 401 (counted as forbidden since before JWTs), the WebSocket.
-    server.wait_status(|s| s["refused"]["unauthorized"] == 1 && s["refused"]["forbidden"] == 4);
+    // 401 ×2 (no key, the forged JWT); 403 ×2 (claims) and the WebSocket's publish.
+    server.wait_status(|s| s["refused"]["unauthorized"] == 2 && s["refused"]["forbidden"] == 3);
     std::thread::sleep(Duration::from_millis(300)); // and no more than these
     let s = server.status();
     assert_eq!(
@@ -403,7 +403,7 @@ fn publishers_may_show_a_jwt_with_a_publish_claim_beside_the_key() {
             s["refused"]["unauthorized"].as_u64(),
             s["refused"]["forbidden"].as_u64()
         ),
-        (Some(1), Some(4)),
+        (Some(2), Some(3)),
         "{s}"
     );
 }

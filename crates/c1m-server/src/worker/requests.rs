@@ -122,7 +122,8 @@ impl Worker {
         let r = &mut self.counters.refused;
         match status {
             400 | 411 | 501 => r.bad_request += 1,
-            401 | 403 => r.forbidden += 1,
+            401 => r.unauthorized += 1,
+            403 => r.forbidden += 1,
             404 => r.not_found += 1,
             405 => r.method += 1,
             413 => r.payload_too_large += 1,

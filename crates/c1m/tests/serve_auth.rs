@@ -224,6 +224,63 @@ fn a_held_stream_ends_at_its_token_expiry_with_a_clear_signal() {
 }
 
 #[test]
+fn a_waiting_long_poll_ends_at_its_token_expiry_and_a_longer_token_waits_out_the_poll() {
+    let keys = Keys::new("poll-expiry");
+    let server = Server::start(&[
+        "--workers",
+        "1",
+        "--auth",
+        "required",
+        "--jwt-key",
+        &keys.secret(),
+        "--poll-timeout",
+        "8s",
+    ]);
+    let agent = ureq::AgentBuilder::new()
+        .timeout(Duration::from_secs(20))
+        .build();
+    let poll = |token: &str| {
+        agent
+            .get(&server.url(&format!("/sub/news?token={token}")))
+            .call()
+    };
+
+    // A token that expires before the poll timeout: 401 at its exp, not a 204 after 8 s, and
+    // no message after the expiry reaches it.
+    let exp = now() + 2;
+    let short = keys.hs256(&json!({"exp": exp, "channels": "news"}));
+    let started = Instant::now();
+    match poll(&short) {
+        Err(ureq::Error::Status(401, answer)) => {
+            assert!(now() >= exp, "answered before the token's exp");
+            assert!(
+                started.elapsed() < Duration::from_secs(7),
+                "{:?}",
+                started.elapsed()
+            );
+            let body = answer.into_string().unwrap();
+            assert!(body.contains("token expired"), "{body}");
+        }
+        other => panic!("expected 401 at the token's expiry, got {other:?}"),
+    }
+    let s = server.wait_status(|s| s["refused"]["expired"] == 1);
+    assert_eq!(s["connections"]["longpoll"], 0, "{s}");
+
+    // A token that outlives the poll: the plain 204 at the poll timeout, on the same
+    // keep-alive connection the 401 left open.
+    let long = keys.hs256(&json!({"exp": now() + 300, "channels": "news"}));
+    let started = Instant::now();
+    let answer = poll(&long).expect("a 204 at the poll timeout");
+    assert_eq!(answer.status(), 204);
+    assert!(
+        started.elapsed() >= Duration::from_secs(7),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(server.status()["refused"]["expired"], 1);
+}
+
+#[test]
 fn a_refreshed_websocket_stays_and_a_resubscribe_with_last_id_loses_nothing() {
     let keys = Keys::new("refresh");
     let server = Server::start(&[

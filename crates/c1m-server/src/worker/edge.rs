@@ -21,6 +21,11 @@ const MAX_EXPIRY: Duration = Duration::from_secs(5 * 365 * 24 * 3600);
 /// is looked at again (the expiry signal goes after the replay, in the stream's own framing).
 const JOINING_RETRY: Duration = Duration::from_millis(100);
 
+/// Milliseconds until `exp` (Unix seconds), capped at [`MAX_EXPIRY`].
+fn expiry_millis(exp: u64) -> u64 {
+    crate::auth::millis_until(exp).min(MAX_EXPIRY.as_millis() as u64)
+}
+
 /// The routes only the admin listener serves once `--admin-listen` is set.
 fn is_admin_route(route: &str) -> bool {
     matches!(
@@ -175,8 +180,9 @@ impl Worker {
         self.reply_and_close(idx, answer);
     }
 
-    /// After a subscribe: a held stream (SSE, WebSocket) with a token ends at its expiry.
-    /// Long-poll needs no timer: every poll shows its token again.
+    /// After a subscribe: a held stream (SSE, WebSocket) with a token ends at its expiry. A
+    /// long-poll shows its token again at every poll, so only a wait that would outlast the
+    /// token ends early (no message may reach it after its `exp`).
     pub(super) fn arm_expiry(&mut self, idx: usize, grant: Grant) {
         let Grant::Until(exp) = grant else {
             return;
@@ -184,18 +190,20 @@ impl Worker {
         let Some(conn) = self.conns.get(idx) else {
             return;
         };
-        if !matches!(
-            conn.kind,
-            Kind::Sse | Kind::SseJoining | Kind::Ws | Kind::WsJoining
-        ) {
-            return;
+        match conn.kind {
+            Kind::Sse | Kind::SseJoining | Kind::Ws | Kind::WsJoining => self.set_expiry(idx, exp),
+            Kind::PollJoining | Kind::PollWaiting => {
+                let ends = self.wheel.deadline_after(expiry_millis(exp));
+                if conn.deadline == 0 || ends < conn.deadline {
+                    self.set_expiry(idx, exp);
+                }
+            }
+            _ => {}
         }
-        self.set_expiry(idx, exp);
     }
 
     fn set_expiry(&mut self, idx: usize, exp: u64) {
-        let ms = crate::auth::millis_until(exp).min(MAX_EXPIRY.as_millis() as u64);
-        let deadline = self.wheel.deadline_after(ms);
+        let deadline = self.wheel.deadline_after(expiry_millis(exp));
         let conn = &mut self.conns[idx];
         let had = conn.deadline;
         conn.deadline = deadline;
@@ -209,12 +217,19 @@ impl Worker {
     }
 
     /// The token of a held stream expired: SSE gets `event: expired`, a WebSocket close 4001,
-    /// then the connection closes (counted as refused.expired). The client subscribes again
-    /// with a new token and its last id; history replays what it missed meanwhile.
+    /// then the connection closes; a waiting long-poll is answered 401 and its connection stays
+    /// (all counted as refused.expired). The client subscribes again with a new token and its
+    /// last id; history replays what it missed meanwhile.
     pub(super) fn token_expired(&mut self, idx: usize) {
         let kind = self.conns[idx].kind;
         match kind {
-            Kind::SseJoining => self.arm_timer(idx, JOINING_RETRY),
+            Kind::SseJoining | Kind::PollJoining => self.arm_timer(idx, JOINING_RETRY),
+            Kind::PollWaiting => {
+                self.counters.refused.expired += 1;
+                let why = "token expired; poll again with a new token and last_id";
+                let body = serde_json::json!({ "error": why }).to_string();
+                self.poll_answer(idx, 401, body.as_bytes());
+            }
             Kind::Sse => {
                 self.counters.refused.expired += 1;
                 let limit = self.cfg.max_unsent.saturating_add(sse::EXPIRED.len());

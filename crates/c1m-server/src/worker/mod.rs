@@ -664,8 +664,13 @@ impl Worker {
                 };
                 self.reply_and_close(idx, reply);
             }
-            Kind::PollWaiting => self.poll_timeout(idx),
-            Kind::Sse | Kind::SseJoining | Kind::Ws | Kind::WsJoining
+            Kind::PollWaiting if edge & conn::EXPIRES == 0 => self.poll_timeout(idx),
+            Kind::Sse
+            | Kind::SseJoining
+            | Kind::Ws
+            | Kind::WsJoining
+            | Kind::PollJoining
+            | Kind::PollWaiting
                 if edge & conn::EXPIRES != 0 =>
             {
                 self.token_expired(idx)

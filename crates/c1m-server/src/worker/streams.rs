@@ -65,7 +65,7 @@ impl Worker {
                 }
                 Transport::LongPoll => {
                     conn.kind = Kind::PollWaiting;
-                    self.arm_timer(idx, self.cfg.poll_timeout);
+                    self.arm_poll_timeout(idx);
                 }
                 Transport::Ws => conn.kind = Kind::Ws,
             }
@@ -156,7 +156,7 @@ impl Worker {
             Kind::PollJoining => {
                 if replay.is_empty() {
                     conn.kind = Kind::PollWaiting;
-                    self.arm_timer(idx, self.cfg.poll_timeout);
+                    self.arm_poll_timeout(idx);
                     return;
                 }
                 let mut messages = Vec::new();
@@ -336,7 +336,24 @@ impl Worker {
         for (chan, pos) in self.conns[idx].subs.take() {
             self.leave_channel(chan, pos);
         }
-        self.conns[idx].deadline = 0;
+        let conn = &mut self.conns[idx];
+        conn.deadline = 0;
+        // The next request on this keep-alive connection shows its own token.
+        conn.edge &= !super::conn::EXPIRES;
+    }
+
+    /// A long-poll starts waiting: it ends at the poll timeout, or earlier where its token's
+    /// expiry was armed (`arm_expiry`) before the wait began.
+    fn arm_poll_timeout(&mut self, idx: usize) {
+        let ends = self
+            .wheel
+            .deadline_after(self.cfg.poll_timeout.as_millis() as u64);
+        let conn = &mut self.conns[idx];
+        if conn.edge & super::conn::EXPIRES != 0 && conn.deadline != 0 && conn.deadline <= ends {
+            return; // the expiry's wheel entry is in place
+        }
+        conn.edge &= !super::conn::EXPIRES;
+        self.arm_timer(idx, self.cfg.poll_timeout);
     }
 
     /// Long-poll timeout: 204, and the client polls again with the same last id.

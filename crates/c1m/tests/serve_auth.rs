@@ -74,19 +74,18 @@ fn metric(server: &Server, line_start: &str) -> String {
         .to_string()
 }
 
+/// `c1m serve` with `--auth MODE --jwt-key KEY` on WORKERS workers, then EXTRA flags.
+fn auth_server(workers: u32, mode: &str, key: &str, extra: &[&str]) -> Server {
+    let workers = workers.to_string();
+    let mut args = vec!["--workers", &workers, "--auth", mode, "--jwt-key", key];
+    args.extend_from_slice(extra);
+    Server::start(&args)
+}
+
 #[test]
 fn subscribers_need_a_token_that_grants_their_channels() {
     let keys = Keys::new("grants");
-    let server = Server::start(&[
-        "--workers",
-        "2",
-        "--auth",
-        "required",
-        "--jwt-key",
-        &keys.secret(),
-        "--auth-cookie",
-        "c1m_jwt",
-    ]);
+    let server = auth_server(2, "required", &keys.secret(), &["--auth-cookie", "c1m_jwt"]);
     let chat = keys.hs256(&json!({"exp": now() + 300, "sub": "u1", "channels": ["chat.*"]}));
     let expired = keys.hs256(&json!({"exp": now() - 5, "channels": ["chat.*"]}));
     let forged = {
@@ -189,14 +188,7 @@ impl Drop for KillOnDrop<'_> {
 #[test]
 fn a_held_stream_ends_at_its_token_expiry_with_a_clear_signal() {
     let keys = Keys::new("expiry");
-    let server = Server::start(&[
-        "--workers",
-        "1",
-        "--auth",
-        "required",
-        "--jwt-key",
-        &keys.secret(),
-    ]);
+    let server = auth_server(1, "required", &keys.secret(), &[]);
     let exp = now() + 3; // margin for a loaded box: the publish must come before it
     let short = keys.hs256(&json!({"exp": exp, "channels": "news"}));
     let mut sse = Sse::connect(server.http, &format!("/sub/news?token={short}"), "");
@@ -226,16 +218,7 @@ fn a_held_stream_ends_at_its_token_expiry_with_a_clear_signal() {
 #[test]
 fn a_waiting_long_poll_ends_at_its_token_expiry_and_a_longer_token_waits_out_the_poll() {
     let keys = Keys::new("poll-expiry");
-    let server = Server::start(&[
-        "--workers",
-        "1",
-        "--auth",
-        "required",
-        "--jwt-key",
-        &keys.secret(),
-        "--poll-timeout",
-        "8s",
-    ]);
+    let server = auth_server(1, "required", &keys.secret(), &["--poll-timeout", "8s"]);
     let agent = ureq::AgentBuilder::new()
         .timeout(Duration::from_secs(20))
         .build();
@@ -279,14 +262,7 @@ fn a_waiting_long_poll_ends_at_its_token_expiry_and_a_longer_token_waits_out_the
 #[test]
 fn a_refreshed_websocket_stays_and_a_resubscribe_with_last_id_loses_nothing() {
     let keys = Keys::new("refresh");
-    let server = Server::start(&[
-        "--workers",
-        "1",
-        "--auth",
-        "required",
-        "--jwt-key",
-        &keys.secret(),
-    ]);
+    let server = auth_server(1, "required", &keys.secret(), &[]);
     // Tokens are minted just before use with a few seconds to live: on a loaded CI box a
     // step can take a second or more, and an expiry before the step under test is not the
     // case being tested.
@@ -369,14 +345,7 @@ fn rs256_es256_and_eddsa_keys_from_openssl_verify() {
         ("EdDSA", &["-algorithm", "ED25519"][..]),
     ] {
         let (private, public) = keys.openssl_pair(alg, genpkey);
-        let server = Server::start(&[
-            "--workers",
-            "1",
-            "--auth",
-            "required",
-            "--jwt-key",
-            public.to_str().unwrap(),
-        ]);
+        let server = auth_server(1, "required", public.to_str().unwrap(), &[]);
         let good = auth::mint(
             alg,
             &private,
@@ -464,14 +433,7 @@ fn publishers_may_show_a_jwt_with_a_publish_claim_beside_the_key() {
 #[test]
 fn optional_auth_lets_anonymous_in_but_judges_a_token_that_is_shown() {
     let keys = Keys::new("optional");
-    let server = Server::start(&[
-        "--workers",
-        "1",
-        "--auth",
-        "optional",
-        "--jwt-key",
-        &keys.secret(),
-    ]);
+    let server = auth_server(1, "optional", &keys.secret(), &[]);
     let mut anonymous = Sse::connect(server.http, "/sub/open", "");
     let wrong = keys.hs256(&json!({"exp": now() + 60, "channels": ["other"]}));
     let sse = "Accept: text/event-stream";

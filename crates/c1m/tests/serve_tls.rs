@@ -3,6 +3,7 @@
 //! line protocol); certificate reload on SIGHUP; plaintext clients, stalled handshakes and bad
 //! certificate files.
 
+mod common; // tls_support reads the banner with common::parse_banner
 mod tls_support;
 
 use std::io::{BufRead, BufReader, Read, Write};

@@ -178,7 +178,7 @@ impl LogLines {
 }
 
 /// `c1m serve: listening on http ADDR[, tcp ADDR]; …` → (http, tcp).
-fn parse_banner(line: &str) -> Option<(SocketAddr, Option<SocketAddr>)> {
+pub fn parse_banner(line: &str) -> Option<(SocketAddr, Option<SocketAddr>)> {
     let rest = line.strip_prefix("c1m serve: listening on http ")?;
     let (addrs, _) = rest.split_once(';')?;
     let mut parts = addrs.split(", tcp ");

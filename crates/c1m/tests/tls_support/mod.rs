@@ -5,6 +5,7 @@
 //! -CAfile`, or a browser (import `TestPki::ca_pem` into its trust store, or pin the leaf's
 //! key with Chromium's `--ignore-certificate-errors-spki-list`, computed from `Leaf::cert`).
 #![allow(dead_code)] // each test file uses a different part
+                     // Needs `mod common;` beside it in the test file (the banner parser lives there).
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
 use rustls::pki_types::{CertificateDer, ServerName};
@@ -169,7 +170,7 @@ impl TlsServer {
         BufReader::new(child.stdout.take().unwrap())
             .read_line(&mut line)
             .unwrap();
-        let Some((http, tcp)) = parse_banner(&line) else {
+        let Some((http, tcp)) = crate::common::parse_banner(&line) else {
             let _ = child.kill();
             let _ = child.wait();
             panic!("unexpected first line from c1m serve: {line:?}");
@@ -233,19 +234,6 @@ impl Drop for TlsServer {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// `c1m serve: listening on http ADDR[, tcp ADDR]; …` → (http, tcp).
-fn parse_banner(line: &str) -> Option<(SocketAddr, Option<SocketAddr>)> {
-    let rest = line.strip_prefix("c1m serve: listening on http ")?;
-    let (addrs, _) = rest.split_once(';')?;
-    let mut parts = addrs.split(", tcp ");
-    let http = parts.next()?.parse().ok()?;
-    let tcp = match parts.next() {
-        Some(t) => Some(t.parse().ok()?),
-        None => None,
-    };
-    Some((http, tcp))
 }
 
 /// Reads from a TLS stream until `needle` shows up (or panics after the read timeout).

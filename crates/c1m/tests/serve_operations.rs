@@ -399,14 +399,26 @@ fn item10_counters_monotonic_across_worker_restart() {
     assert_eq!(s["messages"]["delivered"], 48, "{s}");
 }
 
+/// Sends SIGCONT on drop, so a process the test stopped runs again even when it fails.
+struct Continue(u32);
+
+impl Drop for Continue {
+    fn drop(&mut self) {
+        let _ = c1m_sys::process::kill(self.0, libc::SIGCONT);
+    }
+}
+
+/// Waits (at most 5 s) until `path` answers 200 again.
+fn wait_until_ok(server: &Server, path: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while get(server, path).0 != 200 {
+        assert!(Instant::now() < deadline, "{path} did not recover");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 #[test]
 fn item11_healthz_fails_while_master_stopped() {
-    struct Continue(u32);
-    impl Drop for Continue {
-        fn drop(&mut self) {
-            let _ = c1m_sys::process::kill(self.0, libc::SIGCONT);
-        }
-    }
     let server = Server::start(&["--workers", "1"]);
     assert_eq!(get(&server, "/healthz"), (200, "ok\n".to_string()));
     server.signal(libc::SIGSTOP);
@@ -421,21 +433,11 @@ fn item11_healthz_fails_while_master_stopped() {
         asked.elapsed()
     );
     server.signal(libc::SIGCONT);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while get(&server, "/healthz").0 != 200 {
-        assert!(Instant::now() < deadline, "healthz did not recover");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until_ok(&server, "/healthz");
 }
 
 #[test]
 fn status_answers_503_while_master_stopped() {
-    struct Continue(u32);
-    impl Drop for Continue {
-        fn drop(&mut self) {
-            let _ = c1m_sys::process::kill(self.0, libc::SIGCONT);
-        }
-    }
     let server = Server::start(&["--workers", "1"]);
     assert_eq!(get(&server, "/status").0, 200);
     server.signal(libc::SIGSTOP);
@@ -453,21 +455,11 @@ fn status_answers_503_while_master_stopped() {
         asked.elapsed()
     );
     server.signal(libc::SIGCONT);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while get(&server, "/status").0 != 200 {
-        assert!(Instant::now() < deadline, "/status did not recover");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until_ok(&server, "/status");
 }
 
 #[test]
 fn item11_healthz_fails_while_a_worker_stopped() {
-    struct Continue(u32);
-    impl Drop for Continue {
-        fn drop(&mut self) {
-            let _ = c1m_sys::process::kill(self.0, libc::SIGCONT);
-        }
-    }
     let server = Server::start(&["--workers", "2"]);
     let stopped = server.worker_pids()[0];
     c1m_sys::process::kill(stopped, libc::SIGSTOP).unwrap();
@@ -491,11 +483,7 @@ fn item11_healthz_fails_while_a_worker_stopped() {
     };
     assert!(body.contains("worker 0 has not reported"), "{body}");
     c1m_sys::process::kill(stopped, libc::SIGCONT).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while get(&server, "/healthz").0 != 200 {
-        assert!(Instant::now() < deadline, "healthz did not recover");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until_ok(&server, "/healthz");
 }
 
 #[test]

@@ -4,6 +4,8 @@
 //! or `--publish-cmd` running curl), and the delivery verdict must be right both ways: zero
 //! loss reported as zero, and a channel whose publishes the server drops reported as loss.
 
+mod common;
+
 use serde_json::Value;
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -128,37 +130,10 @@ fn bench(args: &[&str]) -> (i32, Value, String) {
 
 /// Runs `c1m bench ARGS --report FILE` (3 s hold); returns exit code, report and stdout.
 fn bench_raw(args: &[&str]) -> (i32, Value, String) {
-    let report = std::env::temp_dir().join(format!(
-        "c1m-bench-nchan-{}-{}.json",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    ));
-    let out = Command::new(env!("CARGO_BIN_EXE_c1m"))
-        .arg("bench")
-        .args(args)
-        .args(["--rate", "3000", "--hold", "3s", "--drain", "1s"])
-        .args(["--duration", "30s", "-q"])
-        .arg("--report")
-        .arg(&report)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let text = std::fs::read_to_string(&report).unwrap_or_else(|e| {
-        panic!(
-            "no report ({e}):\n{stdout}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    let _ = std::fs::remove_file(&report);
-    eprintln!("{stdout}");
-    (
-        out.status.code().unwrap_or(-1),
-        serde_json::from_str(&text).unwrap(),
-        stdout,
-    )
+    let mut all = args.to_vec();
+    all.extend(["--rate", "3000", "--hold", "3s", "--drain", "1s"]);
+    all.extend(["--duration", "30s", "-q"]);
+    common::run_bench(&all)
 }
 
 /// Every subscriber online, every message published while it was online delivered once.

@@ -4,6 +4,8 @@
 //! `/status`. Both processes are bounded: bench by `--hold`/`--duration`, serve by a kill at the
 //! end of each test (its workers die with it).
 
+mod common;
+
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -58,35 +60,7 @@ fn start_serve() -> Serve {
 }
 
 fn bench(args: &[&str]) -> (i32, Value, String) {
-    let report = std::env::temp_dir().join(format!(
-        "c1m-bench-serve-{}-{}.json",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    ));
-    let out = Command::new(env!("CARGO_BIN_EXE_c1m"))
-        .arg("bench")
-        .args(args)
-        .arg("--report")
-        .arg(&report)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let text = std::fs::read_to_string(&report).unwrap_or_else(|e| {
-        panic!(
-            "no report ({e}):\n{stdout}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    let _ = std::fs::remove_file(&report);
-    eprintln!("{stdout}");
-    (
-        out.status.code().unwrap_or(-1),
-        serde_json::from_str(&text).unwrap(),
-        stdout,
-    )
+    common::run_bench(args)
 }
 
 fn run_and_check(proto: &str, conns: u64) {

@@ -300,3 +300,37 @@ pub fn status_code(answer: &str) -> u16 {
         .and_then(|c| c.parse().ok())
         .unwrap_or(0)
 }
+
+/// Runs `c1m bench ARGS --report FILE`; returns its exit code, the JSON report and stdout
+/// (printed too, so a failing test shows bench's summary).
+pub fn run_bench(args: &[&str]) -> (i32, serde_json::Value, String) {
+    let report = std::env::temp_dir().join(format!(
+        "c1m-bench-report-{}-{}.json",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    let out = c1m()
+        .arg("bench")
+        .args(args)
+        .arg("--report")
+        .arg(&report)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let text = std::fs::read_to_string(&report).unwrap_or_else(|e| {
+        panic!(
+            "no report ({e}):\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    let _ = std::fs::remove_file(&report);
+    eprintln!("{stdout}");
+    (
+        out.status.code().unwrap_or(-1),
+        serde_json::from_str(&text).unwrap(),
+        stdout,
+    )
+}

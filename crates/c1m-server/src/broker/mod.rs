@@ -82,6 +82,11 @@ pub struct BrokerStats {
     pub live_gaps: u64,
     /// Requests sent to the broker and not yet answered.
     pub in_flight: u64,
+    /// Failed attempts to (re)connect to the broker, any cause.
+    pub connect_failures: u64,
+    /// Of those, refusals only an operator can fix: wrong password or user, no permission
+    /// (ACL), a TLS certificate the trusted CA did not sign. Each is also logged.
+    pub auth_failures: u64,
 }
 
 /// History bounds (from the configuration, changed by SIGHUP).

@@ -135,7 +135,7 @@ impl Master {
         let broker: Box<dyn Broker> = match &cfg.broker {
             None => Box::new(broker::memory::MemoryBroker::new(limits)),
             Some(url) => {
-                let target = broker::redis::RedisTarget::parse(url)?;
+                let target = broker::redis::RedisTarget::parse(url, cfg.broker_ca.as_deref())?;
                 let waker = mio::Waker::new(poll.registry(), BROKER)?;
                 Box::new(broker::redis::RedisBroker::start(target, limits, waker)?)
             }

@@ -93,7 +93,14 @@ fn a_certificate_the_trusted_ca_did_not_sign_is_refused() {
     // A CA file that is not a certificate is a configuration error.
     let bad = pki.path("server.key");
     let out = c1m()
-        .args(["serve", "--check-config", "--broker", &url(&redis), "--broker-ca", &bad])
+        .args([
+            "serve",
+            "--check-config",
+            "--broker",
+            &url(&redis),
+            "--broker-ca",
+            &bad,
+        ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));

@@ -185,6 +185,7 @@ impl Report {
                 "live_gaps": self.broker.live_gaps, "in_flight": self.broker.in_flight,
                 "connect_failures": self.broker.connect_failures,
                 "auth_failures": self.broker.auth_failures,
+                "idempotent_replays": self.broker.idempotent_replays,
             },
             "subscribes": self.subscribes,
             "latency": serde_json::Value::Object(
@@ -325,6 +326,13 @@ impl Report {
                     b.connect_failures.saturating_sub(b.auth_failures),
                 ),
             ],
+        );
+        metric(
+            "idempotent_replays_total",
+            "counter",
+            "Publishes that repeated an Idempotency-Key on their channel: answered with the first \
+             publish's id, stored and delivered once.",
+            &[("", b.idempotent_replays)],
         );
         metric(
             "broker_in_flight",

@@ -155,6 +155,18 @@ impl Redis {
     pub fn kill(&mut self) {
         self.proc = None;
     }
+
+    /// Sends `signal` (e.g. "STOP", "CONT") to the running server.
+    pub fn signal(&self, signal: &str) {
+        let pid = self.proc.as_ref().expect("redis running").0.id();
+        let ok = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(pid.to_string())
+            .status()
+            .expect("run kill")
+            .success();
+        assert!(ok, "kill -{signal} {pid}");
+    }
 }
 
 /// A private CA and a server certificate it signed for 127.0.0.1 (and localhost), minted by

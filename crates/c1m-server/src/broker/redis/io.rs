@@ -8,6 +8,7 @@
 use super::pubsub_conn::{self, Writer};
 use super::script;
 pub use super::target::Target;
+use crate::broker::IDEMPOTENCY_TTL;
 use redis::Value;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TryRecvError, TrySendError};
@@ -30,6 +31,8 @@ pub enum Request {
         payload: Vec<u8>,
         max_count: usize,
         max_age_ms: u64,
+        /// `Idempotency-Key` ('' = none).
+        key: String,
     },
     Replay {
         tag: u64,
@@ -337,6 +340,7 @@ fn serve_commands(
                     payload,
                     max_count,
                     max_age_ms,
+                    key,
                 } => {
                     tags.push(*tag);
                     let mut cmd = redis::cmd("EVALSHA");
@@ -347,7 +351,9 @@ fn serve_commands(
                         .arg(*max_count)
                         .arg(*max_age_ms)
                         .arg(start_us())
-                        .arg(target.db);
+                        .arg(target.db)
+                        .arg(key)
+                        .arg(IDEMPOTENCY_TTL.as_millis() as u64);
                     cmd
                 }
                 Request::Replay {

@@ -485,13 +485,18 @@ impl RedisBroker {
 
     fn on_answer(&mut self, what: Pending, value: Option<Value>) {
         match what {
-            Pending::Publish { req, channel } => match value.as_ref().and_then(script::as_u64) {
-                Some(id) => self.ready.push(Event::Published { req, channel, id }),
-                None => {
-                    self.stats.publish_unavailable += 1;
-                    self.ready.push(Event::PublishUnavailable { req });
+            Pending::Publish { req, channel } => {
+                match value.as_ref().and_then(script::decode_published) {
+                    Some((id, repeated)) => {
+                        self.stats.idempotent_replays += u64::from(repeated);
+                        self.ready.push(Event::Published { req, channel, id })
+                    }
+                    None => {
+                        self.stats.publish_unavailable += 1;
+                        self.ready.push(Event::PublishUnavailable { req });
+                    }
                 }
-            },
+            }
             Pending::Join { join: id } => {
                 let Some(join) = self.joins.get(&id) else {
                     return;
@@ -648,7 +653,7 @@ impl RedisBroker {
 }
 
 impl Broker for RedisBroker {
-    fn publish(&mut self, req: Req, channel: String, payload: Rc<[u8]>) {
+    fn publish(&mut self, req: Req, channel: String, payload: Rc<[u8]>, key: Option<String>) {
         if !self.shared.command_up.load(Ordering::SeqCst) || self.pending.len() >= MAX_IN_FLIGHT {
             self.stats.publish_unavailable += 1;
             return self.ready.push(Event::PublishUnavailable { req });
@@ -664,6 +669,7 @@ impl Broker for RedisBroker {
             payload: payload.to_vec(),
             max_count: self.limits.max_count,
             max_age_ms,
+            key: key.unwrap_or_default(),
         }) {
             self.stats.publish_unavailable += 1;
             self.ready.push(Event::PublishUnavailable { req });

@@ -8,9 +8,8 @@ mod common;
 mod redis_support;
 
 use common::{c1m, Server};
-use redis_support::{publish, publish_retrying, Redis, Sub};
-use std::process::Command;
-use std::time::{Duration, Instant};
+use redis_support::{publish, publish_retrying, run_bounded, Redis, Sub};
+use std::time::Duration;
 
 const PASSWORD: &str = "s3cret-Pw";
 const ALICE_PASSWORD: &str = "al1ce-Pw";
@@ -113,22 +112,22 @@ fn a_refused_password_is_a_start_up_error() {
         format!("redis://alice:wrong-{ALICE_PASSWORD}@127.0.0.1:{port}"),
         format!("redis://127.0.0.1:{port}"),
     ] {
-        let started = Instant::now();
-        let out = Command::new(env!("CARGO_BIN_EXE_c1m"))
-            .args([
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--workers",
-                "1",
-                "--broker",
-                &url,
-            ])
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-        assert_eq!(out.status.code(), Some(2), "{url}: {stderr}");
-        assert!(started.elapsed() < Duration::from_secs(10));
+        let mut cmd = c1m();
+        cmd.args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--workers",
+            "1",
+            "--broker",
+            &url,
+        ]);
+        let (code, stderr) = run_bounded(cmd, Duration::from_secs(10));
+        assert_eq!(
+            code,
+            Some(2),
+            "{url}: must exit 2 at once; stderr: {stderr}"
+        );
         assert!(stderr.contains("redis refused this node"), "{stderr}");
         assert_no_password("the start-up error", &stderr);
     }

@@ -8,7 +8,7 @@ mod common;
 mod redis_support;
 
 use common::{c1m, Server};
-use redis_support::{publish_retrying, Pki, Redis, Sub};
+use redis_support::{publish_retrying, run_bounded, Pki, Redis, Sub};
 use std::time::Duration;
 
 const PASSWORD: &str = "tls-Pw-7";
@@ -79,14 +79,16 @@ fn a_certificate_the_trusted_ca_did_not_sign_is_refused() {
     let other = pki.path("other-ca.pem");
     let runs: [&[&str]; 2] = [&["--broker-ca", &other], &[]];
     for extra in runs {
-        let out = c1m()
-            .args(["serve", "--listen", "127.0.0.1:0", "--workers", "1"])
+        let mut cmd = c1m();
+        cmd.args(["serve", "--listen", "127.0.0.1:0", "--workers", "1"])
             .args(["--broker", &url(&redis)])
-            .args(extra)
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-        assert_eq!(out.status.code(), Some(2), "{extra:?}: {stderr}");
+            .args(extra);
+        let (code, stderr) = run_bounded(cmd, Duration::from_secs(10));
+        assert_eq!(
+            code,
+            Some(2),
+            "{extra:?}: must exit 2 at once; stderr: {stderr}"
+        );
         assert!(stderr.contains("certificate"), "{extra:?}: {stderr}");
         assert!(!stderr.contains(PASSWORD), "{stderr}");
     }

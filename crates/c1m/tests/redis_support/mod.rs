@@ -274,6 +274,36 @@ impl Pki {
     }
 }
 
+/// Runs `cmd` (stdout ignored) for at most `limit`: its exit code (None if it was still
+/// running and got killed) and its stderr.
+pub fn run_bounded(mut cmd: Command, limit: Duration) -> (Option<i32>, String) {
+    let mut child = Proc(
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn"),
+    );
+    let mut stderr = child.0.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
+    let deadline = Instant::now() + limit;
+    let code = loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            break status.code();
+        }
+        if Instant::now() >= deadline {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    drop(child); // kills it if still running, so stderr ends
+    (code, reader.join().unwrap())
+}
+
 /// What a subscriber saw on its stream.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Seen {
@@ -365,10 +395,7 @@ impl Sub {
     pub fn expect_silence(&mut self, wait: Duration) {
         self.stream.set_read_timeout(Some(wait)).unwrap();
         let mut chunk = [0u8; 4096];
-        let got = match self.stream.read(&mut chunk) {
-            Ok(n) => n,
-            Err(_) => 0,
-        };
+        let got: usize = self.stream.read(&mut chunk).unwrap_or_default();
         let text = String::from_utf8_lossy(&chunk[..got]).into_owned();
         assert!(
             got == 0 || !text.contains("data: "),

@@ -19,6 +19,10 @@ needed=(curl iproute2 util-linux procps tmux python3 gcc chromium haproxy openss
 needed+=(nginx-light libnginx-mod-nchan)
 # redis-server: the cluster broker of crates/c1m/tests/serve_cluster.rs (with haproxy in front).
 needed+=(redis-server)
+# redis-tools (redis-cli; redis-server pulls it in, named so a change there cannot drop it) and
+# openssl (mints the CA and server certificate of the rediss:// test): crates/c1m/tests/
+# serve_cluster_auth.rs, serve_cluster_tls.rs, serve_publish_idempotency.rs (redis5).
+needed+=(redis-tools openssl)
 # prometheus: its promtool checks the real /metrics body in crates/c1m/tests/serve_metrics.rs.
 needed+=(prometheus)
 missing=()

@@ -12,6 +12,7 @@ pub mod client;
 pub mod count;
 pub mod http;
 pub mod http_framing;
+pub mod idempotency;
 pub mod line;
 pub mod longpoll;
 pub mod ports;

@@ -156,6 +156,9 @@ pub struct Config {
     // --- cluster broker (issue #10) ---
     /// Cluster broker URL (`redis://HOST:PORT[/DB]`); none = the in-process hub (one box).
     pub broker: Option<String>,
+    // --- cluster broker: TLS trust (issue #10, redis5) ---
+    /// PEM CA certificate(s) trusted for a `rediss://` broker; none = the system's roots.
+    pub broker_ca: Option<PathBuf>,
 }
 
 /// `--auth`: whether subscribers must show a token.
@@ -232,6 +235,7 @@ impl Default for Config {
             tls_cert: None,
             tls_key: None,
             broker: None,
+            broker_ca: None,
         }
     }
 }
@@ -413,11 +417,20 @@ pub struct ServeArgs {
     pub tls_key: Option<PathBuf>,
     // --- cluster broker (issue #10) ---
     /// Share ids, history and delivery with other `c1m serve` nodes through Redis:
-    /// redis://HOST:PORT[/DB]. Publishes get 503 + Retry-After while Redis is unreachable;
-    /// subscribers stay connected and get what they missed (or a gap event) when it is back
-    /// [default: none, the in-process hub].
+    /// redis://[USER:PASSWORD@]HOST:PORT[/DB], or rediss://… for TLS (`redis://:PASSWORD@…`
+    /// for `requirepass`, `USER:PASSWORD` for an ACL user; the password is never printed).
+    /// Publishes get 503 + Retry-After while Redis is unreachable; subscribers stay connected
+    /// and get what they missed (or a gap event) when it is back. A password or certificate
+    /// Redis refuses at start is an error (exit 2); refused later, it is logged and counted
+    /// (`broker.auth_failures`) while the node retries [default: none, the in-process hub].
     #[arg(long, env = "C1M_BROKER")]
     pub broker: Option<String>,
+    // --- cluster broker: TLS trust (issue #10, redis5) ---
+    /// PEM file of the CA(s) that signed the rediss:// broker's certificate (a private CA);
+    /// both Redis connections check the certificate against it and the host name in the URL
+    /// [default: the system's CA roots].
+    #[arg(long, env = "C1M_BROKER_CA")]
+    pub broker_ca: Option<PathBuf>,
 }
 
 impl ServeArgs {
@@ -476,7 +489,8 @@ impl ServeArgs {
             log_level,
             tls_cert,
             tls_key,
-            broker
+            broker,
+            broker_ca
         );
         // auth, CORS and the admin listener (issue #11)
         overlay!(
@@ -535,9 +549,13 @@ impl Config {
             ($($arg:tt)*) => { problems.push(format!($($arg)*)) };
         }
         if let Some(url) = &self.broker {
-            if let Err(e) = crate::broker::redis::RedisTarget::parse(url) {
+            let ca = self.broker_ca.as_deref();
+            if let Err(e) = crate::broker::redis::RedisTarget::parse(url, ca) {
                 problem!("{e:#}");
             }
+        }
+        if self.broker.is_none() && self.broker_ca.is_some() {
+            problem!("--broker-ca needs --broker rediss://…");
         }
         if self.max_conns == 0 {
             problem!("--max-conns must be at least 1");

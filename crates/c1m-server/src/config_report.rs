@@ -76,6 +76,10 @@ pub fn print(args: &ServeArgs, cfg: &Config, matches: Option<&ArgMatches>) -> St
             Some(_) if SECRET_KEYS.contains(&key.as_str()) => {
                 let _ = writeln!(out, "# {key} = (set, not shown)  # {from}");
             }
+            Some(toml::Value::String(url)) if key == "broker" => {
+                let shown = toml::Value::String(crate::broker::redis::redact(url));
+                let _ = writeln!(out, "{key} = {shown}  # {from}");
+            }
             Some(v) => {
                 let _ = writeln!(out, "{key} = {v}  # {from}");
             }

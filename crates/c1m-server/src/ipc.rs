@@ -237,6 +237,14 @@ pub enum ToMaster {
         req: u64,
         channel: String,
     },
+    /// A publish with an `Idempotency-Key` (tag 60, redis5): a retry with the same key on the
+    /// same channel is answered with the first one's id and stored and delivered once.
+    PublishKeyed {
+        req: u64,
+        channel: String,
+        payload: Vec<u8>,
+        key: String,
+    },
 }
 
 /// Master → worker.
@@ -459,6 +467,16 @@ impl ToMaster {
                 w.u64(*req).str(channel);
                 w.finish()
             }
+            ToMaster::PublishKeyed {
+                req,
+                channel,
+                payload,
+                key,
+            } => {
+                let mut w = Writer::new(60);
+                w.u64(*req).str(channel).bytes(payload).str(key);
+                w.finish()
+            }
         }
     }
 
@@ -482,6 +500,12 @@ impl ToMaster {
             }
             3 => ToMaster::Leave {
                 channel: r.string()?,
+            },
+            60 => ToMaster::PublishKeyed {
+                req: r.u64()?,
+                channel: r.string()?,
+                payload: r.bytes()?,
+                key: r.string()?,
             },
             4 => {
                 let pid = r.u64()? as u32;
@@ -717,6 +741,12 @@ pub fn examples() -> (Vec<ToMaster>, Vec<ToWorker>) {
             req: 9,
             channel: "a".into(),
             payload: b"x\ny".to_vec(),
+        },
+        ToMaster::PublishKeyed {
+            req: 9,
+            channel: "a".into(),
+            payload: b"x".to_vec(),
+            key: "order-17".into(),
         },
         ToMaster::Join {
             req: 1,

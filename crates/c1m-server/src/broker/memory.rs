@@ -2,7 +2,8 @@
 //! returns. One box needs nothing else; its events are exactly what the master did inline
 //! before the broker seam existed (ack first, then the message), so its figures stay the same.
 
-use super::{Broker, BrokerStats, Event, Limits, Req};
+use super::idempotency::Keys;
+use super::{Broker, BrokerStats, Event, Limits, Req, IDEMPOTENCY_MAX_KEYS, IDEMPOTENCY_TTL};
 use crate::hub::{Hub, MemoryHub};
 use std::rc::Rc;
 use std::time::Instant;
@@ -10,6 +11,8 @@ use std::time::Instant;
 pub struct MemoryBroker {
     hub: MemoryHub,
     ready: Vec<Event>,
+    keys: Keys,
+    idempotent_replays: u64,
 }
 
 impl MemoryBroker {
@@ -17,13 +20,26 @@ impl MemoryBroker {
         MemoryBroker {
             hub: MemoryHub::new(limits.max_count, limits.max_age, limits.max_bytes),
             ready: Vec::new(),
+            keys: Keys::new(IDEMPOTENCY_MAX_KEYS, IDEMPOTENCY_TTL),
+            idempotent_replays: 0,
         }
     }
 }
 
 impl Broker for MemoryBroker {
-    fn publish(&mut self, req: Req, channel: String, payload: Rc<[u8]>) {
-        let id = self.hub.publish(&channel, payload.clone(), Instant::now());
+    fn publish(&mut self, req: Req, channel: String, payload: Rc<[u8]>, key: Option<String>) {
+        let now = Instant::now();
+        if let Some(key) = &key {
+            if let Some(id) = self.keys.get(&channel, key, now) {
+                // A retry: the first publish's id, and nothing stored or delivered again.
+                self.idempotent_replays += 1;
+                return self.ready.push(Event::Published { req, channel, id });
+            }
+        }
+        let id = self.hub.publish(&channel, payload.clone(), now);
+        if let Some(key) = &key {
+            self.keys.insert(&channel, key, id, now);
+        }
         self.ready.push(Event::Published {
             req,
             channel: channel.clone(),
@@ -57,6 +73,7 @@ impl Broker for MemoryBroker {
 
     fn tick(&mut self, now: Instant) {
         self.hub.expire(now);
+        self.keys.expire(now);
     }
 
     fn set_limits(&mut self, limits: Limits) {
@@ -84,6 +101,7 @@ impl Broker for MemoryBroker {
             channels: self.hub.channel_count(),
             history_bytes: self.hub.history_bytes(),
             connected: true,
+            idempotent_replays: self.idempotent_replays,
             ..Default::default()
         }
     }

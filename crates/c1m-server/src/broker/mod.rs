@@ -5,12 +5,20 @@
 //! (its events are ready before the call returns); [`redis::RedisBroker`] answers from its own
 //! threads. A further backend (NATS JetStream, see docs/cluster.md) is one more module here.
 
+mod idempotency;
 pub mod memory;
 pub mod redis;
 
 use crate::hub::ReplayChunk;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
+
+/// How long a publish's `Idempotency-Key` is remembered (per channel): a retry within it gets
+/// the first id back instead of storing the message again.
+pub const IDEMPOTENCY_TTL: Duration = Duration::from_secs(600);
+/// Most idempotency keys the in-process hub remembers (the oldest go first); Redis holds its
+/// own (bounded by the TTL and its `maxmemory`).
+pub const IDEMPOTENCY_MAX_KEYS: usize = 100_000;
 
 /// Who asked: the worker slot and the worker's own request token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,6 +90,14 @@ pub struct BrokerStats {
     pub live_gaps: u64,
     /// Requests sent to the broker and not yet answered.
     pub in_flight: u64,
+    /// Failed attempts to (re)connect to the broker, any cause.
+    pub connect_failures: u64,
+    /// Of those, refusals only an operator can fix: wrong password or user, no permission
+    /// (ACL), a TLS certificate the trusted CA did not sign. Each is also logged.
+    pub auth_failures: u64,
+    /// Publishes answered with an earlier publish's id because they repeated its
+    /// `Idempotency-Key` (a retry): stored and delivered once.
+    pub idempotent_replays: u64,
 }
 
 /// History bounds (from the configuration, changed by SIGHUP).
@@ -95,8 +111,10 @@ pub struct Limits {
 /// What a broker must do for the master.
 pub trait Broker {
     /// Stores and delivers a message; answered by `Published` or `PublishUnavailable`, and the
-    /// message itself comes back as a `Message` event for this node's subscribers.
-    fn publish(&mut self, req: Req, channel: String, payload: Rc<[u8]>);
+    /// message itself comes back as a `Message` event for this node's subscribers. With an
+    /// idempotency `key` already used on `channel` within [`IDEMPOTENCY_TTL`], nothing is stored
+    /// or delivered: the answer is `Published` with the first publish's id.
+    fn publish(&mut self, req: Req, channel: String, payload: Rc<[u8]>, key: Option<String>);
     /// Makes `channels` live on this node and answers with what history holds after `after`
     /// (one chunk of `budget` payload bytes): `Joined`, or `JoinUnavailable`. No `Message` on
     /// these channels that the replay covers is delivered after the `Joined` event.

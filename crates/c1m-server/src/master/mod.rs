@@ -135,7 +135,7 @@ impl Master {
         let broker: Box<dyn Broker> = match &cfg.broker {
             None => Box::new(broker::memory::MemoryBroker::new(limits)),
             Some(url) => {
-                let target = broker::redis::RedisTarget::parse(url)?;
+                let target = broker::redis::RedisTarget::parse(url, cfg.broker_ca.as_deref())?;
                 let waker = mio::Waker::new(poll.registry(), BROKER)?;
                 Box::new(broker::redis::RedisBroker::start(target, limits, waker)?)
             }
@@ -371,37 +371,53 @@ impl Master {
         }
     }
 
+    /// A publish from worker `i` (with its `Idempotency-Key`, if any).
+    fn on_publish(
+        &mut self,
+        i: usize,
+        req: u64,
+        channel: String,
+        payload: Vec<u8>,
+        key: Option<String>,
+    ) {
+        let slots = &self.slots;
+        let behind = self.interest.get(&channel).is_some_and(|targets| {
+            targets
+                .iter()
+                .any(|&w| slots[w].link.as_ref().is_some_and(|l| l.is_congested()))
+        });
+        if behind {
+            // Refused before it gets an id: nothing is half-published, and the
+            // publisher (not the master's memory) absorbs the overload.
+            self.publish_refused += 1;
+            let refusal = ToWorker::PublishRefused {
+                req,
+                retry_after_s: RETRY_AFTER_S,
+            };
+            return self.send(i, refusal.encode());
+        }
+        let payload: Rc<[u8]> = Rc::from(payload);
+        let req = Req {
+            worker: i,
+            token: req,
+        };
+        self.broker.publish(req, channel, payload, key);
+        self.pump();
+    }
+
     fn on_frame(&mut self, i: usize, frame: ToMaster) {
         match frame {
             ToMaster::Publish {
                 req,
                 channel,
                 payload,
-            } => {
-                let slots = &self.slots;
-                let behind = self.interest.get(&channel).is_some_and(|targets| {
-                    targets
-                        .iter()
-                        .any(|&w| slots[w].link.as_ref().is_some_and(|l| l.is_congested()))
-                });
-                if behind {
-                    // Refused before it gets an id: nothing is half-published, and the
-                    // publisher (not the master's memory) absorbs the overload.
-                    self.publish_refused += 1;
-                    let refusal = ToWorker::PublishRefused {
-                        req,
-                        retry_after_s: RETRY_AFTER_S,
-                    };
-                    return self.send(i, refusal.encode());
-                }
-                let payload: Rc<[u8]> = Rc::from(payload);
-                let req = Req {
-                    worker: i,
-                    token: req,
-                };
-                self.broker.publish(req, channel, payload);
-                self.pump();
-            }
+            } => self.on_publish(i, req, channel, payload, None),
+            ToMaster::PublishKeyed {
+                req,
+                channel,
+                payload,
+                key,
+            } => self.on_publish(i, req, channel, payload, Some(key)),
             ToMaster::Join {
                 req,
                 channels,

@@ -12,6 +12,7 @@ const RESTART_KEYS: &[&str] = &[
     "listen",
     // The broker connection is made once at start.
     "broker",
+    "broker_ca",
     "tcp_listen",
     "workers",
     "max_conns",

@@ -183,6 +183,9 @@ impl Report {
                 "publish_unavailable": self.broker.publish_unavailable,
                 "join_unavailable": self.broker.join_unavailable,
                 "live_gaps": self.broker.live_gaps, "in_flight": self.broker.in_flight,
+                "connect_failures": self.broker.connect_failures,
+                "auth_failures": self.broker.auth_failures,
+                "idempotent_replays": self.broker.idempotent_replays,
             },
             "subscribes": self.subscribes,
             "latency": serde_json::Value::Object(
@@ -310,6 +313,26 @@ impl Report {
             "counter",
             "Gap events sent to live subscribers after a broker outage lost messages.",
             &[("", b.live_gaps)],
+        );
+        metric(
+            "broker_connect_failures_total",
+            "counter",
+            "Failed attempts to (re)connect to the broker; reason=\"refused\": wrong password \
+             or user, no ACL permission, untrusted TLS certificate (logged; an operator must act).",
+            &[
+                ("{reason=\"refused\"}", b.auth_failures),
+                (
+                    "{reason=\"unreachable\"}",
+                    b.connect_failures.saturating_sub(b.auth_failures),
+                ),
+            ],
+        );
+        metric(
+            "idempotent_replays_total",
+            "counter",
+            "Publishes that repeated an Idempotency-Key on their channel: answered with the first \
+             publish's id, stored and delivered once.",
+            &[("", b.idempotent_replays)],
         );
         metric(
             "broker_in_flight",

@@ -313,6 +313,17 @@ impl Worker {
             );
             return Some(data.len());
         }
+        // Read as bytes: a key that is not UTF-8 is refused, not taken for no key.
+        let idempotency_key = match req.header("Idempotency-Key").map(std::str::from_utf8) {
+            None => None,
+            Some(Ok(key)) if c1m_proto::idempotency::is_valid_key(key.trim()) => {
+                Some(key.trim().to_string())
+            }
+            Some(_) => {
+                self.refuse(idx, 400, c1m_proto::idempotency::KEY_RULE);
+                return Some(data.len());
+            }
+        };
         let max = self.cfg.max_payload;
         let too_large = |what: String| format!("{what} is over the {max} byte payload limit");
         let body = &data[req.head_len..];
@@ -363,11 +374,20 @@ impl Worker {
         conn.deadline = 0;
         self.publish_started
             .insert(token, c1m_sys::shm::monotonic_micros());
-        self.send_to_master(ToMaster::Publish {
-            req: token,
-            channel: channel.to_string(),
-            payload,
-        });
+        let frame = match idempotency_key {
+            Some(key) => ToMaster::PublishKeyed {
+                req: token,
+                channel: channel.to_string(),
+                payload,
+                key,
+            },
+            None => ToMaster::Publish {
+                req: token,
+                channel: channel.to_string(),
+                payload,
+            },
+        };
+        self.send_to_master(frame);
         Some(end)
     }
 

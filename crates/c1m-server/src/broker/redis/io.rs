@@ -5,11 +5,12 @@
 //! (a full queue holds the thread back, and Redis then holds or drops the subscriber
 //! connection: a drop is caught up from history on reconnect) and wakes the master's poll.
 
+use super::pubsub_conn::{self, Writer};
 use super::script;
+pub use super::target::Target;
+use crate::broker::IDEMPOTENCY_TTL;
 use redis::Value;
-use std::io::{BufReader, Write};
-use std::net::TcpStream;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TryRecvError, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -30,6 +31,8 @@ pub enum Request {
         payload: Vec<u8>,
         max_count: usize,
         max_age_ms: u64,
+        /// `Idempotency-Key` ('' = none).
+        key: String,
     },
     Replay {
         tag: u64,
@@ -100,7 +103,12 @@ pub struct Shared {
     wake_pending: AtomicBool,
     waker: mio::Waker,
     /// The pub/sub socket's write side (SUBSCRIBE and UNSUBSCRIBE go through it).
-    pubsub_writer: Mutex<Option<TcpStream>>,
+    pubsub_writer: Mutex<Option<Writer>>,
+    /// Connection attempts (either connection) that failed, for any reason.
+    pub connect_failures: AtomicU64,
+    /// Of those, the ones Redis refused for a reason an operator must fix (credentials,
+    /// permissions, an untrusted certificate): see `pubsub_conn::Refused`.
+    pub auth_failures: AtomicU64,
 }
 
 impl Shared {
@@ -110,6 +118,8 @@ impl Shared {
             wake_pending: AtomicBool::new(false),
             waker,
             pubsub_writer: Mutex::new(None),
+            connect_failures: AtomicU64::new(0),
+            auth_failures: AtomicU64::new(0),
         }
     }
 
@@ -134,19 +144,51 @@ impl Shared {
         true
     }
 
-    fn writer(&self) -> std::sync::MutexGuard<'_, Option<TcpStream>> {
+    fn writer(&self) -> std::sync::MutexGuard<'_, Option<Writer>> {
         self.pubsub_writer
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
+
+    /// Counts a failed connection attempt.
+    fn failed(&self, refused: bool) {
+        self.connect_failures.fetch_add(1, Ordering::Relaxed);
+        if refused {
+            self.auth_failures.fetch_add(1, Ordering::Relaxed);
+        }
+    }
 }
 
-/// Where Redis is.
-#[derive(Debug, Clone)]
-pub struct Target {
-    pub client: redis::Client,
-    pub addr: String,
-    pub db: i64,
+/// One connection of each kind, made and dropped at start: a refusal (wrong password, no
+/// permission, untrusted certificate) is returned so the node does not start misconfigured;
+/// Redis simply being down is not an error (the threads keep trying).
+pub fn probe(target: &Target) -> anyhow::Result<()> {
+    let scripts = Scripts::new();
+    match connect_commands(target, &scripts) {
+        Err(e) if pubsub_conn::is_refusal(&e) => {
+            return Err(pubsub_conn::Refused(format!("{e}")).into())
+        }
+        Err(e) => {
+            tracing::warn!(redis = %target.shown, error = %e, "broker not reachable yet; connecting in the background");
+            return Ok(());
+        }
+        Ok(_) => {}
+    }
+    match pubsub_conn::connect(target, CONNECT_TIMEOUT) {
+        Err(e) if pubsub_conn::is_refused(&e) => Err(e),
+        _ => Ok(()),
+    }
+}
+
+impl Scripts {
+    fn new() -> Scripts {
+        Scripts {
+            publish: redis::Script::new(&script::publish_script()),
+            replay: redis::Script::new(&script::replay_script()),
+            presence: redis::Script::new(script::PRESENCE),
+            info: redis::Script::new(script::INFO),
+        }
+    }
 }
 
 fn backoff(d: Duration) -> Duration {
@@ -160,18 +202,20 @@ pub fn command_thread(
     tx: SyncSender<Incoming>,
     shared: Arc<Shared>,
 ) {
-    let scripts = Scripts {
-        publish: redis::Script::new(&script::publish_script()),
-        replay: redis::Script::new(&script::replay_script()),
-        presence: redis::Script::new(script::PRESENCE),
-        info: redis::Script::new(script::INFO),
-    };
+    let scripts = Scripts::new();
     let mut delay = BACKOFF_MIN;
     loop {
         let mut con = match connect_commands(&target, &scripts) {
             Ok(con) => con,
             Err(e) => {
-                log_once(&format!("c1m: redis {}: {e}; retrying", target.addr));
+                let refused = pubsub_conn::is_refusal(&e);
+                shared.failed(refused);
+                let why = if refused {
+                    " (refused: check the URL's user and password, the ACL, --broker-ca)"
+                } else {
+                    ""
+                };
+                log_once(&format!("c1m: redis {}: {e}{why}; retrying", target.shown));
                 // Nothing can be answered while down: fail what waits, keep (un)subscribes
                 // (the master re-subscribes everything when pub/sub is back anyway).
                 if !fail_waiting(&target, &requests, &tx, &shared, delay) {
@@ -186,13 +230,13 @@ pub fn command_thread(
         if !shared.send(&tx, Incoming::CommandUp) {
             return;
         }
-        tracing::info!(redis = %target.addr, "broker connected");
+        tracing::info!(redis = %target.shown, "broker connected");
         let lost = serve_commands(&mut con, &target, &scripts, &requests, &tx, &shared);
         shared.command_up.store(false, Ordering::SeqCst);
         match lost {
             None => return,
             Some(e) => {
-                tracing::warn!(redis = %target.addr, error = %e, "broker connection lost; reconnecting");
+                tracing::warn!(redis = %target.shown, error = %e, "broker connection lost; reconnecting");
                 if !shared.send(&tx, Incoming::CommandDown) {
                     return;
                 }
@@ -296,6 +340,7 @@ fn serve_commands(
                     payload,
                     max_count,
                     max_age_ms,
+                    key,
                 } => {
                     tags.push(*tag);
                     let mut cmd = redis::cmd("EVALSHA");
@@ -306,7 +351,9 @@ fn serve_commands(
                         .arg(*max_count)
                         .arg(*max_age_ms)
                         .arg(start_us())
-                        .arg(target.db);
+                        .arg(target.db)
+                        .arg(key)
+                        .arg(IDEMPOTENCY_TTL.as_millis() as u64);
                     cmd
                 }
                 Request::Replay {
@@ -396,7 +443,7 @@ fn pubsub_write(shared: &Shared, verb: &str, name: &str) {
     };
     let bytes = redis::cmd(verb).arg(name).get_packed_command();
     if stream.write_all(&bytes).is_err() {
-        let _ = stream.shutdown(std::net::Shutdown::Both);
+        stream.shutdown();
         *writer = None;
     }
 }
@@ -405,60 +452,44 @@ fn pubsub_write(shared: &Shared, verb: &str, name: &str) {
 pub fn pubsub_thread(target: Target, tx: SyncSender<Incoming>, shared: Arc<Shared>) {
     let mut delay = BACKOFF_MIN;
     loop {
-        match connect_pubsub(&target) {
-            Ok(stream) => {
+        match pubsub_conn::connect(&target, CONNECT_TIMEOUT) {
+            Ok((mut conn, writer)) => {
                 delay = BACKOFF_MIN;
-                let reader = match stream.try_clone() {
-                    Ok(r) => r,
-                    Err(_) => continue,
-                };
-                *shared.writer() = Some(stream);
+                *shared.writer() = Some(writer);
                 if !shared.send(&tx, Incoming::PubSubUp) {
                     return;
                 }
-                let gone = read_pubsub(reader, &target, &tx, &shared);
-                if let Some(stream) = shared.writer().take() {
-                    let _ = stream.shutdown(std::net::Shutdown::Both);
+                let gone = read_pubsub(&mut conn, &target, &tx, &shared);
+                if let Some(writer) = shared.writer().take() {
+                    writer.shutdown();
                 }
                 if gone || !shared.send(&tx, Incoming::PubSubDown) {
                     return;
                 }
             }
-            Err(e) => log_once(&format!(
-                "c1m: redis {} (pub/sub): {e}; retrying",
-                target.addr
-            )),
+            Err(e) => {
+                let refused = pubsub_conn::is_refused(&e);
+                shared.failed(refused);
+                log_once(&format!(
+                    "c1m: redis {} (pub/sub): {e:#}; retrying",
+                    target.shown
+                ))
+            }
         }
         std::thread::sleep(delay);
         delay = backoff(delay);
     }
 }
 
-fn connect_pubsub(target: &Target) -> anyhow::Result<TcpStream> {
-    use anyhow::Context;
-    let addr = std::net::ToSocketAddrs::to_socket_addrs(&target.addr)
-        .with_context(|| format!("resolving {}", target.addr))?
-        .next()
-        .with_context(|| format!("{} resolves to nothing", target.addr))?;
-    let stream = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT)
-        .with_context(|| format!("connecting to {addr}"))?;
-    stream.set_nodelay(true)?;
-    // Writes (SUBSCRIBE) come from the command thread; one stuck this long means Redis is gone.
-    stream.set_write_timeout(Some(IO_TIMEOUT))?;
-    Ok(stream)
-}
-
 /// Reads pub/sub pushes until the connection ends. True when the master is gone.
 fn read_pubsub(
-    stream: TcpStream,
+    conn: &mut pubsub_conn::Conn,
     target: &Target,
     tx: &SyncSender<Incoming>,
     shared: &Shared,
 ) -> bool {
-    let mut reader = BufReader::with_capacity(64 * 1024, stream);
-    let mut parser = redis::Parser::new();
     loop {
-        let Ok(value) = parser.parse_value(&mut reader) else {
+        let Ok(value) = conn.next_value() else {
             return false;
         };
         let Value::Array(parts) = value else {

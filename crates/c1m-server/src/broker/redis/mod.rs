@@ -12,7 +12,9 @@
 //! (pub/sub may lag the history read), so no later live message repeats what it replayed.
 
 mod io;
+mod pubsub_conn;
 mod script;
+mod target;
 
 use super::{Broker, BrokerStats, Event, Limits, Req};
 use crate::hub::ReplayChunk;
@@ -42,24 +44,19 @@ const PRESENCE_BATCH: usize = 10_000;
 /// Longest a join may wait for Redis before its subscriber is refused.
 const JOIN_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// A parsed `--broker` URL.
+/// A parsed `--broker` URL (and `--broker-ca`).
 #[derive(Debug, Clone)]
 pub struct RedisTarget(io::Target);
 
 impl RedisTarget {
-    pub fn parse(url: &str) -> anyhow::Result<RedisTarget> {
-        let client = redis::Client::open(url)
-            .with_context(|| format!("--broker {url:?}: expected redis://HOST:PORT[/DB]"))?;
-        let info = client.get_connection_info();
-        let addr = match info.addr() {
-            redis::ConnectionAddr::Tcp(host, port) => format!("{host}:{port}"),
-            other => {
-                anyhow::bail!("--broker {url:?}: {other} is not supported (redis:// over TCP only)")
-            }
-        };
-        let db = info.redis_settings().db();
-        Ok(RedisTarget(io::Target { client, addr, db }))
+    pub fn parse(url: &str, ca: Option<&std::path::Path>) -> anyhow::Result<RedisTarget> {
+        target::parse(url, ca).map(RedisTarget)
     }
+}
+
+/// A broker URL as it may be printed (password replaced).
+pub fn redact(url: &str) -> String {
+    target::redact(url)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -162,6 +159,13 @@ impl RedisBroker {
         waker: mio::Waker,
     ) -> anyhow::Result<RedisBroker> {
         let target = target.0;
+        io::probe(&target).with_context(|| {
+            format!(
+                "--broker {}: redis refused this node (check the URL's user and password, \
+                 the ACL, --broker-ca)",
+                target.shown
+            )
+        })?;
         let shared = Arc::new(Shared::new(waker));
         let (to_redis, requests) = std::sync::mpsc::sync_channel(MAX_IN_FLIGHT);
         let (tx, incoming) = std::sync::mpsc::sync_channel(INCOMING_QUEUE);
@@ -481,13 +485,18 @@ impl RedisBroker {
 
     fn on_answer(&mut self, what: Pending, value: Option<Value>) {
         match what {
-            Pending::Publish { req, channel } => match value.as_ref().and_then(script::as_u64) {
-                Some(id) => self.ready.push(Event::Published { req, channel, id }),
-                None => {
-                    self.stats.publish_unavailable += 1;
-                    self.ready.push(Event::PublishUnavailable { req });
+            Pending::Publish { req, channel } => {
+                match value.as_ref().and_then(script::decode_published) {
+                    Some((id, repeated)) => {
+                        self.stats.idempotent_replays += u64::from(repeated);
+                        self.ready.push(Event::Published { req, channel, id })
+                    }
+                    None => {
+                        self.stats.publish_unavailable += 1;
+                        self.ready.push(Event::PublishUnavailable { req });
+                    }
                 }
-            },
+            }
             Pending::Join { join: id } => {
                 let Some(join) = self.joins.get(&id) else {
                     return;
@@ -644,7 +653,7 @@ impl RedisBroker {
 }
 
 impl Broker for RedisBroker {
-    fn publish(&mut self, req: Req, channel: String, payload: Rc<[u8]>) {
+    fn publish(&mut self, req: Req, channel: String, payload: Rc<[u8]>, key: Option<String>) {
         if !self.shared.command_up.load(Ordering::SeqCst) || self.pending.len() >= MAX_IN_FLIGHT {
             self.stats.publish_unavailable += 1;
             return self.ready.push(Event::PublishUnavailable { req });
@@ -660,6 +669,7 @@ impl Broker for RedisBroker {
             payload: payload.to_vec(),
             max_count: self.limits.max_count,
             max_age_ms,
+            key: key.unwrap_or_default(),
         }) {
             self.stats.publish_unavailable += 1;
             self.ready.push(Event::PublishUnavailable { req });
@@ -816,6 +826,8 @@ impl Broker for RedisBroker {
             channels: self.channels.len(),
             connected: self.shared.command_up.load(Ordering::SeqCst) && self.pubsub_up,
             in_flight: self.pending.len() as u64,
+            connect_failures: self.shared.connect_failures.load(Ordering::Relaxed),
+            auth_failures: self.shared.auth_failures.load(Ordering::Relaxed),
             ..self.stats.clone()
         }
     }

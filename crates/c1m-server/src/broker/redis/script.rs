@@ -49,11 +49,20 @@ local function trim_age(key, ch, cutoff)
 end
 "#;
 
-/// ARGV: channel, payload, max count, max age ms, start (µs, used only on first touch), db.
-/// Returns the message id.
+/// ARGV: channel, payload, max count, max age ms, start (µs, used only on first touch), db,
+/// idempotency key ('' = none), its TTL in ms. Returns {message id, 1 if the key had already
+/// been used on this channel (nothing stored: the id is the first publish's) else 0}. The key
+/// is `c1m:k:LEN:CH:KEY` (the channel's length first, so no two (channel, key) pairs collide),
+/// set in the same atomic step as the message, so a publish is stored exactly when its key is.
 const PUBLISH_BODY: &str = r#"
 local ch = ARGV[1]
 init(ARGV[5])
+local ikey = nil
+if ARGV[7] ~= '' then
+  ikey = 'c1m:k:' .. string.len(ch) .. ':' .. ch .. ':' .. ARGV[7]
+  local first = redis.call('GET', ikey)
+  if first then return {first, 1} end
+end
 local id = string.format('%.0f', redis.call('INCR', 'c1m:id'))
 local now = now_ms()
 local key = 'c1m:h:' .. ch
@@ -74,7 +83,8 @@ trim_age(key, ch, now - tonumber(ARGV[4]))
 redis.call('HSET', 'c1m:last', ch, id)
 redis.call('PEXPIRE', key, ARGV[4])
 redis.call('PUBLISH', 'c1m:' .. ARGV[6] .. ':p:' .. ch, id .. '\n' .. ARGV[2])
-return id
+if ikey then redis.call('SET', ikey, id, 'PX', ARGV[8]) end
+return {id, 0}
 "#;
 
 /// ARGV: after ('' = none), most entries per channel, max age ms, start, then the channels.
@@ -174,6 +184,16 @@ pub fn split_message(data: &[u8]) -> Option<(u64, &[u8])> {
     let nl = data.iter().position(|&b| b == b'\n')?;
     let id = std::str::from_utf8(&data[..nl]).ok()?.parse().ok()?;
     Some((id, &data[nl + 1..]))
+}
+
+/// The publish script's answer: (id, whether it repeated an idempotency key).
+pub fn decode_published(v: &Value) -> Option<(u64, bool)> {
+    match v {
+        Value::Array(parts) if parts.len() == 2 => {
+            Some((as_u64(&parts[0])?, as_u64(&parts[1])? == 1))
+        }
+        _ => None,
+    }
 }
 
 pub fn as_u64(v: &Value) -> Option<u64> {

@@ -1,0 +1,189 @@
+//! Where Redis is and how to talk to it: the parsed `--broker` URL (`redis://` or `rediss://`,
+//! optional `user:password@`), the `--broker-ca` trust for TLS, and the URL as it may be shown
+//! (password replaced) in logs, errors, `--print-config` and `/status`.
+
+use anyhow::{bail, Context};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use std::path::Path;
+use std::sync::Arc;
+
+/// Everything both connections need. `Debug` shows the redacted URL only.
+#[derive(Clone)]
+pub struct Target {
+    /// The command connection's client (the `redis` crate: AUTH, SELECT and TLS built in).
+    pub client: redis::Client,
+    /// `host:port`, for logs.
+    pub addr: String,
+    pub db: i64,
+    /// AUTH for the hand-made pub/sub connection (the same as the command connection's).
+    pub username: Option<String>,
+    pub password: Option<String>,
+    /// TLS for the pub/sub connection (`rediss://`): the same trust as the command connection.
+    pub tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
+    /// The URL with its password replaced, safe to print.
+    pub shown: String,
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Target({})", self.shown)
+    }
+}
+
+/// `url` with the password (if any) replaced by `***`: the only form of a broker URL that may
+/// be logged or printed.
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let (authority, path) = match rest.find('/') {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+            let hidden = if userinfo.contains(':') { ":***" } else { "" };
+            format!("{scheme}://{user}{hidden}@{host}{path}")
+        }
+        None => url.to_string(),
+    }
+}
+
+/// Parses `--broker` (and `--broker-ca`, which only `rediss://` may use).
+pub fn parse(url: &str, ca: Option<&Path>) -> anyhow::Result<Target> {
+    let shown = redact(url);
+    let expected = "expected redis://[USER:PASSWORD@]HOST:PORT[/DB] or rediss://…";
+    let info = redis::IntoConnectionInfo::into_connection_info(url)
+        .map_err(|e| anyhow::anyhow!("{e}"))
+        .with_context(|| format!("--broker {shown:?}: {expected}"))?;
+    let ca_pem = match ca {
+        Some(path) => Some(
+            std::fs::read(path)
+                .with_context(|| format!("--broker-ca {}: reading the CA file", path.display()))?,
+        ),
+        None => None,
+    };
+    let (addr, tls) = match info.addr() {
+        redis::ConnectionAddr::Tcp(host, port) => {
+            if ca.is_some() {
+                bail!("--broker-ca needs a rediss:// (TLS) broker URL, not {shown:?}");
+            }
+            (format!("{host}:{port}"), None)
+        }
+        redis::ConnectionAddr::TcpTls {
+            host,
+            port,
+            insecure,
+            ..
+        } => {
+            if *insecure {
+                bail!(
+                    "--broker {shown:?}: #insecure (no certificate check) is not supported; \
+                     trust a private CA with --broker-ca instead"
+                );
+            }
+            let name = ServerName::try_from(host.clone()).with_context(|| {
+                format!("--broker {shown:?}: {host:?} is not a TLS server name")
+            })?;
+            let config = tls_config(ca_pem.as_deref())
+                .with_context(|| format!("--broker {shown:?}: setting up TLS"))?;
+            (format!("{host}:{port}"), Some((config, name)))
+        }
+        other => {
+            bail!("--broker {shown:?}: {other} is not supported (redis:// or rediss:// over TCP)")
+        }
+    };
+    let settings = info.redis_settings();
+    let username = settings.username().map(str::to_string);
+    let password = settings.password().map(str::to_string);
+    let db = settings.db();
+    let client = match &ca_pem {
+        Some(pem) => redis::Client::build_with_tls(
+            info.clone(),
+            redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(pem.clone()),
+            },
+        ),
+        None => redis::Client::open(info.clone()),
+    }
+    .map_err(|e| anyhow::anyhow!("{e}"))
+    .with_context(|| format!("--broker {shown:?}: {expected}"))?;
+    Ok(Target {
+        client,
+        addr,
+        db,
+        username,
+        password,
+        tls,
+        shown,
+    })
+}
+
+/// The pub/sub connection's TLS: the private CA when given, else the system's roots (the
+/// same choice the `redis` crate makes for the command connection).
+fn tls_config(ca_pem: Option<&[u8]>) -> anyhow::Result<Arc<rustls::ClientConfig>> {
+    let mut roots = rustls::RootCertStore::empty();
+    match ca_pem {
+        Some(pem) => {
+            for cert in CertificateDer::pem_slice_iter(pem) {
+                roots
+                    .add(cert.context("--broker-ca: not a PEM certificate")?)
+                    .context("--broker-ca: not a usable CA certificate")?;
+            }
+            if roots.is_empty() {
+                bail!("--broker-ca: no certificate in the file");
+            }
+        }
+        None => {
+            let found = rustls_native_certs::load_native_certs();
+            for cert in found.certs {
+                let _ = roots.add(cert); // one odd system certificate must not stop the rest
+            }
+            if roots.is_empty() {
+                bail!("no system CA certificates found; name the CA with --broker-ca");
+            }
+        }
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .context("TLS protocol versions")?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_never_shown() {
+        assert_eq!(
+            redact("redis://alice:s3cret@h:6379/2"),
+            "redis://alice:***@h:6379/2"
+        );
+        assert_eq!(redact("rediss://:s3cret@h:6380"), "rediss://:***@h:6380");
+        assert_eq!(redact("redis://h:6379/0"), "redis://h:6379/0");
+        assert_eq!(redact("redis://alice@h"), "redis://alice@h");
+        assert_eq!(redact("not a url"), "not a url");
+        let t = parse("redis://alice:s3cret@127.0.0.1:6379/3", None).unwrap();
+        assert_eq!(t.password.as_deref(), Some("s3cret"));
+        assert_eq!(t.username.as_deref(), Some("alice"));
+        assert_eq!(t.db, 3);
+        assert!(!format!("{t:?}").contains("s3cret"));
+        let e = parse("redis://:s3cret@127.0.0.1:6379/x", None).unwrap_err();
+        assert!(!format!("{e:#}").contains("s3cret"), "{e:#}");
+    }
+
+    #[test]
+    fn the_ca_needs_tls() {
+        let e = parse("redis://127.0.0.1:6379", Some(Path::new("/nonexistent"))).unwrap_err();
+        assert!(format!("{e:#}").contains("--broker-ca"), "{e:#}");
+        let e = parse("rediss://127.0.0.1:6379/#insecure", None).unwrap_err();
+        assert!(format!("{e:#}").contains("insecure"), "{e:#}");
+    }
+}

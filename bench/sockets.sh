@@ -8,7 +8,8 @@
 # 127.201.0.0/16, so no source address runs out of ephemeral ports.
 #
 # Env: C1M=path to the c1m binary (default: build --release), PER_PROC (default 9000),
-#      RUNS (timed runs per command, best kept; default 3).
+#      RUNS (timed runs per command, best kept; default 3), PEER_C1M=another c1m binary
+#      (e.g. built before a change) timed in the same run as "c1m(peer)".
 set -euo pipefail
 
 N=${1:-100000}
@@ -103,7 +104,12 @@ echo "load:    $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15 min)"
 echo
 printf '| %-44s | %8s | %8s | %s\n' "command" "wall s" "cpu s" "result"
 printf '|%s|%s|%s|%s\n' "----------------------------------------------" "----------" "----------" "--------"
+PEER_CMDS=()
+if [[ -n ${PEER_C1M:-} ]]; then
+  PEER_CMDS=("$PEER_C1M sockets --threads 1" "$PEER_C1M sockets --threads 2")
+fi
 for cmd in \
+  "${PEER_CMDS[@]}" \
   "$C1M sockets" \
   "$C1M sockets --threads 1" \
   "$C1M sockets --threads 2" \
@@ -114,11 +120,15 @@ for cmd in \
   "wc -l /proc/net/tcp /proc/net/tcp6"; do
   read -r t c < <(best_of "$cmd")
   case $cmd in
-    *"c1m sockets --by"*) res=$(grep TOTAL "$WORK/out" | awk '{print "total " $2}') ;;
-    *"c1m sockets"*) res=$(grep TOTAL "$WORK/out" | awk '{print "total " $2}') ;;
+    *" sockets --by"*) res=$(grep TOTAL "$WORK/out" | awk '{print "total " $2}') ;;
+    *" sockets"*) res=$(grep TOTAL "$WORK/out" | awk '{print "total " $2}') ;;
     "ss -s") res=$(grep '^TCP:' "$WORK/out" | cut -c1-60) ;;
     "wc -l"*) res=$(tail -1 "$WORK/out" | awk '{print $1 " lines"}') ;;
     *) res="$(cat "$WORK/out") lines" ;;
   esac
-  printf '| %-44s | %8s | %8s | %s\n' "${cmd/$C1M/c1m}" "$t" "$c" "$res"
+  label=${cmd/${PEER_C1M:-/nonexistent}/c1m(peer)}
+  printf '| %-44s | %8s | %8s | %s\n' "${label/$C1M/c1m}" "$t" "$c" "$res"
 done
+echo
+echo "c1m sockets (by state) at the end of the run:"
+"$C1M" sockets

@@ -14,6 +14,11 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 /// `SOCK_DIAG_BY_FAMILY` from linux/sock_diag.h.
 const SOCK_DIAG_BY_FAMILY: u16 = 20;
+/// `TCPDIAG_GETSOCK` (linux/inet_diag.h): the original request, `struct inet_diag_req`, which
+/// carries no family and so dumps TCP over both IPv4 and IPv6 in one walk.
+const TCPDIAG_GETSOCK: u16 = 18;
+/// Size of `struct inet_diag_req` (the `TCPDIAG_GETSOCK` request).
+const REQ_COMPAT_LEN: usize = 60;
 /// Size of `struct nlmsghdr`.
 const NLMSG_HDR: usize = 16;
 /// Size of `struct inet_diag_req_v2`.
@@ -120,6 +125,11 @@ impl StateMask {
 pub enum Family {
     V4,
     V6,
+    /// Both families in one walk of the kernel's tables. The v2 request names one family and
+    /// the kernel walks the whole (shared) TCP hash for each, skipping the other family's
+    /// sockets, so two v2 dumps walk it twice. The older `TCPDIAG_GETSOCK` request has no
+    /// family (the kernel sets `AF_UNSPEC`) and returns both in one walk.
+    Both,
 }
 
 impl Family {
@@ -127,6 +137,15 @@ impl Family {
         match self {
             Family::V4 => libc::AF_INET as u8,
             Family::V6 => libc::AF_INET6 as u8,
+            Family::Both => libc::AF_UNSPEC as u8,
+        }
+    }
+
+    /// The netlink message type of the request (and of the records answering it).
+    fn msg_type(self) -> u16 {
+        match self {
+            Family::Both => TCPDIAG_GETSOCK,
+            _ => SOCK_DIAG_BY_FAMILY,
         }
     }
 }
@@ -286,22 +305,33 @@ fn shard_bytecode(shard: Shard) -> Vec<u8> {
 fn encode_request(family: Family, states: StateMask, seq: u32, shard: Option<Shard>) -> Vec<u8> {
     let bc = shard.map(shard_bytecode).unwrap_or_default();
     let attr_len = if bc.is_empty() { 0 } else { 4 + bc.len() };
-    let total = NLMSG_HDR + REQ_V2_LEN + attr_len;
+    let req_len = match family {
+        Family::Both => REQ_COMPAT_LEN,
+        _ => REQ_V2_LEN,
+    };
+    let total = NLMSG_HDR + req_len + attr_len;
     let mut buf = vec![0u8; total];
     let flags = (libc::NLM_F_REQUEST | libc::NLM_F_DUMP) as u16;
     buf[0..4].copy_from_slice(&(total as u32).to_ne_bytes());
-    buf[4..6].copy_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
+    buf[4..6].copy_from_slice(&family.msg_type().to_ne_bytes());
     buf[6..8].copy_from_slice(&flags.to_ne_bytes());
     buf[8..12].copy_from_slice(&seq.to_ne_bytes());
     // nlmsg_pid 0: addressed to the kernel.
-    let req = &mut buf[NLMSG_HDR..NLMSG_HDR + REQ_V2_LEN];
+    let req = &mut buf[NLMSG_HDR..NLMSG_HDR + req_len];
     req[0] = family.raw();
-    req[1] = libc::IPPROTO_TCP as u8;
-    req[2] = 0; // idiag_ext: no extra attributes, keeps records small.
-    req[4..8].copy_from_slice(&states.0.to_ne_bytes());
-    // The sockid stays zero: a dump ignores it.
+    // The sockid stays zero: a dump ignores it. idiag_ext 0: no extra attributes, keeps
+    // records small.
+    match family {
+        // inet_diag_req: family, src_len, dst_len, ext, sockid (48 bytes), states, dbs.
+        Family::Both => req[52..56].copy_from_slice(&states.0.to_ne_bytes()),
+        // inet_diag_req_v2: family, protocol, ext, pad, states, sockid.
+        _ => {
+            req[1] = libc::IPPROTO_TCP as u8;
+            req[4..8].copy_from_slice(&states.0.to_ne_bytes());
+        }
+    }
     if attr_len > 0 {
-        let a = &mut buf[NLMSG_HDR + REQ_V2_LEN..];
+        let a = &mut buf[NLMSG_HDR + req_len..];
         a[0..2].copy_from_slice(&(attr_len as u16).to_ne_bytes());
         a[2..4].copy_from_slice(&INET_DIAG_REQ_BYTECODE.to_ne_bytes());
         a[4..].copy_from_slice(&bc);
@@ -349,7 +379,7 @@ pub fn dump_tcp_shard(
                 "sock_diag: netlink socket closed mid-dump",
             ));
         }
-        if walk(&buf[..n], seq, &mut stats, &mut f)? {
+        if walk(&buf[..n], seq, family.msg_type(), &mut stats, &mut f)? {
             return Ok(stats);
         }
     }
@@ -359,6 +389,7 @@ pub fn dump_tcp_shard(
 fn walk(
     mut data: &[u8],
     seq: u32,
+    record_type: u16,
     stats: &mut DumpStats,
     f: &mut impl FnMut(&DiagMsg<'_>),
 ) -> io::Result<bool> {
@@ -393,7 +424,7 @@ fn walk(
                         ));
                     }
                 }
-                _ if ty == SOCK_DIAG_BY_FAMILY && payload.len() >= DIAG_MSG_LEN => {
+                _ if ty == record_type && payload.len() >= DIAG_MSG_LEN => {
                     stats.records += 1;
                     f(&DiagMsg { raw: payload });
                 }
@@ -406,33 +437,59 @@ fn walk(
     Ok(false)
 }
 
+/// Dumps the TCP sockets of both families whose state is in `states` (within `shard` when
+/// given): one [`Family::Both`] walk, or, on a kernel that refuses that request, one walk
+/// per family.
+pub fn dump_tcp_all(
+    states: StateMask,
+    shard: Option<Shard>,
+    mut f: impl FnMut(&DiagMsg<'_>),
+) -> io::Result<DumpStats> {
+    match dump_tcp_shard(Family::Both, states, shard, &mut f) {
+        Ok(stats) => Ok(stats),
+        // The refusal comes as the first answer, before any record.
+        Err(e) if e.kind() != io::ErrorKind::PermissionDenied => {
+            let mut stats = DumpStats::default();
+            for fam in [Family::V4, Family::V6] {
+                let s = dump_tcp_shard(fam, states, shard, &mut f).map_err(|e2| {
+                    io::Error::new(e2.kind(), format!("{e2} (after {e} for both families)"))
+                })?;
+                stats.records += s.records;
+                stats.interrupted |= s.interrupted;
+            }
+            Ok(stats)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// `TCPF_BOUND_INACTIVE` (Linux 6.7+): not a socket state but a request bit for sockets that
+/// are bound and neither listening nor connected (they are reported as CLOSE). Asking for it
+/// makes the kernel walk its bind table, every bound socket, on top of the connection table.
+pub const BOUND_INACTIVE: StateMask = StateMask(1 << 13);
+
 /// Counts TCP sockets per kernel state number (index = state) over both families, streaming.
 pub fn count_tcp_states(states: StateMask) -> io::Result<[u64; 16]> {
     let mut counts = [0u64; 16];
-    for fam in [Family::V4, Family::V6] {
-        dump_tcp(fam, states, |m| counts[(m.state_raw() & 15) as usize] += 1)?;
-    }
+    dump_tcp_all(states, None, |m| counts[(m.state_raw() & 15) as usize] += 1)?;
     Ok(counts)
 }
 
-/// [`count_tcp_states`] split into the two [`Shard`]s around `mid`, dumped by two threads at
-/// once: the kernel's per-record cost, which dominates, is then paid on two CPUs.
-pub fn count_tcp_states_parallel(states: StateMask, mid: u16) -> io::Result<[u64; 16]> {
-    let shard_counts = |shard: Shard| -> io::Result<[u64; 16]> {
-        let mut counts = [0u64; 16];
-        for fam in [Family::V4, Family::V6] {
-            dump_tcp_shard(fam, states, Some(shard), |m| {
-                counts[(m.state_raw() & 15) as usize] += 1
-            })?;
-        }
-        Ok(counts)
-    };
+/// [`count_tcp_states`] on two threads at once. The kernel's cost is the walk of its tables
+/// (a record is only built for a socket in `states`), so the split is by table: one thread
+/// asks for the connection and listener states, the other for [`BOUND_INACTIVE`] only, which
+/// walks just the bind table. Without the bound-inactive bit there is one table to walk and
+/// one thread does it.
+pub fn count_tcp_states_parallel(states: StateMask) -> io::Result<[u64; 16]> {
+    let hashed = StateMask(states.0 & !BOUND_INACTIVE.0);
+    if states.0 & BOUND_INACTIVE.0 == 0 || hashed.0 == 0 {
+        return count_tcp_states(states);
+    }
     let (a, b) = std::thread::scope(|s| {
-        let other = s.spawn(|| shard_counts(Shard::Cross { mid }));
-        let mine = shard_counts(Shard::Same { mid });
-        (mine, other.join())
+        let other = s.spawn(|| count_tcp_states(BOUND_INACTIVE));
+        (count_tcp_states(hashed), other.join())
     });
-    let b = b.map_err(|_| io::Error::other("sock_diag: shard thread panicked"))?;
+    let b = b.map_err(|_| io::Error::other("sock_diag: dump thread panicked"))?;
     let (a, b) = (a?, b?);
     Ok(std::array::from_fn(|i| a[i] + b[i]))
 }
@@ -534,9 +591,86 @@ mod tests {
                 assert_eq!(s, d, "{r:?} in Same for mid {mid}");
             }
         }
-        let counts = count_tcp_states_parallel(StateMask::ALL, addr.port()).unwrap();
+        let counts = count_tcp_states_parallel(StateMask::ALL).unwrap();
         assert!(counts[TcpState::Established as usize] >= 80);
         drop(held);
+    }
+
+    /// Our sockets in a dump (those with a local address in `ours`): (local, remote, state),
+    /// sorted.
+    fn ours_in(
+        dump: impl FnOnce(&mut dyn FnMut(&DiagMsg<'_>)),
+        ours: &[SocketAddr],
+    ) -> Vec<(SocketAddr, SocketAddr, u8)> {
+        let mut v = Vec::new();
+        dump(&mut |m: &DiagMsg<'_>| {
+            if ours.contains(&m.local()) {
+                v.push((m.local(), m.remote(), m.state_raw()));
+            }
+        });
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn one_walk_for_both_families_sees_what_two_do() {
+        // A v4 and a v6 connection, their listeners, and a bound-only socket of each family.
+        let l4 = TcpListener::bind("127.0.0.1:0").unwrap();
+        let l6 = TcpListener::bind("[::1]:0").unwrap();
+        let c4 = TcpStream::connect(l4.local_addr().unwrap()).unwrap();
+        let c6 = TcpStream::connect(l6.local_addr().unwrap()).unwrap();
+        let _a = (l4.accept().unwrap(), l6.accept().unwrap());
+        let b4 = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        b4.bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into())
+            .unwrap();
+        let b6 = Socket::new(Domain::IPV6, Type::STREAM, None).unwrap();
+        b6.bind(&"[::1]:0".parse::<SocketAddr>().unwrap().into())
+            .unwrap();
+        let bound = |s: &Socket| s.local_addr().unwrap().as_socket().unwrap();
+        let ports = [
+            l4.local_addr().unwrap(),
+            l6.local_addr().unwrap(),
+            c4.local_addr().unwrap(),
+            c6.local_addr().unwrap(),
+            bound(&b4),
+            bound(&b6),
+        ];
+        let both = ours_in(
+            |f| {
+                dump_tcp(Family::Both, StateMask::ALL, f).unwrap();
+            },
+            &ports,
+        );
+        let per_family = ours_in(
+            |f| {
+                for fam in [Family::V4, Family::V6] {
+                    dump_tcp(fam, StateMask::ALL, &mut *f).unwrap();
+                }
+            },
+            &ports,
+        );
+        // 2 listeners, 4 connection ends, 2 bound-only sockets (reported as CLOSE).
+        assert_eq!(both.len(), 8, "{both:?}");
+        assert_eq!(both, per_family);
+        let closed = |v: &[(SocketAddr, SocketAddr, u8)]| {
+            v.iter().filter(|r| r.2 == TcpState::Close as u8).count()
+        };
+        assert_eq!(closed(&both), 2, "bound-only sockets: {both:?}");
+        // Without the bound-inactive bit the kernel skips its bind table: no CLOSE records.
+        let hashed = ours_in(
+            |f| {
+                dump_tcp(Family::Both, StateMask(!BOUND_INACTIVE.0), f).unwrap();
+            },
+            &ports,
+        );
+        assert_eq!(hashed.len(), 6);
+        assert_eq!(closed(&hashed), 0);
+        // The two-thread count (one per table) adds up to the same totals.
+        let one = count_tcp_states(StateMask::ALL).unwrap();
+        let two = count_tcp_states_parallel(StateMask::ALL).unwrap();
+        assert!(one[TcpState::Close as usize] >= 2 && two[TcpState::Close as usize] >= 2);
+        assert!(two[TcpState::Listen as usize] >= 2);
+        drop((c4, c6, b4, b6));
     }
 
     #[test]
@@ -544,6 +678,6 @@ mod tests {
         let mut stats = DumpStats::default();
         let mut bad = [0u8; 20];
         bad[0..4].copy_from_slice(&100u32.to_ne_bytes());
-        assert!(walk(&bad, 1, &mut stats, &mut |_| {}).is_err());
+        assert!(walk(&bad, 1, SOCK_DIAG_BY_FAMILY, &mut stats, &mut |_| {}).is_err());
     }
 }

@@ -3,15 +3,17 @@
 //! Owns: the grouping and its text/JSON rendering. The rows come from [`source`]: netlink
 //! sock_diag on the live box, with the `--state` filter applied by the kernel (so asking for
 //! LISTEN among a million ESTABLISHED sockets costs little), or /proc/net/tcp{,6} under a fake
-//! `--root`. Counting by state never builds a row at all. The kernel's cost per record
-//! dominates, so on a large table (or with `--threads 2`) two threads each dump half of it
-//! (split in the kernel by a port filter) and the counts are merged.
+//! `--root`. Counting by state never builds a row at all. Each dump asks for both families at
+//! once, so the kernel walks its tables once, not once per family. By state, the kernel's
+//! cost is the walk itself: with `--threads 2` one thread walks the connection table and one
+//! the bind table. Grouped by port or address, the cost per record dominates, so two threads
+//! each dump half the table (split in the kernel by a port filter) and the counts are merged.
 
 pub mod source;
 
 use crate::root::Root;
 use anyhow::{Context, Result};
-use c1m_sys::sock_diag::{StateMask, TcpState};
+use c1m_sys::sock_diag::{StateMask, TcpState, BOUND_INACTIVE};
 use clap::{Args, ValueEnum};
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -45,7 +47,8 @@ pub struct SocketsArgs {
     #[arg(long, default_value_t = 20)]
     pub limit: usize,
     /// Dump threads: 1 dumps the table in one pass; 2 splits the kernel's work over two CPUs
-    /// (a port filter in the kernel halves the table). Default: 2 when /proc/net/sockstat
+    /// (by state: the connection table and the bind table walked at once; by port or address:
+    /// a port filter in the kernel halves the table). Default: 2 when /proc/net/sockstat
     /// counts more than 250,000 TCP sockets and a CPU is idle (1-minute load below CPUs - 1),
     /// else 1.
     #[arg(long, value_parser = clap::value_parser!(u8).range(1..=2))]
@@ -127,7 +130,15 @@ fn parallel(args: &SocketsArgs, root: &Root) -> bool {
 /// subtracted. The kernel still walks the whole table but builds no message for an established
 /// socket, which is most of the cost: 0.07 s instead of 0.37 s at 336K sockets, 300K of them
 /// established (2026-11-22). The readings are microseconds apart, like any two socket counts.
+///
+/// Bound-but-inactive sockets (reported as UNCONN) cost a second walk, of the bind table,
+/// where every bound socket sits (2M at 1M loopback connections). It is skipped when
+/// /proc/net/sockstat proves there are none: see [`no_unhashed_tcp`].
 fn count_by_state(root: &Root, mask: StateMask, parallel: bool) -> Result<[u64; 16]> {
+    let mut mask = mask;
+    if root.is_live() && mask.0 & BOUND_INACTIVE.0 != 0 && no_unhashed_tcp(root) {
+        mask = StateMask(mask.0 & !BOUND_INACTIVE.0);
+    }
     let estab = TcpState::Established as usize;
     let close_wait = TcpState::CloseWait as usize;
     let (estab_bit, close_wait_bit) = (1u32 << estab, 1u32 << close_wait);
@@ -143,6 +154,33 @@ fn count_by_state(root: &Root, mask: StateMask, parallel: bool) -> Result<[u64; 
         }
     }
     source::count_states(root, mask, parallel)
+}
+
+/// Whether /proc/net/sockstat{,6} show that every TCP socket in existence is in a hash table
+/// (listening, connected, or connecting), so none is bound-but-inactive and the bind-table
+/// walk would find nothing.
+///
+/// `TCP: alloc` counts every TCP socket of both families alive on the box (all network
+/// namespaces: IPv6 shares the counter), from socket() or accept until it is closed;
+/// `TCP: inuse` and `TCP6: inuse` count this namespace's hashed ones. A bound-but-inactive
+/// socket is alive and unhashed, so `alloc - inuse - inuse6 >= its count`, and when the
+/// difference is 0 there is none. Any other unhashed socket on the box (one just made by
+/// socket(), one in another namespace) only makes this answer "walk", never a wrong count.
+/// TIME-WAIT and request sockets are in neither counter.
+fn no_unhashed_tcp(root: &Root) -> bool {
+    let mut st = HashMap::new();
+    let Ok(text) = root.read_to_string("/proc/net/sockstat") else {
+        return false;
+    };
+    crate::doctor::sample::parse_sockstat(&text, &mut st);
+    if let Ok(text6) = root.read_to_string("/proc/net/sockstat6") {
+        crate::doctor::sample::parse_sockstat(&text6, &mut st);
+    }
+    let (Some(alloc), Some(inuse)) = (st.get("TCP.alloc"), st.get("TCP.inuse")) else {
+        return false;
+    };
+    let inuse6 = st.get("TCP6.inuse").copied().unwrap_or(0);
+    alloc.saturating_sub(inuse + inuse6) == 0
 }
 
 /// `Tcp: CurrEstab` from /proc/net/snmp, if readable.
@@ -261,4 +299,42 @@ pub fn run_sockets(args: SocketsArgs) -> Result<u8> {
         print!("{}", render_text(&c));
     }
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fake_root(sockstat: &str, sockstat6: Option<&str>) -> (tempfile::TempDir, Root) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("proc/net")).unwrap();
+        std::fs::write(dir.path().join("proc/net/sockstat"), sockstat).unwrap();
+        if let Some(s6) = sockstat6 {
+            std::fs::write(dir.path().join("proc/net/sockstat6"), s6).unwrap();
+        }
+        let root = Root::new(dir.path().to_path_buf());
+        (dir, root)
+    }
+
+    #[test]
+    fn bind_table_walk_skipped_only_when_sockstat_proves_it_empty() {
+        let v4 = |inuse: u64, alloc: u64| {
+            format!("sockets: used 9\nTCP: inuse {inuse} orphan 0 tw 3 alloc {alloc} mem 1\n")
+        };
+        let v6 = |inuse: u64| format!("TCP6: inuse {inuse}\nUDP6: inuse 0\n");
+        // Every allocated socket is hashed (v4 + v6): no bound-inactive socket can exist.
+        let (_d, r) = fake_root(&v4(5, 7), Some(&v6(2)));
+        assert!(no_unhashed_tcp(&r));
+        // One socket alive and unhashed (bound-only, or just created): walk.
+        let (_d, r) = fake_root(&v4(5, 8), Some(&v6(2)));
+        assert!(!no_unhashed_tcp(&r));
+        // No IPv6 on the box: sockstat6 missing counts as 0 hashed v6 sockets.
+        let (_d, r) = fake_root(&v4(5, 5), None);
+        assert!(no_unhashed_tcp(&r));
+        let (_d, r) = fake_root(&v4(5, 7), None);
+        assert!(!no_unhashed_tcp(&r));
+        // Unreadable or unexpected: walk.
+        let (_d, r) = fake_root("TCP: inuse 5\n", None);
+        assert!(!no_unhashed_tcp(&r));
+    }
 }

@@ -6,7 +6,7 @@
 
 use crate::root::Root;
 use anyhow::{Context, Result};
-use c1m_sys::sock_diag::{self, Family, Shard, StateMask, TcpState};
+use c1m_sys::sock_diag::{self, Shard, StateMask, TcpState};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 /// One TCP socket as both sources see it.
@@ -25,10 +25,7 @@ pub struct SockRow {
 /// Calls `f` for every TCP socket (both families) whose state is in `states`.
 pub fn for_each(root: &Root, states: StateMask, mut f: impl FnMut(&SockRow)) -> Result<()> {
     if root.is_live() {
-        for fam in [Family::V4, Family::V6] {
-            sock_diag::dump_tcp(fam, states, |m| f(&row(m)))
-                .with_context(|| format!("sock_diag dump ({fam:?})"))?;
-        }
+        sock_diag::dump_tcp_all(states, None, |m| f(&row(m))).context("sock_diag dump")?;
         return Ok(());
     }
     for rel in ["proc/net/tcp", "proc/net/tcp6"] {
@@ -57,12 +54,12 @@ fn shard_mid(root: &Root) -> u16 {
     }
 }
 
-/// Counts sockets per kernel state number, streaming (netlink on the live box, two threads
-/// each dumping half the table).
+/// Counts sockets per kernel state number, streaming (netlink on the live box; with
+/// `parallel`, the connection table and the bind table are walked by two threads).
 pub fn count_states(root: &Root, states: StateMask, parallel: bool) -> Result<[u64; 16]> {
     if root.is_live() {
         let counts = if parallel {
-            sock_diag::count_tcp_states_parallel(states, shard_mid(root))
+            sock_diag::count_tcp_states_parallel(states)
         } else {
             sock_diag::count_tcp_states(states)
         };
@@ -91,10 +88,8 @@ pub fn fold<T: Send>(
     let mid = shard_mid(root);
     let run = |shard: Shard| -> Result<T> {
         let mut acc = init();
-        for fam in [Family::V4, Family::V6] {
-            sock_diag::dump_tcp_shard(fam, states, Some(shard), |m| f(&mut acc, &row(m)))
-                .with_context(|| format!("sock_diag dump ({fam:?}, {shard:?})"))?;
-        }
+        sock_diag::dump_tcp_all(states, Some(shard), |m| f(&mut acc, &row(m)))
+            .with_context(|| format!("sock_diag dump ({shard:?})"))?;
         Ok(acc)
     };
     let (a, b) = std::thread::scope(|s| {

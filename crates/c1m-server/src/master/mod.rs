@@ -194,6 +194,8 @@ impl Master {
         for var in sd_notify::ENV_VARS {
             command.env_remove(var);
         }
+        let tunables = worker_malloc_tunables(std::env::var("GLIBC_TUNABLES").ok().as_deref());
+        command.env("GLIBC_TUNABLES", tunables);
         let child = command
             .arg("__serve-worker")
             .env(worker::ENV_FD, child_end.as_raw_fd().to_string())
@@ -741,5 +743,37 @@ mod tests {
             plan(Workers::Count(1), 1_000_000, 20_000, 2).per_worker,
             19_936
         );
+    }
+}
+
+/// glibc malloc settings for a worker, added to any `GLIBC_TUNABLES` the operator set (theirs
+/// come last, so they win). A worker holds one big table per kind (connection slab, channel
+/// member lists) that grows as subscribers arrive. glibc's default mmap threshold is dynamic:
+/// freeing one mmapped block raises it to that block's size (up to 32 MiB), after which the
+/// next tables grow on the brk heap and every outgrown copy stays behind as touched, unusable
+/// memory. A fixed threshold keeps blocks of 64 KiB and more in mmap, where growing is an
+/// mremap and freeing gives the pages back; a fixed trim threshold returns freed heap tops.
+/// One arena: the worker is single-threaded. (issue 16: memory per idle subscriber.)
+pub fn worker_malloc_tunables(existing: Option<&str>) -> String {
+    const OURS: &str = "glibc.malloc.mmap_threshold=65536:glibc.malloc.trim_threshold=131072:glibc.malloc.arena_max=1";
+    match existing {
+        Some(theirs) if !theirs.trim().is_empty() => format!("{OURS}:{theirs}"),
+        _ => OURS.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod malloc_tests {
+    use super::worker_malloc_tunables;
+
+    #[test]
+    fn operator_tunables_are_kept_and_win() {
+        let ours = worker_malloc_tunables(None);
+        assert!(ours.contains("glibc.malloc.mmap_threshold=65536"));
+        assert_eq!(worker_malloc_tunables(Some("  ")), ours);
+        let both = worker_malloc_tunables(Some("glibc.malloc.mmap_threshold=1048576"));
+        // glibc applies the tunables in order: the operator's (last) setting wins.
+        assert!(both.ends_with(":glibc.malloc.mmap_threshold=1048576"));
+        assert!(both.starts_with(&ours));
     }
 }

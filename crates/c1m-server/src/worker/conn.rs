@@ -331,6 +331,28 @@ mod tests {
     }
 
     #[test]
+    fn slab_entry_adds_nothing_to_conn() {
+        // slab 0.4 stores `enum Entry<T> { Vacant(usize), Occupied(T) }`; Kind's spare values
+        // hold the discriminant, so a slot costs exactly a Conn (the per-connection table in
+        // BENCHMARKS.md counts on it).
+        #[allow(dead_code)]
+        enum SlabEntry {
+            Vacant(usize),
+            Occupied(Conn),
+        }
+        eprintln!(
+            "Conn {} B, slab entry {} B, Subs {} B",
+            std::mem::size_of::<Conn>(),
+            std::mem::size_of::<SlabEntry>(),
+            std::mem::size_of::<Subs>()
+        );
+        assert_eq!(
+            std::mem::size_of::<SlabEntry>(),
+            std::mem::size_of::<Conn>()
+        );
+    }
+
+    #[test]
     fn subs_track_positions() {
         let mut s = Subs::None;
         s.push(3, 0);

@@ -1,13 +1,19 @@
 //! A hashed timer wheel: one slot per tick, entries only for connections that are waiting for
 //! something (a request head, a long-poll). Idle streams have no entry. An entry is just a
 //! token; when it fires the connection's own `deadline` decides (stale entries are ignored).
+//!
+//! Only slots holding a token exist (a map by slot number): an array of 4096 empty `Vec`s
+//! was 96 KiB written at start in each of up to 54 workers, ~5 MB of fixed cost (issue 16).
+
+use std::collections::HashMap;
 
 /// Tick length.
 pub const TICK_MS: u64 = 100;
 const SLOTS: usize = 4096;
 
 pub struct Wheel {
-    slots: Vec<Vec<u64>>,
+    /// Slot number → tokens due at that slot's tick.
+    slots: HashMap<usize, Vec<u64>>,
     /// Ticks processed so far.
     now: u32,
 }
@@ -15,7 +21,7 @@ pub struct Wheel {
 impl Default for Wheel {
     fn default() -> Self {
         Wheel {
-            slots: (0..SLOTS).map(|_| Vec::new()).collect(),
+            slots: HashMap::new(),
             now: 1,
         }
     }
@@ -37,13 +43,16 @@ impl Wheel {
     /// re-arms, since the connection's deadline is what counts).
     pub fn schedule(&mut self, token: u64, deadline: u32) {
         let delta = deadline.saturating_sub(self.now).clamp(1, SLOTS as u32 - 1);
-        self.slots[((self.now + delta) as usize) % SLOTS].push(token);
+        let slot = ((self.now + delta) as usize) % SLOTS;
+        self.slots.entry(slot).or_default().push(token);
     }
 
     /// Advances one tick and returns the tokens that fell due.
     pub fn advance(&mut self) -> Vec<u64> {
         self.now += 1;
-        std::mem::take(&mut self.slots[(self.now as usize) % SLOTS])
+        self.slots
+            .remove(&((self.now as usize) % SLOTS))
+            .unwrap_or_default()
     }
 }
 

@@ -158,20 +158,22 @@ pub fn run_from_env() -> anyhow::Result<u8> {
     Ok(0)
 }
 
-fn listen(addr: SocketAddr, backlog: i32) -> anyhow::Result<TcpListener> {
-    let listener = crate::listener::bind_reuseport(addr, Some(backlog))?;
+fn listen(cfg: &Config, addr: SocketAddr) -> anyhow::Result<TcpListener> {
+    let listener = crate::listener::bind_reuseport(addr, Some(cfg.backlog))?;
+    keepalive::apply_to_listener(&listener, cfg)
+        .with_context(|| format!("keepalive options on the listener {addr}"))?;
     Ok(TcpListener::from_std(listener))
 }
 
 impl Worker {
     fn new(cfg: Config, link: UnixStream, max_conns: usize) -> anyhow::Result<Worker> {
         let poll = Poll::new()?;
-        let mut http = listen(cfg.listen, cfg.backlog)?;
+        let mut http = listen(&cfg, cfg.listen)?;
         poll.registry()
             .register(&mut http, HTTP_LISTENER, Interest::READABLE)?;
         let tcp = match cfg.tcp_listen {
             Some(addr) => {
-                let mut l = listen(addr, cfg.backlog)?;
+                let mut l = listen(&cfg, addr)?;
                 poll.registry()
                     .register(&mut l, TCP_LISTENER, Interest::READABLE)?;
                 Some(l)
@@ -186,7 +188,7 @@ impl Worker {
         )?;
         let admin = match cfg.admin_listen {
             Some(addr) => {
-                let mut l = listen(addr, cfg.backlog)?;
+                let mut l = listen(&cfg, addr)?;
                 poll.registry()
                     .register(&mut l, ADMIN_LISTENER, Interest::READABLE)?;
                 Some(l)
@@ -421,11 +423,7 @@ impl Worker {
         };
         let entry = self.conns.vacant_entry();
         let token = token_of(entry.key(), generation);
-        if let Err(e) = keepalive::apply(&stream, &self.cfg) {
-            if let Some(held_back) = self.socket_errors.allow(Instant::now()) {
-                tracing::warn!(error = %e, held_back, "setting keepalive options failed");
-            }
-        }
+        // Keepalive and TCP_USER_TIMEOUT come from the listener (see `keepalive`).
         let mut conn = Conn::new(stream, generation, kind);
         conn.ip_slot = ip_slot;
         if admin {
@@ -612,6 +610,22 @@ impl Worker {
         tls_session::end(&mut conn.stream);
         if let Some(limits) = &self.ip_limits {
             limits.release(conn.ip_slot);
+        }
+    }
+
+    /// Sets the keepalive options again on every listener (after a reload).
+    fn apply_keepalive_to_listeners(&mut self) {
+        for l in [
+            &self.http_listener,
+            &self.tcp_listener,
+            &self.admin_listener,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            if let Err(e) = keepalive::apply_to_listener(l, &self.cfg) {
+                tracing::error!(error = %e, "keepalive options on a listener; later connections keep the old ones");
+            }
         }
     }
 

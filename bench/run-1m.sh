@@ -30,6 +30,11 @@
 # serve's own publish_ack / fan_out histograms (/status, server side) are logged beside
 # bench's publish_ack (client side), to tell the server's share of an ack from the box's.
 #
+# RATE 0 = as fast as bench's in-flight cap allows (closed loop, like the floor's blocking
+# connects): the ramp to compare with the floor. An open-model RATE far above what the box can
+# accept overflows the listen queues and the ramp collapses into SYN retries (2026-11-23T16:47Z:
+# 60,000/s offered on a box that accepted ~9,000/s).
+#
 # Usage: bench/run-1m.sh [N] [RATE]   (defaults 1000000, 40000)
 # Env: TAG (suffix for the output names), PUBLISHER (curl|bench), MSGS (3, curl mode), HOLD (180s), EVERY (30s), DRAIN (70s: publishing stops this long before the hold
 #      ends; the socket timing runs in that quiet window), MAX_CONNS (1500000: serve's
@@ -195,7 +200,7 @@ W=$(echo "$S0" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["wo
 log "serve: c1m serve --listen 127.0.0.1:$PORT --max-conns $MAX_CONNS: $W workers, $NP0 processes; PSS at 0 connections: ours $P0 B, /status $(echo "$S0" | jget memory.pss_bytes) B"
 log "meminfo before: $(awk '/MemAvailable|^Slab/ {printf "%s %d MiB; ", $1, $2/1024}' /proc/meminfo)"
 BCMD=("$C1M" bench "http://127.0.0.1:$PORT/sub/news" --proto sse --conns "$N" --rate "$RATE" \
-      --channels 1 --hold "$HOLD" --interval 10s --report "$OUT/sse-$N$TAG.json" --plot "$OUT/sse-$N$TAG.svg")
+      --channels 1 --hold "$HOLD" --interval 10s --duration "${DURATION:-900s}" --report "$OUT/sse-$N$TAG.json" --plot "$OUT/sse-$N$TAG.svg")
 if [ "$PUBLISHER" = bench ]; then BCMD+=(--publish-every "$EVERY" --drain "$DRAIN"); fi
 log "bench: ${BCMD[*]}"
 T0=$(date +%s)
@@ -206,7 +211,8 @@ if [ "$PERF" = 1 ]; then sleep 5; perf_start serve; fi
 
 # Wait for the ramp (serve counts N connections), then for the quiet window (drain).
 reached=0
-for _ in $(seq 1 $(( N / RATE * 4 + 120 ))); do
+RATE_INT=${RATE%.*}
+for _ in $(seq 1 $(( RATE_INT > 0 ? N / RATE_INT * 4 + 120 : 600 ))); do
     c=$(status | jget connections.total)
     if [ "$c" -ge "$N" ]; then reached=1; break; fi
     kill -0 "$BPID" 2>/dev/null || break
@@ -279,9 +285,9 @@ a = r["latency_us"].get("publish_ack", {})
 if a.get("count"):
     print(f"publish ack (bench, client side): p50 {a['p50_us']/1e3:.1f} ms, p99 {a['p99_us']/1e3:.1f} ms, max {a['max_us']/1e3:.1f} ms ({a['count']} publishes)")
 res = r["result"]
-print(f"ramp: {res['ramp_s']:.1f} s, {res['open_rate_avg']:,.0f} subscribers/s")
+print(f"ramp: {res['ramp_s'] or 0:.1f} s, {res['open_rate_avg'] or 0:,.0f} subscribers/s")
 floor = sys.argv[5] if len(sys.argv) > 5 else ""
-if floor:
+if floor and res["open_rate_avg"]:
     print(f"ramp vs floor (same run): {res['open_rate_avg']:,.0f} / {float(floor):,.0f} = {res['open_rate_avg'] / float(floor):.2f}x")
 if pub == "curl":
     ok = (t["received"] == t["received_in_window"] == msgs * n and t["duplicates"] == 0

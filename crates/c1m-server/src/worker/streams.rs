@@ -268,7 +268,7 @@ impl Worker {
             members,
             next: 0,
             published_us,
-            started_us: c1m_sys::shm::monotonic_micros(),
+            started_us: 0,
         });
     }
 

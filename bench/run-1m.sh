@@ -273,6 +273,9 @@ if [ $reached = 1 ]; then
 fi
 wait "$BPID" || log "bench exit status $?"
 BPID=""
+# Server-side histograms also when the ramp fell short (the held section above was skipped).
+S2=$(status)
+log "serve latency histograms at the end (server side, /status): publish_ack $(echo "$S2" | jget latency.publish_ack); fan_out $(echo "$S2" | jget latency.fan_out)"
 sed -n '/^c1m bench/,$p' "$TMP/bench.txt" >"$OUT/sse-$N$TAG.txt" || true
 cat "$OUT/sse-$N$TAG.txt" | tee -a "$LOG"
 python3 - "$OUT/sse-$N$TAG.json" "$N" "$MSGS" "$PUBLISHER" "$FLOOR_RATE" <<'PY' | tee -a "$LOG"

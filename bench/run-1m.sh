@@ -21,6 +21,20 @@
 # acknowledged publishes), so zero loss is shown by received = in-window = MSGS x N with no
 # duplicate (each subscriber can hold each SEQ at most once). PUBLISHER=bench uses bench's.
 #
+# Floor (FLOOR=1, the default): before serve starts, the same N connections are opened with
+# bench/blockconnect.c (plain blocking connect() in PROCS processes) against bench/holdlisten.c
+# (accept-and-hold, SO_REUSEPORT), in the same run and at the same scale: serve's subscribe
+# ramp is quoted as a ratio to that rate. PERF=1 records a system-wide profile (perf record
+# -a -g, PERF_SECS s from 5 s into each ramp) of both ramps and draws flame graphs
+# (bench/flamegraph.py) to bench/out/ramp-{floor,serve}-N.svg.
+# serve's own publish_ack / fan_out histograms (/status, server side) are logged beside
+# bench's publish_ack (client side), to tell the server's share of an ack from the box's.
+#
+# RATE 0 = as fast as bench's in-flight cap allows (closed loop, like the floor's blocking
+# connects): the ramp to compare with the floor. An open-model RATE far above what the box can
+# accept overflows the listen queues and the ramp collapses into SYN retries (2026-11-23T16:47Z:
+# 60,000/s offered on a box that accepted ~9,000/s).
+#
 # Usage: bench/run-1m.sh [N] [RATE]   (defaults 1000000, 40000)
 # Env: TAG (suffix for the output names), PUBLISHER (curl|bench), MSGS (3, curl mode), HOLD (180s), EVERY (30s), DRAIN (70s: publishing stops this long before the hold
 #      ends; the socket timing runs in that quiet window), MAX_CONNS (1500000: serve's
@@ -43,6 +57,7 @@ TAG=${TAG:-}
 LOG="$OUT/run-$N$TAG.txt"
 SPID=""
 BPID=""
+LPID=""
 declare -A BEFORE=()
 restore() {
     local k
@@ -51,6 +66,7 @@ restore() {
     done
 }
 cleanup() {
+    if [ -n "$LPID" ]; then kill -- -"$LPID" 2>/dev/null || true; wait "$LPID" 2>/dev/null || true; fi
     if [ -n "$BPID" ]; then kill -TERM "$BPID" 2>/dev/null || true; wait "$BPID" 2>/dev/null || true; fi
     if [ -n "$SPID" ]; then
         kill -TERM "$SPID" 2>/dev/null || true
@@ -104,6 +120,56 @@ fi
 need_files=$(( N * 2 + 100000 ))
 raise fs.file-max "$need_files"
 
+# Profiles the whole box for PERF_SECS seconds (background); flame graph drawn by perf_done.
+PERF=${PERF:-0}
+PERF_SECS=${PERF_SECS:-10}
+PERF_PID=""
+perf_start() {
+    [ "$PERF" = 1 ] || return 0
+    perf record -q -a -g -F 499 -o "$TMP/perf-$1.data" -- sleep "$PERF_SECS" >/dev/null 2>&1 &
+    PERF_PID=$!
+}
+perf_done() {
+    [ -n "$PERF_PID" ] || return 0
+    wait "$PERF_PID" 2>/dev/null || true
+    PERF_PID=""
+    perf script -i "$TMP/perf-$1.data" 2>/dev/null |
+        python3 "$HERE/flamegraph.py" "$OUT/ramp-$1-$N$TAG.svg" "$1 ramp to $N, whole box, perf -a -g -F 499, ${PERF_SECS}s" \
+            --collapsed "$OUT/ramp-$1-$N$TAG.collapsed.txt" | tee -a "$LOG"
+}
+
+FLOOR_RATE=""
+if [ "${FLOOR:-1}" = 1 ]; then
+    log ""
+    log "## floor: bench/blockconnect.c -> bench/holdlisten.c, $N connections, same run"
+    gcc -O2 -Wall -o "$TMP/holdlisten" "$HERE/holdlisten.c"
+    gcc -O2 -Wall -o "$TMP/blockconnect" "$HERE/blockconnect.c"
+    HARD=$(ulimit -Hn)
+    LPROCS=$(( (N + 14999) / 15000 + 2 ))
+    CPROCS=$(( (N + HARD - 101) / (HARD - 100) ))
+    SRCS=$(( (N + 11999) / 12000 ))
+    FPORT=$((PORT + 1)) # not serve's port: the floor's closing sockets must not hold it
+    setsid "$TMP/holdlisten" 127.0.0.1 "$FPORT" "$LPROCS" &
+    LPID=$!
+    sleep 1
+    log "floor load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+    perf_start floor
+    timeout 300 "$TMP/blockconnect" 127.0.0.1 "$FPORT" "$N" "$CPROCS" 127.0.1.1 "$SRCS" >"$TMP/floor.txt" 2>&1 || true
+    log "floor: blockconnect 127.0.0.1 $FPORT $N $CPROCS 127.0.1.1 $SRCS (holdlisten $LPROCS processes): $(cat "$TMP/floor.txt")"
+    FLOOR_RATE=$(awk '/rate/ {print $NF}' "$TMP/floor.txt")
+    kill -- -"$LPID" 2>/dev/null || true
+    wait "$LPID" 2>/dev/null || true
+    LPID=""
+    perf_done floor
+    # Let the 2N sockets go before serve's ramp (bounded wait).
+    for _ in $(seq 1 120); do
+        inuse=$(awk '/^TCP:/ {print $3}' /proc/net/sockstat)
+        [ "$inuse" -lt 20000 ] && break
+        sleep 1
+    done
+    log "sockstat after the floor: $(grep TCP: /proc/net/sockstat)"
+fi
+
 log ""
 log "## run"
 "$C1M" serve --listen "127.0.0.1:$PORT" --max-conns "$MAX_CONNS" >"$TMP/serve.log" 2>&1 &
@@ -134,16 +200,19 @@ W=$(echo "$S0" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["wo
 log "serve: c1m serve --listen 127.0.0.1:$PORT --max-conns $MAX_CONNS: $W workers, $NP0 processes; PSS at 0 connections: ours $P0 B, /status $(echo "$S0" | jget memory.pss_bytes) B"
 log "meminfo before: $(awk '/MemAvailable|^Slab/ {printf "%s %d MiB; ", $1, $2/1024}' /proc/meminfo)"
 BCMD=("$C1M" bench "http://127.0.0.1:$PORT/sub/news" --proto sse --conns "$N" --rate "$RATE" \
-      --channels 1 --hold "$HOLD" --interval 10s --report "$OUT/sse-$N$TAG.json" --plot "$OUT/sse-$N$TAG.svg")
+      --channels 1 --hold "$HOLD" --interval 10s --duration "${DURATION:-900s}" --report "$OUT/sse-$N$TAG.json" --plot "$OUT/sse-$N$TAG.svg")
 if [ "$PUBLISHER" = bench ]; then BCMD+=(--publish-every "$EVERY" --drain "$DRAIN"); fi
 log "bench: ${BCMD[*]}"
 T0=$(date +%s)
+log "serve ramp load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 timeout 1500 "${BCMD[@]}" >"$TMP/bench.txt" 2>&1 &
 BPID=$!
+if [ "$PERF" = 1 ]; then sleep 5; perf_start serve; fi
 
 # Wait for the ramp (serve counts N connections), then for the quiet window (drain).
 reached=0
-for _ in $(seq 1 $(( N / RATE * 4 + 120 ))); do
+RATE_INT=${RATE%.*}
+for _ in $(seq 1 $(( RATE_INT > 0 ? N / RATE_INT * 4 + 120 : 600 ))); do
     c=$(status | jget connections.total)
     if [ "$c" -ge "$N" ]; then reached=1; break; fi
     kill -0 "$BPID" 2>/dev/null || break
@@ -151,6 +220,7 @@ for _ in $(seq 1 $(( N / RATE * 4 + 120 ))); do
 done
 TR=$(date +%s)
 log "serve connections reached $N: $([ $reached = 1 ] && echo yes || echo NO) after $((TR - T0)) s (status polled every 1 s)"
+perf_done serve
 if [ $reached = 1 ]; then
     if [ "$PUBLISHER" = bench ]; then
         quiet=$(( $(secs "$HOLD") - $(secs "$DRAIN") + 10 ))
@@ -178,6 +248,7 @@ if [ $reached = 1 ]; then
     C1=$(echo "$S1" | jget connections.total)
     log "serve memory held: $C1 connections; PSS ours $P1 B ($NP1 processes), /status $(echo "$S1" | jget memory.pss_bytes) B"
     log "serve memory per connection: total $(( P1 / C1 )) B; growth (PSS at N - PSS at 0) / N = $(( (P1 - P0) / N )) B"
+    log "serve latency histograms (server side, /status): publish_ack $(echo "$S1" | jget latency.publish_ack); fan_out $(echo "$S1" | jget latency.fan_out); publish_to_write $(echo "$S1" | jget latency.publish_to_write)"
     log ""
     log "## c1m sockets vs ss while held (wall s, user+sys s; best of 2, or 1 run when > 15 s)"
     for cmd in "$C1M sockets" "$C1M sockets --threads 1" "$C1M sockets --threads 2" "ss -tan | wc -l" "ss -s"; do
@@ -202,14 +273,25 @@ if [ $reached = 1 ]; then
 fi
 wait "$BPID" || log "bench exit status $?"
 BPID=""
+# Server-side histograms also when the ramp fell short (the held section above was skipped).
+S2=$(status)
+log "serve latency histograms at the end (server side, /status): publish_ack $(echo "$S2" | jget latency.publish_ack); fan_out $(echo "$S2" | jget latency.fan_out)"
 sed -n '/^c1m bench/,$p' "$TMP/bench.txt" >"$OUT/sse-$N$TAG.txt" || true
 cat "$OUT/sse-$N$TAG.txt" | tee -a "$LOG"
-python3 - "$OUT/sse-$N$TAG.json" "$N" "$MSGS" "$PUBLISHER" <<'PY' | tee -a "$LOG"
+python3 - "$OUT/sse-$N$TAG.json" "$N" "$MSGS" "$PUBLISHER" "$FLOOR_RATE" <<'PY' | tee -a "$LOG"
 import json, sys
 r = json.load(open(sys.argv[1])); n, msgs, pub = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 t = r["delivery"]["totals"]; d = r["latency_us"]["delivery"]
 print(f"delivery totals: {json.dumps(t)}")
 print(f"delivery latency: p50 {d['p50_us']/1e3:.0f} ms, p99 {d['p99_us']/1e3:.0f} ms, max {d['max_us']/1e3:.0f} ms ({d['count']:,} samples)")
+a = r["latency_us"].get("publish_ack", {})
+if a.get("count"):
+    print(f"publish ack (bench, client side): p50 {a['p50_us']/1e3:.1f} ms, p99 {a['p99_us']/1e3:.1f} ms, max {a['max_us']/1e3:.1f} ms ({a['count']} publishes)")
+res = r["result"]
+print(f"ramp: {res['ramp_s'] or 0:.1f} s, {res['open_rate_avg'] or 0:,.0f} subscribers/s")
+floor = sys.argv[5] if len(sys.argv) > 5 else ""
+if floor and res["open_rate_avg"]:
+    print(f"ramp vs floor (same run): {res['open_rate_avg']:,.0f} / {float(floor):,.0f} = {res['open_rate_avg'] / float(floor):.2f}x")
 if pub == "curl":
     ok = (t["received"] == t["received_in_window"] == msgs * n and t["duplicates"] == 0
           and t["reordered"] == 0 and t["wrong_channel"] == 0 and t["server_gaps"] == 0

@@ -54,6 +54,12 @@ pub fn set_keepalive(
     set_int(fd, libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1)
 }
 
+/// SO_KEEPALIVE off (sockets accepted from a listener inherit it, so a listener whose
+/// keepalive was turned off on reload must say so explicitly).
+pub fn clear_keepalive(fd: &impl AsRawFd) -> io::Result<()> {
+    set_int(fd, libc::SOL_SOCKET, libc::SO_KEEPALIVE, 0)
+}
+
 /// TCP_USER_TIMEOUT (Linux 2.6.37): drop the connection when written data stays
 /// unacknowledged this long (also bounds keepalive's detection time).
 pub fn set_user_timeout(fd: &impl AsRawFd, ms: u32) -> io::Result<()> {

@@ -12,7 +12,7 @@ mod conn_io;
 
 use crate::delivery::ConnDelivery;
 use crate::errors::{bump, io_kind};
-use crate::hist::{new_hist, record, to_pairs};
+use crate::hist::{new_hist, record, take_pairs};
 use crate::payload::now_us;
 use crate::proto::{self, Phase, Proto};
 use crate::storm;
@@ -689,16 +689,11 @@ impl Worker {
     fn report(&mut self, last: bool) -> anyhow::Result<()> {
         self.r.last = last;
         self.r.ramp_done = self.ramp_done();
-        self.r.connect_hist = to_pairs(&self.connect_h);
-        self.r.subscribe_hist = to_pairs(&self.subscribe_h);
-        self.r.delivery_hist = to_pairs(&self.delivery_h);
-        self.r.storm_back_hist = to_pairs(&self.storm_back_h);
-        self.r.storm_caught_up_hist = to_pairs(&self.storm_caught_up_h);
-        self.storm_back_h.reset();
-        self.storm_caught_up_h.reset();
-        self.connect_h.reset();
-        self.subscribe_h.reset();
-        self.delivery_h.reset();
+        self.r.connect_hist = take_pairs(&mut self.connect_h);
+        self.r.subscribe_hist = take_pairs(&mut self.subscribe_h);
+        self.r.delivery_hist = take_pairs(&mut self.delivery_h);
+        self.r.storm_back_hist = take_pairs(&mut self.storm_back_h);
+        self.r.storm_caught_up_hist = take_pairs(&mut self.storm_caught_up_h);
         if last {
             if let Ok(m) = c1m_sys::mem::process_memory(std::process::id()) {
                 self.r.pss_now = m.pss_bytes;

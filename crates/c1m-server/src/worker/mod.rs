@@ -4,7 +4,8 @@
 //!
 //! Files: `conn` (the per-connection struct and its send queue), `channels` (local subscriber
 //! lists), `timers` (the wheel), `message` (encode-once messages), `requests` (HTTP and line
-//! protocol input), `streams` (subscribe, join, fan-out, long-poll answers), `ip_limits`
+//! protocol input), `streams` (subscribe, join, fan-out, long-poll answers), `fan_out_slices`
+//! (fan-outs queued and delivered a bounded slice per loop turn), `ip_limits`
 //! (per-source-address admission), `edge` (JWT auth, token expiry and refresh, CORS, the
 //! admin listener), `tls_session` (TLS handshake and record layer).
 
@@ -13,6 +14,7 @@ mod cluster;
 mod conn;
 mod dashboard;
 mod edge;
+mod fan_out_slices;
 mod health;
 mod ip_limits;
 mod keepalive;
@@ -129,6 +131,11 @@ pub struct Worker {
     publish_started: HashMap<u64, u64>,
     /// `/dashboard/events` streams (by token), at most [`dashboard::MAX_VIEWERS`].
     dashboards: Vec<u64>,
+    /// Published messages on their way to local subscribers, a slice per loop turn.
+    fan_outs: fan_out_slices::FanOuts,
+    /// The master link was left unread because too many fan-outs are queued; it is read
+    /// again once they drain (edge-triggered: no new event comes for frames already waiting).
+    link_read_paused: bool,
 }
 
 /// Entry point of `c1m __serve-worker`.
@@ -158,20 +165,22 @@ pub fn run_from_env() -> anyhow::Result<u8> {
     Ok(0)
 }
 
-fn listen(addr: SocketAddr, backlog: i32) -> anyhow::Result<TcpListener> {
-    let listener = crate::listener::bind_reuseport(addr, Some(backlog))?;
+fn listen(cfg: &Config, addr: SocketAddr) -> anyhow::Result<TcpListener> {
+    let listener = crate::listener::bind_reuseport(addr, Some(cfg.backlog))?;
+    keepalive::apply_to_listener(&listener, cfg)
+        .with_context(|| format!("keepalive options on the listener {addr}"))?;
     Ok(TcpListener::from_std(listener))
 }
 
 impl Worker {
     fn new(cfg: Config, link: UnixStream, max_conns: usize) -> anyhow::Result<Worker> {
         let poll = Poll::new()?;
-        let mut http = listen(cfg.listen, cfg.backlog)?;
+        let mut http = listen(&cfg, cfg.listen)?;
         poll.registry()
             .register(&mut http, HTTP_LISTENER, Interest::READABLE)?;
         let tcp = match cfg.tcp_listen {
             Some(addr) => {
-                let mut l = listen(addr, cfg.backlog)?;
+                let mut l = listen(&cfg, addr)?;
                 poll.registry()
                     .register(&mut l, TCP_LISTENER, Interest::READABLE)?;
                 Some(l)
@@ -186,7 +195,7 @@ impl Worker {
         )?;
         let admin = match cfg.admin_listen {
             Some(addr) => {
-                let mut l = listen(addr, cfg.backlog)?;
+                let mut l = listen(&cfg, addr)?;
                 poll.registry()
                     .register(&mut l, ADMIN_LISTENER, Interest::READABLE)?;
                 Some(l)
@@ -204,6 +213,8 @@ impl Worker {
             cors_pending: HashMap::new(),
             publish_started: HashMap::new(),
             dashboards: Vec::new(),
+            fan_outs: fan_out_slices::FanOuts::default(),
+            link_read_paused: false,
             ws_policy,
             cfg,
             poll,
@@ -245,7 +256,12 @@ impl Worker {
         let mut pong_deadline: Option<Instant> = None;
         loop {
             let now = Instant::now();
-            let timeout = next_tick.saturating_duration_since(now);
+            // A fan-out in progress: only look for events that are ready, then go on with it.
+            let timeout = if self.fan_outs.is_empty() {
+                next_tick.saturating_duration_since(now)
+            } else {
+                Duration::ZERO
+            };
             if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
                 if e.kind() != io::ErrorKind::Interrupted {
                     return Err(e.into());
@@ -254,15 +270,11 @@ impl Worker {
             for event in events.iter() {
                 match event.token() {
                     HTTP_LISTENER | TCP_LISTENER | ADMIN_LISTENER => self.accept_all(event.token()),
-                    MASTER_LINK => match self.on_master_event(event.is_writable()) {
-                        Ok(true) => {}
-                        // The master is gone (it also kills us via PR_SET_PDEATHSIG): so are we.
-                        Ok(false) => return Ok(()),
-                        Err(e) => {
-                            tracing::error!(error = %format!("{e:#}"), "master link lost; exiting");
+                    MASTER_LINK => {
+                        if !self.serve_master_link(event.is_writable()) {
                             return Ok(());
                         }
-                    },
+                    }
                     SIGNALS => {
                         let got: Vec<i32> = signals.pending().collect();
                         if got.iter().any(|&s| s == libc::SIGTERM || s == libc::SIGINT) {
@@ -272,6 +284,14 @@ impl Worker {
                     token => {
                         self.on_conn_event(token.0 as u64, event.is_readable(), event.is_writable())
                     }
+                }
+            }
+            // One slice of the oldest fan-out per turn, after the events that were ready.
+            self.fan_out_slice();
+            if self.link_read_paused && !self.fan_outs_full() {
+                self.link_read_paused = false;
+                if !self.serve_master_link(false) {
+                    return Ok(());
                 }
             }
             if let Some(e) = self.link_failed.take() {
@@ -410,11 +430,7 @@ impl Worker {
         };
         let entry = self.conns.vacant_entry();
         let token = token_of(entry.key(), generation);
-        if let Err(e) = keepalive::apply(&stream, &self.cfg) {
-            if let Some(held_back) = self.socket_errors.allow(Instant::now()) {
-                tracing::warn!(error = %e, held_back, "setting keepalive options failed");
-            }
-        }
+        // Keepalive and TCP_USER_TIMEOUT come from the listener (see `keepalive`).
         let mut conn = Conn::new(stream, generation, kind);
         conn.ip_slot = ip_slot;
         if admin {
@@ -604,6 +620,22 @@ impl Worker {
         }
     }
 
+    /// Sets the keepalive options again on every listener (after a reload).
+    fn apply_keepalive_to_listeners(&mut self) {
+        for l in [
+            &self.http_listener,
+            &self.tcp_listener,
+            &self.admin_listener,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            if let Err(e) = keepalive::apply_to_listener(l, &self.cfg) {
+                tracing::error!(error = %e, "keepalive options on a listener; later connections keep the old ones");
+            }
+        }
+    }
+
     fn leave_channel(&mut self, chan: u32, pos: u32) {
         let (moved, emptied) = self.channels.leave(chan, pos);
         if let Some(moved) = moved {
@@ -703,10 +735,26 @@ impl Worker {
         self.link.is_congested()
     }
 
+    /// Reads and handles the master's frames; false when the worker must exit (the master is
+    /// gone: it also kills us via PR_SET_PDEATHSIG).
+    fn serve_master_link(&mut self, writable: bool) -> bool {
+        match self.on_master_event(writable) {
+            Ok(open) => open,
+            Err(e) => {
+                tracing::error!(error = %format!("{e:#}"), "master link lost; exiting");
+                false
+            }
+        }
+    }
+
     /// Returns Ok(false) when the master closed the link.
     fn on_master_event(&mut self, writable: bool) -> anyhow::Result<bool> {
         if writable {
             self.link.flush()?;
+        }
+        if self.fan_outs_full() {
+            self.link_read_paused = true;
+            return Ok(true);
         }
         let mut frames = Vec::new();
         let open = self
@@ -742,15 +790,19 @@ impl Worker {
                     channels,
                     replay,
                     more,
-                } => self.on_joined(
-                    req,
-                    Joined {
-                        current_id,
-                        channels,
-                        replay,
-                        more,
-                    },
-                ),
+                } => {
+                    // Ordered after the messages sent before it: those go out first.
+                    self.finish_fan_outs();
+                    self.on_joined(
+                        req,
+                        Joined {
+                            current_id,
+                            channels,
+                            replay,
+                            more,
+                        },
+                    )
+                }
                 ToWorker::PublishRefused { req, retry_after_s } => {
                     self.on_publish_refused(req, retry_after_s)
                 }
@@ -764,7 +816,10 @@ impl Worker {
                     channel,
                     after,
                     through,
-                } => self.fan_out_gap(&channel, after, through),
+                } => {
+                    self.finish_fan_outs();
+                    self.fan_out_gap(&channel, after, through)
+                }
                 ToWorker::Dashboard { json } => self.push_dashboard(&json),
             }
         }
@@ -816,6 +871,8 @@ impl Worker {
             return;
         }
         self.shutdown_deadline = Some(Instant::now() + self.cfg.grace);
+        // Messages already published reach their subscribers before the goodbyes.
+        self.finish_fan_outs();
         for mut l in [
             self.http_listener.take(),
             self.tcp_listener.take(),

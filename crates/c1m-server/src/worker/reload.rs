@@ -24,6 +24,7 @@ impl Worker {
                 self.ws_policy = origin_policy(&cfg);
                 reload_tls(&cfg);
                 self.cfg = cfg;
+                self.apply_keepalive_to_listeners();
             }
             Err(e) => tracing::error!(
                 error = %e,

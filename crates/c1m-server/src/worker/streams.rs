@@ -245,71 +245,85 @@ impl Worker {
         });
     }
 
-    /// One published message to every live subscriber of its channel on this worker.
-    ///
-    /// Latency: every delivery records (now − `published_us`) in publish_to_write. The clock is
-    /// read per delivery: a vDSO clock_gettime (~20 ns) next to the write() syscall it follows
-    /// (~1 µs+), so no sampling is needed and the histogram's count equals deliveries.
+    /// One published message to every live subscriber of its channel on this worker: queued
+    /// with the members it goes to, and delivered in slices by the loop (`fan_out_slices`).
     pub(super) fn fan_out(&mut self, channel: &str, id: u64, payload: Vec<u8>, published_us: u64) {
         let Some(chan) = self.channels.lookup(channel) else {
             return;
         };
-        let fan_out_started = c1m_sys::shm::monotonic_micros();
+        let local = self.channels.get(chan).expect("looked up");
+        // Tokens, not slots: a member that closes before its slice comes must not hand its
+        // message to a new connection in the same slot.
+        let members = local
+            .members
+            .iter()
+            .filter_map(|&m| {
+                let c = self.conns.get(m as usize)?;
+                Some(super::token_of(m as usize, c.generation))
+            })
+            .collect();
+        let msg = Message::new(local.name.clone(), id, payload);
+        self.fan_outs.push(super::fan_out_slices::FanOutJob {
+            msg,
+            members,
+            next: 0,
+            published_us,
+            started_us: 0,
+        });
+    }
+
+    /// One message to one member (a live stream or a waiting long-poll; a joining one is
+    /// skipped: its replay is on the way and covers this message).
+    ///
+    /// Latency: every delivery records (now − `published_us`) in publish_to_write. The clock is
+    /// read per delivery: a vDSO clock_gettime (~20 ns) next to the write() syscall it follows
+    /// (~1 µs+), so no sampling is needed and the histogram's count equals deliveries.
+    pub(super) fn deliver(&mut self, msg: &Message, idx: usize, published_us: u64) {
         let latency = |h: &mut crate::histogram::Histogram| {
             h.record(c1m_sys::shm::monotonic_micros().saturating_sub(published_us));
         };
-        let local = &self.channels.get(chan).expect("looked up").members;
-        let name = self.channels.get(chan).expect("looked up").name.clone();
-        // Closing a member reorders the list, so walk a copy (a memcpy, cheap next to the writes).
-        let members = local.clone();
-        let msg = Message::new(name, id, payload);
         let max = self.cfg.max_unsent;
-        for member in members {
-            let idx = member as usize;
-            let Some(conn) = self.conns.get_mut(idx) else {
-                continue;
-            };
-            let sent = match conn.kind {
-                Kind::Sse => conn.send_shared(msg.sse(conn.subs.is_multi()), max),
-                Kind::TcpStream => conn.send_shared(msg.tcp(), max),
-                Kind::Ws => conn.send_shared(msg.ws(conn.flags & WS_ENVELOPE != 0), max),
-                Kind::PollWaiting => {
-                    self.counters.delivered += 1;
-                    latency(&mut self.counters.latency.publish_to_write);
-                    // The shared answer carries no per-request CORS headers.
-                    if conn.keep_alive && !self.owes_cors(idx) {
-                        let answer = msg.poll_answer().clone();
-                        self.reply_shared(idx, &answer);
-                    } else {
-                        let m = PollMessage {
-                            channel: &msg.channel,
-                            id,
-                            payload: &msg.payload,
-                        };
-                        let body = longpoll::encode_body(&[m], &[], id);
-                        self.poll_answer(idx, 200, &body);
-                    }
-                    continue;
+        let Some(conn) = self.conns.get_mut(idx) else {
+            return;
+        };
+        let sent = match conn.kind {
+            Kind::Sse => conn.send_shared(msg.sse(conn.subs.is_multi()), max),
+            Kind::TcpStream => conn.send_shared(msg.tcp(), max),
+            Kind::Ws => conn.send_shared(msg.ws(conn.flags & WS_ENVELOPE != 0), max),
+            Kind::PollWaiting => {
+                self.counters.delivered += 1;
+                latency(&mut self.counters.latency.publish_to_write);
+                // The shared answer carries no per-request CORS headers.
+                if conn.keep_alive && !self.owes_cors(idx) {
+                    let answer = msg.poll_answer().clone();
+                    self.reply_shared(idx, &answer);
+                } else {
+                    let m = PollMessage {
+                        channel: &msg.channel,
+                        id: msg.id,
+                        payload: &msg.payload,
+                    };
+                    let body = longpoll::encode_body(&[m], &[], msg.id);
+                    self.poll_answer(idx, 200, &body);
                 }
-                _ => continue, // joining: its replay is on the way and covers this message
-            };
-            match sent {
-                Sent::Done => {
-                    self.counters.delivered += 1;
-                    latency(&mut self.counters.latency.publish_to_write);
-                }
-                Sent::Overflow => {
-                    self.counters.dropped += 1;
-                    self.drop_slow_consumer(idx);
-                }
-                Sent::Failed => {
-                    self.counters.dropped += 1;
-                    self.close(idx);
-                }
+                return;
+            }
+            _ => return, // joining: its replay is on the way and covers this message
+        };
+        match sent {
+            Sent::Done => {
+                self.counters.delivered += 1;
+                latency(&mut self.counters.latency.publish_to_write);
+            }
+            Sent::Overflow => {
+                self.counters.dropped += 1;
+                self.drop_slow_consumer(idx);
+            }
+            Sent::Failed => {
+                self.counters.dropped += 1;
+                self.close(idx);
             }
         }
-        let took = c1m_sys::shm::monotonic_micros().saturating_sub(fan_out_started);
-        self.counters.latency.fan_out.record(took);
     }
 
     /// Answers a long-poll and leaves its channels; the connection goes back to reading requests.

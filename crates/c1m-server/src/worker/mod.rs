@@ -13,6 +13,7 @@ mod cluster;
 mod conn;
 mod dashboard;
 mod edge;
+mod handover;
 mod health;
 mod ip_limits;
 mod keepalive;
@@ -58,6 +59,7 @@ pub const ENV_INDEX: &str = "C1M_WORKER_INDEX";
 pub const ENV_CONFIG: &str = "C1M_WORKER_CONFIG";
 pub const ENV_MASTER_PID: &str = "C1M_MASTER_PID";
 pub const ENV_MAX_CONNS: &str = "C1M_WORKER_MAX_CONNS";
+pub use handover::{handover_name, ENV_HANDOVER, ENV_HANDOVER_TIMEOUT};
 pub use ip_limits::ENV_IP_TABLE;
 
 /// One chunk of a join answer (see `ToWorker::Joined`).
@@ -122,6 +124,8 @@ pub struct Worker {
     publish_started: HashMap<u64, u64>,
     /// `/dashboard/events` streams (by token), at most [`dashboard::MAX_VIEWERS`].
     dashboards: Vec<u64>,
+    /// Live upgrade: frozen, or handed over and waiting for the commit (docs/upgrade.md).
+    handover: handover::HandOver,
 }
 
 /// Entry point of `c1m __serve-worker`.
@@ -145,26 +149,66 @@ pub fn run_from_env() -> anyhow::Result<u8> {
     link.set_nonblocking(true)?;
     let link = UnixStream::from_std(link);
     let ip_limits = ip_limits::IpLimits::from_env(&cfg, index)?;
-    let mut worker = Worker::new(cfg, link, max_conns)?;
+    let Ok(name) = std::env::var(handover::ENV_HANDOVER) else {
+        let mut worker = Worker::new(cfg, link, max_conns, &mut Vec::new())?;
+        worker.ip_limits = ip_limits;
+        worker.run()?;
+        return Ok(0);
+    };
+    // Started by a new master during a live upgrade: take over the predecessor's listeners
+    // and connections instead of binding.
+    let timeout = Duration::from_millis(var(handover::ENV_HANDOVER_TIMEOUT)?.parse()?);
+    let started = Instant::now();
+    let mut taken = handover::receive(&name, timeout).context("upgrade: taking over")?;
+    let conns = taken.conns.len();
+    tracing::info!(
+        conns,
+        took_ms = started.elapsed().as_millis() as u64,
+        "upgrade: connections received; waiting for commit"
+    );
+    let mut worker = Worker::new(cfg, link, max_conns, &mut taken.listeners)?;
     worker.ip_limits = ip_limits;
+    worker.restore(std::mem::take(&mut taken.conns))?;
+    if !handover::await_commit(&taken.pair, timeout)? {
+        tracing::warn!("upgrade: aborted by the old worker; exiting without touching a connection");
+        return Ok(0);
+    }
+    drop(taken.pair);
+    tracing::info!(conns, "upgrade: committed; serving");
+    worker.after_takeover();
     worker.run()?;
     Ok(0)
 }
 
-fn listen(addr: SocketAddr, backlog: i32) -> anyhow::Result<TcpListener> {
+/// The listener handed over by the predecessor (live upgrade), else a fresh SO_REUSEPORT one.
+fn listen(
+    addr: SocketAddr,
+    backlog: i32,
+    taken: &mut Vec<(u8, std::os::fd::OwnedFd)>,
+    kind: u8,
+) -> anyhow::Result<TcpListener> {
+    if let Some(l) = handover::take_listener(taken, kind) {
+        return Ok(l);
+    }
     let listener = crate::listener::bind_reuseport(addr, Some(backlog))?;
     Ok(TcpListener::from_std(listener))
 }
 
 impl Worker {
-    fn new(cfg: Config, link: UnixStream, max_conns: usize) -> anyhow::Result<Worker> {
+    fn new(
+        cfg: Config,
+        link: UnixStream,
+        max_conns: usize,
+        taken: &mut Vec<(u8, std::os::fd::OwnedFd)>,
+    ) -> anyhow::Result<Worker> {
+        use c1m_proto::handover::{LISTENER_ADMIN, LISTENER_HTTP, LISTENER_TCP};
         let poll = Poll::new()?;
-        let mut http = listen(cfg.listen, cfg.backlog)?;
+        let mut http = listen(cfg.listen, cfg.backlog, taken, LISTENER_HTTP)?;
         poll.registry()
             .register(&mut http, HTTP_LISTENER, Interest::READABLE)?;
         let tcp = match cfg.tcp_listen {
             Some(addr) => {
-                let mut l = listen(addr, cfg.backlog)?;
+                let mut l = listen(addr, cfg.backlog, taken, LISTENER_TCP)?;
                 poll.registry()
                     .register(&mut l, TCP_LISTENER, Interest::READABLE)?;
                 Some(l)
@@ -179,7 +223,7 @@ impl Worker {
         )?;
         let admin = match cfg.admin_listen {
             Some(addr) => {
-                let mut l = listen(addr, cfg.backlog)?;
+                let mut l = listen(addr, cfg.backlog, taken, LISTENER_ADMIN)?;
                 poll.registry()
                     .register(&mut l, ADMIN_LISTENER, Interest::READABLE)?;
                 Some(l)
@@ -218,6 +262,7 @@ impl Worker {
             chunked_bodies: HashMap::new(),
             link_failed: None,
             ip_limits: None,
+            handover: handover::HandOver::default(),
         })
     }
 
@@ -238,7 +283,11 @@ impl Worker {
         let mut pong_deadline: Option<Instant> = None;
         loop {
             let now = Instant::now();
-            let timeout = next_tick.saturating_duration_since(now);
+            let timeout = if self.handover.frozen {
+                STATS_EVERY // timers do not advance while frozen: no zero-timeout spin
+            } else {
+                next_tick.saturating_duration_since(now)
+            };
             if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
                 if e.kind() != io::ErrorKind::Interrupted {
                     return Err(e.into());
@@ -246,6 +295,9 @@ impl Worker {
             }
             for event in events.iter() {
                 match event.token() {
+                    // Frozen for a hand-over: client events wait (the resume, or the new
+                    // worker's registration, picks up what is pending).
+                    HTTP_LISTENER | TCP_LISTENER | ADMIN_LISTENER if self.handover.frozen => {}
                     HTTP_LISTENER | TCP_LISTENER | ADMIN_LISTENER => self.accept_all(event.token()),
                     MASTER_LINK => match self.on_master_event(event.is_writable()) {
                         Ok(true) => {}
@@ -262,6 +314,7 @@ impl Worker {
                             self.begin_shutdown();
                         }
                     }
+                    _ if self.handover.frozen => {}
                     token => {
                         self.on_conn_event(token.0 as u64, event.is_readable(), event.is_writable())
                     }
@@ -272,6 +325,15 @@ impl Worker {
                 return Ok(());
             }
             let now = Instant::now();
+            if self.handover.frozen {
+                // No timer, heartbeat or ping touches a client while frozen; they run late
+                // after an abort, or in the new worker (which got each timer's remaining time).
+                if next_stats <= now {
+                    self.push_stats()?;
+                    next_stats = now + STATS_EVERY;
+                }
+                continue;
+            }
             // A reload may have turned heartbeats or pings on, off, or shortened them.
             next_heartbeat = reload::reschedule(next_heartbeat, self.cfg.sse_heartbeat, now);
             next_ping = reload::reschedule(next_ping, self.cfg.ws_ping_interval, now);
@@ -325,7 +387,10 @@ impl Worker {
     // ---- accepting ------------------------------------------------------------------------
 
     fn accept_all(&mut self, which: Token) {
-        if self.accept_paused_until.is_some() || self.shutdown_deadline.is_some() {
+        if self.accept_paused_until.is_some()
+            || self.shutdown_deadline.is_some()
+            || self.handover.frozen
+        {
             return;
         }
         loop {
@@ -490,6 +555,9 @@ impl Worker {
     /// peer to read). Then reading stops, TCP flow control holds the rest in the peer, and the
     /// connection is marked READ_PAUSED so `resume_input` reads on when it can go on.
     fn on_readable(&mut self, idx: usize) {
+        if self.handover.frozen {
+            return; // read after an abort, or by the new worker
+        }
         let Some(conn) = self.conns.get_mut(idx) else {
             return;
         };
@@ -716,6 +784,13 @@ impl Worker {
             )
         });
         for frame in replies.into_iter().chain(ordered) {
+            if self.handover.sent.is_some()
+                && !matches!(frame, ToWorker::HandOverCommit | ToWorker::HandOverAbort)
+            {
+                // Handed over: the connections are the new worker's; not a byte more from here.
+                tracing::warn!("upgrade: frame for handed-over connections ignored");
+                continue;
+            }
             match frame {
                 ToWorker::Message {
                     channel,
@@ -754,6 +829,14 @@ impl Worker {
                     through,
                 } => self.fan_out_gap(&channel, after, through),
                 ToWorker::Dashboard { json } => self.push_dashboard(&json),
+                ToWorker::HandOverPrepare => self.handover_prepare(),
+                ToWorker::HandOverGo {
+                    name,
+                    new_master_pid,
+                    timeout_ms,
+                } => self.handover_go(&name, new_master_pid, Duration::from_millis(timeout_ms)),
+                ToWorker::HandOverCommit => self.handover_commit(),
+                ToWorker::HandOverAbort => self.handover_abort(),
             }
         }
         Ok(open)

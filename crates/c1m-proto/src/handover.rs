@@ -495,7 +495,9 @@ impl ConnRecord {
         for c in &self.channels {
             w.bytes(c.as_bytes());
         }
-        w.bytes(&self.inbuf).bytes(&self.out).opt_u64(self.replay_after);
+        w.bytes(&self.inbuf)
+            .bytes(&self.out)
+            .opt_u64(self.replay_after);
         w.opt_bytes(self.cors.as_deref().map(str::as_bytes))
             .u8(u8::from(self.dashboard))
             .opt_bytes(self.ws_decoder.as_deref())
@@ -678,7 +680,10 @@ mod tests {
         }
         let batch = ConnRecord::encode_batch(&[record(), record()]);
         for cut in 0..batch.len() {
-            assert!(ConnRecord::decode_batch(&batch[..cut]).is_err(), "cut {cut}");
+            assert!(
+                ConnRecord::decode_batch(&batch[..cut]).is_err(),
+                "cut {cut}"
+            );
         }
         // Trailing garbage, huge counts and bad booleans are refused.
         let mut long = batch.clone();

@@ -155,7 +155,9 @@ impl MemoryHub {
                 self.bytes += MemoryHub::cost(&payload);
                 self.stored += 1;
                 order.push((id, name.clone()));
-                let at = now.checked_sub(Duration::from_millis(age_ms)).unwrap_or(now);
+                let at = now
+                    .checked_sub(Duration::from_millis(age_ms))
+                    .unwrap_or(now);
                 history.push_back(Stored {
                     id,
                     at,

@@ -243,10 +243,14 @@ pub enum ToMaster {
     HandOverPrepared,
     /// Every connection (`conns`) and listener went to the new worker, which has them all; this
     /// worker touches none of them any more and waits for commit or abort.
-    HandOverSent { conns: u64 },
+    HandOverSent {
+        conns: u64,
+    },
     /// The hand-over from this worker failed (the new worker died, refused, or timed out); it
     /// serves on as before.
-    HandOverFailed { reason: String },
+    HandOverFailed {
+        reason: String,
+    },
 }
 
 /// Master → worker.
@@ -682,9 +686,7 @@ impl ToWorker {
                 timeout_ms,
             } => {
                 let mut w = Writer::new(21);
-                w.str(name)
-                    .u64(u64::from(*new_master_pid))
-                    .u64(*timeout_ms);
+                w.str(name).u64(u64::from(*new_master_pid)).u64(*timeout_ms);
                 w.finish()
             }
             ToWorker::HandOverCommit => Writer::new(22).finish(),

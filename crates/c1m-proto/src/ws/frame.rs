@@ -202,7 +202,12 @@ impl Decoder {
         out.extend_from_slice(&self.frame_left.to_le_bytes());
         out.extend_from_slice(&self.msg_len.to_le_bytes());
         out.extend_from_slice(&self.mask);
-        out.extend_from_slice(&[self.utf8.to_byte(), self.msg, self.frame, u8::from(self.done)]);
+        out.extend_from_slice(&[
+            self.utf8.to_byte(),
+            self.msg,
+            self.frame,
+            u8::from(self.done),
+        ]);
         out
     }
 

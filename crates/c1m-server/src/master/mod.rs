@@ -21,12 +21,12 @@ use anyhow::Context;
 use mio::net::UnixStream;
 use mio::{Events, Interest, Poll, Token};
 pub use plan_reason::workers_reason;
-pub use upgrade::{take_over, ENV_UPGRADE_FD};
 use std::collections::HashMap;
 use std::os::fd::AsRawFd;
 use std::process::{Child, Command, Stdio};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
+pub use upgrade::{take_over, ENV_UPGRADE_FD};
 
 /// Descriptors each worker keeps back from client connections (listeners, link, epoll, logs):
 /// 64, or a sixteenth of a small limit (a worker needs about ten of its own).

@@ -173,7 +173,11 @@ impl Master {
         write_msg(ctl, &hello)?;
         match Control::decode(&read_msg(ctl)?)? {
             Control::Accept { pid, version } => {
-                tracing::info!(new_master = pid, version, "upgrade: the new binary accepted")
+                tracing::info!(
+                    new_master = pid,
+                    version,
+                    "upgrade: the new binary accepted"
+                )
             }
             Control::Refuse { reason } => bail!("the new binary refused: {reason}"),
             other => bail!("unexpected answer to hello: {other:?}"),
@@ -325,15 +329,17 @@ impl Master {
     pub(super) fn on_handover_frame(&mut self, i: usize, frame: crate::ipc::ToMaster) {
         use crate::ipc::ToMaster;
         let Some(p) = &mut self.handover else {
-            tracing::warn!(worker = i, "upgrade: hand-over report with no upgrade running");
+            tracing::warn!(
+                worker = i,
+                "upgrade: hand-over report with no upgrade running"
+            );
             return;
         };
         match frame {
             ToMaster::HandOverPrepared => p.prepared[i] = true,
             ToMaster::HandOverSent { conns } => p.sent[i] = Some(conns),
             ToMaster::HandOverFailed { reason } => {
-                p.failed
-                    .get_or_insert(format!("worker {i}: {reason}"));
+                p.failed.get_or_insert(format!("worker {i}: {reason}"));
             }
             _ => {}
         }
@@ -412,7 +418,10 @@ pub fn take_over(args: ServeArgs, mut cfg: Config, fd: i32) -> anyhow::Result<u8
         }
     };
     write_msg(&mut ctl, &Control::HubTaken)?;
-    tracing::info!(old_master = old_pid, "upgrade: hub taken, workers taking over");
+    tracing::info!(
+        old_master = old_pid,
+        "upgrade: hub taken, workers taking over"
+    );
     match read_msg(&mut ctl).and_then(|m| Ok(Control::decode(&m)?)) {
         Ok(Control::Commit) => {}
         answer => {

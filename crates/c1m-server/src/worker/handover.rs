@@ -48,7 +48,8 @@ pub struct Taken {
 }
 
 fn recv(pair: &Socket, buf: &mut [u8]) -> anyhow::Result<(Pair, Vec<OwnedFd>)> {
-    let (n, fds) = fd_passing::recv_with_fds(pair, buf).context("receiving from the other worker")?;
+    let (n, fds) =
+        fd_passing::recv_with_fds(pair, buf).context("receiving from the other worker")?;
     if n == 0 {
         bail!("the other worker closed the hand-over socket");
     }
@@ -157,7 +158,10 @@ impl Worker {
         )?;
         match recv(&pair, &mut buf)? {
             (Pair::Received { conns }, _) if conns == idxs.len() as u64 => {}
-            (other, _) => bail!("expected the new worker to confirm {} connections, got {other:?}", idxs.len()),
+            (other, _) => bail!(
+                "expected the new worker to confirm {} connections, got {other:?}",
+                idxs.len()
+            ),
         }
         Ok((pair, idxs.len()))
     }
@@ -334,7 +338,9 @@ impl Worker {
                     self.refuse_busy(idx, 1);
                     self.resume_input(idx);
                 }
-                _ if conn.out.is_none() && self.replays.get(&token).is_some_and(Option::is_some) => {
+                _ if conn.out.is_none()
+                    && self.replays.get(&token).is_some_and(Option::is_some) =>
+                {
                     self.continue_replay(idx)
                 }
                 _ => {}

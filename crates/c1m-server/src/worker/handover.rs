@@ -38,6 +38,9 @@ pub struct HandOver {
     /// Everything went to the new worker: not a byte more to any client from here; the pair
     /// socket waits for the commit or abort to pass on.
     pub sent: Option<Socket>,
+    /// Master frames read while waiting for the new worker to connect (handled afterwards,
+    /// in order).
+    pub stashed: Vec<crate::ipc::ToWorker>,
 }
 
 /// What a new worker received from its predecessor.
@@ -102,10 +105,29 @@ impl Worker {
         timeout: Duration,
     ) -> anyhow::Result<(Socket, usize)> {
         let deadline = Instant::now() + timeout;
-        let listener = fd_passing::listen_abstract(name, timeout).context("hand-over socket")?;
-        let (pair, _) = listener
-            .accept()
-            .context("waiting for the new worker to connect")?;
+        // Accept in short slices: between them the master may have called the upgrade off
+        // (the new master or another worker failed), and this worker must thaw at once.
+        let listener = fd_passing::listen_abstract(name, Duration::from_millis(50))
+            .context("hand-over socket")?;
+        let (pair, _) = loop {
+            match listener.accept() {
+                Ok(p) => break p,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock
+                            | std::io::ErrorKind::TimedOut
+                            | std::io::ErrorKind::Interrupted
+                    ) => {}
+                Err(e) => return Err(e).context("waiting for the new worker to connect"),
+            }
+            if self.abort_requested()? {
+                bail!("called off by the master");
+            }
+            if Instant::now() >= deadline {
+                bail!("timed out waiting for the new worker to connect");
+            }
+        };
         // Anyone on the host could connect to an abstract name: only a child of the new master
         // gets our connections.
         let peer = fd_passing::peer_pid(&pair)?;
@@ -164,6 +186,26 @@ impl Worker {
             ),
         }
         Ok((pair, idxs.len()))
+    }
+
+    /// Reads what the master sent meanwhile: true when it is `HandOverAbort` (other frames are
+    /// kept for later, in order).
+    fn abort_requested(&mut self) -> anyhow::Result<bool> {
+        let mut frames = Vec::new();
+        let open = self
+            .link
+            .read_frames(|f| frames.push(crate::ipc::ToWorker::decode(f)))?;
+        let mut abort = false;
+        for frame in frames {
+            match frame.context("bad frame from master")? {
+                crate::ipc::ToWorker::HandOverAbort => abort = true,
+                other => self.handover.stashed.push(other),
+            }
+        }
+        if !open {
+            bail!("the master closed the link");
+        }
+        Ok(abort)
     }
 
     /// One connection's state for its successor.
@@ -233,7 +275,11 @@ impl Worker {
     /// Back to normal after a freeze. Edge-triggered events that came while frozen were
     /// skipped, so every connection is read and flushed once and the listeners drained.
     fn handover_resume(&mut self) {
-        self.handover = HandOver::default();
+        let stashed = std::mem::take(&mut self.handover.stashed);
+        self.handover = HandOver {
+            stashed,
+            ..HandOver::default()
+        };
         let tokens: Vec<u64> = self
             .conns
             .iter()

@@ -784,62 +784,72 @@ impl Worker {
             )
         });
         for frame in replies.into_iter().chain(ordered) {
-            if self.handover.sent.is_some()
-                && !matches!(frame, ToWorker::HandOverCommit | ToWorker::HandOverAbort)
-            {
-                // Handed over: the connections are the new worker's; not a byte more from here.
-                tracing::warn!("upgrade: frame for handed-over connections ignored");
-                continue;
+            self.on_frame(frame);
+        }
+        // Frames read while a hand-over waited for its new worker, in their order.
+        while !self.handover.stashed.is_empty() {
+            for frame in std::mem::take(&mut self.handover.stashed) {
+                self.on_frame(frame);
             }
-            match frame {
-                ToWorker::Message {
-                    channel,
-                    id,
-                    payload,
-                    published_us,
-                } => self.fan_out(&channel, id, payload, published_us),
-                ToWorker::Published { req, channel, id } => self.on_published(req, &channel, id),
-                ToWorker::Joined {
-                    req,
+        }
+        Ok(open)
+    }
+
+    fn on_frame(&mut self, frame: ToWorker) {
+        if self.handover.sent.is_some()
+            && !matches!(frame, ToWorker::HandOverCommit | ToWorker::HandOverAbort)
+        {
+            // Handed over: the connections are the new worker's; not a byte more from here.
+            tracing::warn!("upgrade: frame for handed-over connections ignored");
+            return;
+        }
+        match frame {
+            ToWorker::Message {
+                channel,
+                id,
+                payload,
+                published_us,
+            } => self.fan_out(&channel, id, payload, published_us),
+            ToWorker::Published { req, channel, id } => self.on_published(req, &channel, id),
+            ToWorker::Joined {
+                req,
+                current_id,
+                channels,
+                replay,
+                more,
+            } => self.on_joined(
+                req,
+                Joined {
                     current_id,
                     channels,
                     replay,
                     more,
-                } => self.on_joined(
-                    req,
-                    Joined {
-                        current_id,
-                        channels,
-                        replay,
-                        more,
-                    },
-                ),
-                ToWorker::PublishRefused { req, retry_after_s } => {
-                    self.on_publish_refused(req, retry_after_s)
-                }
-                ToWorker::Status { req, body, metrics } => self.on_status(req, body, metrics),
-                ToWorker::Shutdown => self.begin_shutdown(),
-                ToWorker::Reconfigure { json } => self.reconfigure(&json),
-                ToWorker::JoinRefused { req, retry_after_s } => {
-                    self.on_join_refused(req, retry_after_s)
-                }
-                ToWorker::Gap {
-                    channel,
-                    after,
-                    through,
-                } => self.fan_out_gap(&channel, after, through),
-                ToWorker::Dashboard { json } => self.push_dashboard(&json),
-                ToWorker::HandOverPrepare => self.handover_prepare(),
-                ToWorker::HandOverGo {
-                    name,
-                    new_master_pid,
-                    timeout_ms,
-                } => self.handover_go(&name, new_master_pid, Duration::from_millis(timeout_ms)),
-                ToWorker::HandOverCommit => self.handover_commit(),
-                ToWorker::HandOverAbort => self.handover_abort(),
+                },
+            ),
+            ToWorker::PublishRefused { req, retry_after_s } => {
+                self.on_publish_refused(req, retry_after_s)
             }
+            ToWorker::Status { req, body, metrics } => self.on_status(req, body, metrics),
+            ToWorker::Shutdown => self.begin_shutdown(),
+            ToWorker::Reconfigure { json } => self.reconfigure(&json),
+            ToWorker::JoinRefused { req, retry_after_s } => {
+                self.on_join_refused(req, retry_after_s)
+            }
+            ToWorker::Gap {
+                channel,
+                after,
+                through,
+            } => self.fan_out_gap(&channel, after, through),
+            ToWorker::Dashboard { json } => self.push_dashboard(&json),
+            ToWorker::HandOverPrepare => self.handover_prepare(),
+            ToWorker::HandOverGo {
+                name,
+                new_master_pid,
+                timeout_ms,
+            } => self.handover_go(&name, new_master_pid, Duration::from_millis(timeout_ms)),
+            ToWorker::HandOverCommit => self.handover_commit(),
+            ToWorker::HandOverAbort => self.handover_abort(),
         }
-        Ok(open)
     }
 
     fn push_stats(&mut self) -> anyhow::Result<()> {

@@ -28,10 +28,12 @@ mod listener;
 mod log;
 mod master;
 mod tls;
+mod upgrade_cli;
 mod worker;
 
 use anyhow::Context;
 pub use config::{Config, ServeArgs};
+pub use upgrade_cli::UpgradeArgs;
 
 /// Version and git commit of the binary, set once by `main` (the commit is stamped by the `c1m`
 /// crate's build script, which this library cannot see); `c1m_build_info` reports them.
@@ -139,6 +141,11 @@ pub fn run(args: ServeArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Resul
     drop((http_reservation, tcp_reservation, admin_reservation));
     tracing::info!("stopped");
     Ok(0)
+}
+
+/// Entry point of `c1m upgrade PID` (live binary upgrade; docs/upgrade.md).
+pub fn run_upgrade(args: UpgradeArgs) -> anyhow::Result<u8> {
+    upgrade_cli::run(args)
 }
 
 /// Entry point of the hidden `c1m __serve-worker`.

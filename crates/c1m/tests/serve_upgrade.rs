@@ -386,10 +386,20 @@ fn a_new_binary_that_crashes_mid_hand_over_loses_nothing() {
     let mut late = Sse::connect(server.http, "/sub/news", "");
     std::fs::remove_file(&crash_file).unwrap();
     let mut server = server;
-    server.signal(libc::SIGUSR2);
+    // This time through the command line: it waits for the outcome and names the new master.
+    let out = Command::new(scratch.exe())
+        .args(["upgrade", &old_pid.to_string(), "--timeout", "20s"])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(out.status.code(), Some(0), "{said}");
     assert!(server.wait_exit(Duration::from_secs(20)).success());
     let s = server.wait_status(|s| s["pid"].as_u64() != Some(u64::from(old_pid)));
     let _new = KillOnDrop(s["pid"].as_u64().unwrap() as u32);
+    assert!(
+        said.contains(&format!("the new master is {}", s["pid"])),
+        "{said}"
+    );
     assert_eq!(
         (&s["upgrades"]["attempted"], &s["upgrades"]["failed"]),
         (&2.into(), &1.into())
@@ -409,7 +419,12 @@ fn another_hand_over_format_is_refused_and_the_old_master_serves_on() {
     let old_pid = server.child.id();
     let mut sub = Sse::connect(server.http, "/sub/news", "");
     server.wait_status(|s| s["connections"]["sse"] == 1);
-    server.signal(libc::SIGUSR2);
+    let out = Command::new(scratch.exe())
+        .args(["upgrade", &old_pid.to_string(), "--timeout", "5s"])
+        .output()
+        .unwrap();
+    // Not upgraded: exit 1, and the old master is still the one running.
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
     let refused = logs
         .wait_for("upgrade refused", Duration::from_secs(20))
         .expect("the new binary logs its refusal");

@@ -656,6 +656,58 @@ mod tests {
         assert_eq!(joined, big);
     }
 
+    /// Decodes all of `buf` with `dec`, returning every event with its unmasked bytes.
+    fn decode_all(dec: &mut crate::ws::frame::Decoder, buf: &[u8]) -> Vec<(String, Vec<u8>)> {
+        let limits = crate::ws::frame::Limits::default();
+        let mut buf = buf.to_vec();
+        let mut out = Vec::new();
+        let mut at = 0;
+        while at < buf.len() {
+            let d = dec.decode(&mut buf[at..], &limits).unwrap();
+            if let Some(crate::ws::frame::Event::Data { payload, fin, .. }) = &d.event {
+                let bytes = buf[at..][payload.clone()].to_vec();
+                out.push((format!("fin={fin}"), bytes));
+            }
+            if d.consumed == 0 {
+                break;
+            }
+            at += d.consumed;
+        }
+        out
+    }
+
+    #[test]
+    fn a_websocket_decoder_mid_frame_carries_over() {
+        use crate::ws::frame::Decoder;
+        // A masked text frame (no FIN: the message goes on) whose payload splits "é".
+        let text = "caf\u{e9} au lait".as_bytes();
+        let mask = [0x11, 0x22, 0x33, 0x44];
+        let mut frame = vec![0x01, 0x80 | text.len() as u8];
+        frame.extend_from_slice(&mask);
+        frame.extend(text.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+        let split = 6 + 4; // header + "caf" + the first byte of "é"
+        let mut old = Decoder::default();
+        let first = decode_all(&mut old, &frame[..split]);
+        assert_eq!(first, vec![("fin=false".to_string(), b"caf\xc3".to_vec())]);
+        let state = old.to_bytes();
+        assert_eq!(state.len(), Decoder::STATE_LEN);
+        let mut carried = Decoder::from_bytes(&state).unwrap();
+        assert_eq!(carried, old);
+        // The rest decodes the same in the carried decoder as in the original.
+        let rest_old = decode_all(&mut old, &frame[split..]);
+        let rest_new = decode_all(&mut carried, &frame[split..]);
+        assert_eq!(rest_new, rest_old);
+        assert_eq!(rest_new[0].1, text[4..].to_vec());
+        // Bytes no decoder state has are refused.
+        assert!(Decoder::from_bytes(&state[..10]).is_none());
+        let mut bad = state.clone();
+        bad[21] = 9;
+        assert!(Decoder::from_bytes(&bad).is_none());
+        let mut bad = state;
+        bad[20] = 200;
+        assert!(Decoder::from_bytes(&bad).is_none());
+    }
+
     #[test]
     fn another_format_version_is_refused_by_name() {
         let mut hello = controls().remove(0).encode();

@@ -15,13 +15,18 @@
 # The hand-over time is the old master's `took_ms` log figure (SIGUSR2 to commit).
 #
 # Usage: flock /work/locks/bench.lock bench/upgrade.sh [N]     (default 190000)
-# Env: RATE (connects/s, 40000), MSG_RATE (100), HOLD (40s), RESTART_AFTER (15s), PORT (18390),
+# Env: RATE (connects/s, 40000), MSG_RATE (100), MSG_EVERY (unset), DRAIN (15s: publishing stops
+#      this long before the hold ends, so late deliveries are not counted lost), HOLD (40s),
+#      RESTART_AFTER (15s), PORT (18390),
 #      MODES ("upgrade restart"), C1M (binary), KEEP_WORK (keep logs there).
 # Writes bench/out/upgrade-N-{upgrade,restart}.{json,txt} and bench/out/upgrade-N.txt (summary).
 set -euo pipefail
 N=${1:-190000}
 RATE=${RATE:-40000}
 MSG_RATE=${MSG_RATE:-100}
+# MSG_EVERY (e.g. 2s) publishes one message that often instead of MSG_RATE per second.
+MSG_EVERY=${MSG_EVERY:-}
+DRAIN=${DRAIN:-15s}
 HOLD=${HOLD:-40s}
 RESTART_AFTER=${RESTART_AFTER:-15s}
 PORT=${PORT:-18390}
@@ -51,7 +56,7 @@ cat >"$WORK/restart.sh" <<EOF
 #!/usr/bin/env bash
 # Plain restart: stop (SIGTERM, bounded), start again on the same port.
 set -e
-pid=\$(curl -fsS "http://$ADDR/status" | python3 -c 'import json, sys; print(json.load(sys.stdin)["pid"])')
+pid=\$(tail -n 1 "$WORK/pids")
 kill -TERM "\$pid"
 for _ in \$(seq 200); do kill -0 "\$pid" 2>/dev/null || break; sleep 0.05; done
 "$SERVE" ${SERVE_ARGS[*]} >>"$WORK/serve-restart.log" 2>&1 &
@@ -61,12 +66,14 @@ exit 1
 EOF
 chmod +x "$WORK/restart.sh"
 
-SUMMARY="$OUT/upgrade-$N.txt"
+SUMMARY="$OUT/upgrade-$N${TAG:+-$TAG}.txt"
 {
     echo "# bench/upgrade.sh $N  $(date -u +%FT%TZ)  load: $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "# serve: ${SERVE_ARGS[*]}"
+    echo "# bench: --conns $N --rate $RATE --hold $HOLD --drain $DRAIN --restart-after $RESTART_AFTER ${MSG_EVERY:+--publish-every $MSG_EVERY}${MSG_EVERY:---publish-rate $MSG_RATE}"
 } >"$SUMMARY"
 
+if [ -n "$MSG_EVERY" ]; then PUBLISH=(--publish-every "$MSG_EVERY"); else PUBLISH=(--publish-rate "$MSG_RATE"); fi
 for mode in $MODES; do
     log="$WORK/serve-$mode.log"
     : >"$log"
@@ -77,12 +84,13 @@ for mode in $MODES; do
     else
         cmd="'$WORK/restart.sh'"
     fi
-    echo "== $mode: master $pid, $N subscribers, $MSG_RATE msg/s, restart cmd: $cmd"
+    echo "$pid" >>"$WORK/pids"
+    echo "== $mode: master $pid, $N subscribers, ${PUBLISH[*]}, restart cmd: $cmd"
     load_before=$(cut -d' ' -f1 /proc/loadavg)
     set +e
     timeout 900 "$C1M" bench "http://$ADDR/sub/news" --proto sse --conns "$N" --rate "$RATE" \
         --scenario reconnect-storm --restart-cmd "$cmd" --restart-after "$RESTART_AFTER" \
-        --hold "$HOLD" --publish-rate "$MSG_RATE" --interval 1s \
+        --hold "$HOLD" --drain "$DRAIN" "${PUBLISH[@]}" --interval 1s \
         --report "$OUT/upgrade-$N-$mode.json" >"$OUT/upgrade-$N-$mode.txt" 2>&1
     code=$?
     set -e
@@ -120,5 +128,6 @@ PY
     for p in $(cat "$WORK/pids"); do kill -TERM "$p" 2>/dev/null || true; done
     for _ in $(seq 100); do curl -fsS -o /dev/null "http://$ADDR/healthz" 2>/dev/null || break; sleep 0.1; done
     sleep 2
+    : >"$WORK/pids"
 done
 echo "summary: $SUMMARY"

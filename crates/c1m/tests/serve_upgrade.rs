@@ -440,3 +440,73 @@ fn another_hand_over_format_is_refused_and_the_old_master_serves_on() {
         ("still here", Some(id.to_string()))
     );
 }
+
+/// Input the old worker had read but not used (half a publish request, half a WebSocket
+/// frame) travels with the connection: the client sends the rest to the new worker, which
+/// finishes what the old one started.
+#[test]
+fn half_read_requests_and_frames_finish_in_the_new_binary() {
+    let scratch = Scratch::new("half");
+    let mut cmd = Command::new(scratch.exe());
+    cmd.args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--workers",
+        "1",
+        "--ws-client-publish",
+        "--upgrade-timeout",
+        "15s",
+    ]);
+    let (mut server, logs) = Server::spawn_capturing_stderr(cmd);
+    let old_pid = server.child.id();
+    let mut sub = Sse::connect(server.http, "/sub/news", "");
+    // Half a publish: the head and 2 of 5 body bytes.
+    let mut publisher = TcpStream::connect(server.http).unwrap();
+    publisher
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    publisher
+        .write_all(b"POST /pub/news HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nab")
+        .unwrap();
+    // Half a masked WebSocket text frame "hello ws" (FIN set): header, mask and 3 bytes.
+    let stream = TcpStream::connect(server.http).unwrap();
+    let (mut ws, _) = tungstenite::client(format!("ws://{}/sub/news", server.http), stream)
+        .expect("websocket handshake");
+    let text = b"hello ws";
+    let mask = [7u8, 1, 9, 3];
+    let mut frame = vec![0x81, 0x80 | text.len() as u8];
+    frame.extend_from_slice(&mask);
+    frame.extend(text.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    ws.get_mut().write_all(&frame[..9]).unwrap();
+    server.wait_status(|s| s["connections"]["websocket"] == 1);
+    std::thread::sleep(Duration::from_millis(300)); // both halves read by the old worker
+
+    scratch.install_patched();
+    server.signal(libc::SIGUSR2);
+    assert!(server.wait_exit(Duration::from_secs(20)).success());
+    logs.wait_for("upgrade: committed; serving", Duration::from_secs(5))
+        .expect("the new worker serves");
+    let s = server.wait_status(|s| s["pid"].as_u64() != Some(u64::from(old_pid)));
+    let _new = KillOnDrop(s["pid"].as_u64().unwrap() as u32);
+
+    // The rest of each goes to the new binary, which completes them.
+    publisher.write_all(b"cde").unwrap();
+    let mut answer = String::new();
+    BufReader::new(publisher.try_clone().unwrap())
+        .read_line(&mut answer)
+        .unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert_eq!(sub.next().data, "abcde");
+    ws.get_mut().write_all(&frame[9..]).unwrap();
+    assert_eq!(sub.next().data, "hello ws");
+    // The WebSocket also still receives (it subscribed to the channel it publishes to).
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        if let tungstenite::Message::Text(t) = ws.read().unwrap() {
+            let v: serde_json::Value = serde_json::from_str(&t).unwrap();
+            seen.push(v["data"].as_str().unwrap().to_string());
+        }
+    }
+    assert_eq!(seen, ["abcde", "hello ws"]);
+}

@@ -66,14 +66,14 @@ exit 1
 EOF
 chmod +x "$WORK/restart.sh"
 
+if [ -n "$MSG_EVERY" ]; then PUBLISH=(--publish-every "$MSG_EVERY"); else PUBLISH=(--publish-rate "$MSG_RATE"); fi
 SUMMARY="$OUT/upgrade-$N${TAG:+-$TAG}.txt"
 {
     echo "# bench/upgrade.sh $N  $(date -u +%FT%TZ)  load: $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "# serve: ${SERVE_ARGS[*]}"
-    echo "# bench: --conns $N --rate $RATE --hold $HOLD --drain $DRAIN --restart-after $RESTART_AFTER ${MSG_EVERY:+--publish-every $MSG_EVERY}${MSG_EVERY:---publish-rate $MSG_RATE}"
+    echo "# bench: --conns $N --rate $RATE --hold $HOLD --drain $DRAIN --restart-after $RESTART_AFTER ${PUBLISH[*]}"
 } >"$SUMMARY"
 
-if [ -n "$MSG_EVERY" ]; then PUBLISH=(--publish-every "$MSG_EVERY"); else PUBLISH=(--publish-rate "$MSG_RATE"); fi
 for mode in $MODES; do
     log="$WORK/serve-$mode.log"
     : >"$log"

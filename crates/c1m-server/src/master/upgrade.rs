@@ -110,6 +110,10 @@ impl Master {
                     took_ms = started.elapsed().as_millis() as u64,
                     "upgrade: committed; the old master exits once its workers have"
                 );
+                // Under systemd (Type=notify) the new master becomes the service's main process.
+                if let Some(n) = &self.notifier {
+                    n.send(&format!("MAINPID={new_pid}"));
+                }
                 // No restart from here; the loop ends when the old workers are gone.
                 self.shutdown_deadline = Some(Instant::now() + Duration::from_secs(10));
                 // The new master is on its own (re-parented when we exit); not waited for.

@@ -10,6 +10,7 @@ pub mod channel;
 pub mod chunked;
 pub mod client;
 pub mod count;
+pub mod handover;
 pub mod http;
 pub mod http_framing;
 pub mod idempotency;

@@ -159,6 +159,11 @@ pub struct Config {
     // --- cluster broker: TLS trust (issue #10, redis5) ---
     /// PEM CA certificate(s) trusted for a `rediss://` broker; none = the system's roots.
     pub broker_ca: Option<PathBuf>,
+    // ---- live binary upgrade (issue #15) ----
+    /// How long a live upgrade (SIGUSR2) may take from start to commit before it is aborted
+    /// and the old processes serve on.
+    #[serde(with = "humantime_serde")]
+    pub upgrade_timeout: Duration,
 }
 
 /// `--auth`: whether subscribers must show a token.
@@ -236,6 +241,7 @@ impl Default for Config {
             tls_key: None,
             broker: None,
             broker_ca: None,
+            upgrade_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -431,6 +437,14 @@ pub struct ServeArgs {
     /// [default: the system's CA roots].
     #[arg(long, env = "C1M_BROKER_CA")]
     pub broker_ca: Option<PathBuf>,
+    // ---- live binary upgrade (issue #15) ----
+    /// Live upgrade (`kill -USR2 MASTER` or `c1m upgrade MASTER`): the master starts the
+    /// binary now at its path, hands it the listeners, every connection and the hub, and
+    /// exits; clients notice nothing. This bounds the whole hand-over: past it the upgrade is
+    /// aborted, counted in c1m_upgrades_failed_total, and the old processes serve on (see
+    /// docs/upgrade.md) [default: 30s].
+    #[arg(long, env = "C1M_UPGRADE_TIMEOUT", value_parser = humantime::parse_duration)]
+    pub upgrade_timeout: Option<Duration>,
 }
 
 impl ServeArgs {
@@ -501,6 +515,8 @@ impl ServeArgs {
             admin_listen,
             admin_publish
         );
+        // live binary upgrade (issue #15)
+        overlay!(upgrade_timeout);
         c.normalize_off_values();
         Ok(c)
     }

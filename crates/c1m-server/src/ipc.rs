@@ -245,6 +245,20 @@ pub enum ToMaster {
         payload: Vec<u8>,
         key: String,
     },
+    // ---- live upgrade (tags 20–29; docs/upgrade.md) ----
+    /// Input and accepts are stopped and every request this worker made is on the link before
+    /// this frame: the master's answers to them come before `HandOverGo`.
+    HandOverPrepared,
+    /// Every connection (`conns`) and listener went to the new worker, which has them all; this
+    /// worker touches none of them any more and waits for commit or abort.
+    HandOverSent {
+        conns: u64,
+    },
+    /// The hand-over from this worker failed (the new worker died, refused, or timed out); it
+    /// serves on as before.
+    HandOverFailed {
+        reason: String,
+    },
 }
 
 /// Master → worker.
@@ -307,6 +321,20 @@ pub enum ToWorker {
     Dashboard {
         json: String,
     },
+    // ---- live upgrade (tags 20–29; docs/upgrade.md) ----
+    /// Stop accepting and reading clients, answer `HandOverPrepared`.
+    HandOverPrepare,
+    /// Hand every connection to the new worker that connects to the abstract socket `name`
+    /// (a child of `new_master_pid`, checked), within `timeout_ms`.
+    HandOverGo {
+        name: String,
+        new_master_pid: u32,
+        timeout_ms: u64,
+    },
+    /// The upgrade is done: tell the new worker to serve, then exit.
+    HandOverCommit,
+    /// The upgrade is off: tell the new worker to drop its copies, and serve on.
+    HandOverAbort,
 }
 
 // ---- encoding ------------------------------------------------------------------------------
@@ -477,6 +505,17 @@ impl ToMaster {
                 w.u64(*req).str(channel).bytes(payload).str(key);
                 w.finish()
             }
+            ToMaster::HandOverPrepared => Writer::new(24).finish(),
+            ToMaster::HandOverSent { conns } => {
+                let mut w = Writer::new(25);
+                w.u64(*conns);
+                w.finish()
+            }
+            ToMaster::HandOverFailed { reason } => {
+                let mut w = Writer::new(26);
+                w.str(reason);
+                w.finish()
+            }
         }
     }
 
@@ -571,6 +610,11 @@ impl ToMaster {
                 req: r.u64()?,
                 channel: r.string()?,
             },
+            24 => ToMaster::HandOverPrepared,
+            25 => ToMaster::HandOverSent { conns: r.u64()? },
+            26 => ToMaster::HandOverFailed {
+                reason: r.string()?,
+            },
             _ => return Err(bad("tag")),
         })
     }
@@ -659,6 +703,18 @@ impl ToWorker {
                 w.str(channel).u64(*after).u64(*through);
                 w.finish()
             }
+            ToWorker::HandOverPrepare => Writer::new(20).finish(),
+            ToWorker::HandOverGo {
+                name,
+                new_master_pid,
+                timeout_ms,
+            } => {
+                let mut w = Writer::new(21);
+                w.str(name).u64(u64::from(*new_master_pid)).u64(*timeout_ms);
+                w.finish()
+            }
+            ToWorker::HandOverCommit => Writer::new(22).finish(),
+            ToWorker::HandOverAbort => Writer::new(23).finish(),
         }
     }
 
@@ -727,6 +783,14 @@ impl ToWorker {
                 through: r.u64()?,
             },
             10 => ToWorker::Dashboard { json: r.string()? },
+            20 => ToWorker::HandOverPrepare,
+            21 => ToWorker::HandOverGo {
+                name: r.string()?,
+                new_master_pid: u32::try_from(r.u64()?).map_err(|_| bad("pid"))?,
+                timeout_ms: r.u64()?,
+            },
+            22 => ToWorker::HandOverCommit,
+            23 => ToWorker::HandOverAbort,
             _ => return Err(bad("tag")),
         })
     }
@@ -799,6 +863,11 @@ pub fn examples() -> (Vec<ToMaster>, Vec<ToWorker>) {
             req: 6,
             channel: "a".into(),
         },
+        ToMaster::HandOverPrepared,
+        ToMaster::HandOverSent { conns: 12 },
+        ToMaster::HandOverFailed {
+            reason: "new worker gone".into(),
+        },
     ];
     let to_worker = vec![
         ToWorker::Message {
@@ -855,6 +924,14 @@ pub fn examples() -> (Vec<ToMaster>, Vec<ToWorker>) {
         ToWorker::Dashboard {
             json: "{\"connections\":1}".into(),
         },
+        ToWorker::HandOverPrepare,
+        ToWorker::HandOverGo {
+            name: "c1m-handover-1-0".into(),
+            new_master_pid: 77,
+            timeout_ms: 5000,
+        },
+        ToWorker::HandOverCommit,
+        ToWorker::HandOverAbort,
     ];
     (to_master, to_worker)
 }

@@ -28,9 +28,12 @@ mod listener;
 mod log;
 mod master;
 mod tls;
+mod upgrade_cli;
 mod worker;
 
+use anyhow::Context;
 pub use config::{Config, ServeArgs};
+pub use upgrade_cli::UpgradeArgs;
 
 /// Version and git commit of the binary, set once by `main` (the commit is stamped by the `c1m`
 /// crate's build script, which this library cannot see); `c1m_build_info` reports them.
@@ -66,6 +69,11 @@ pub fn run(args: ServeArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Resul
     }
     log::init(&cfg);
     let _span = tracing::info_span!("master", pid = std::process::id()).entered();
+    if let Ok(fd) = std::env::var(master::ENV_UPGRADE_FD) {
+        // Started by a running master for a live upgrade: take over instead of starting.
+        let fd = fd.parse().context("upgrade descriptor")?;
+        return master::take_over(args, cfg, fd);
+    }
     // The key file is read now so a bad one stops the start with its reason (workers re-read it).
     auth::Auth::from_config(&cfg)?;
     let limit = c1m_sys::rlimit::raise_nofile_to_hard()?;
@@ -88,6 +96,11 @@ pub fn run(args: ServeArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Resul
     cfg.admin_listen = admin_reservation.as_ref().map(|r| r.addr);
     let mut master = master::Master::new(cfg.clone(), plan)?;
     master.set_reload_source(args);
+    let mut reserved = vec![('h', &http_reservation)];
+    reserved.extend(tcp_reservation.as_ref().map(|r| ('t', r)));
+    reserved.extend(admin_reservation.as_ref().map(|r| ('a', r)));
+    let (env, fds) = listener::reserved_env(&reserved);
+    master.set_reservations(fds, env);
     let tcp = cfg
         .tcp_listen
         .map(|a| format!(", tcp {a}"))
@@ -128,6 +141,11 @@ pub fn run(args: ServeArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Resul
     drop((http_reservation, tcp_reservation, admin_reservation));
     tracing::info!("stopped");
     Ok(0)
+}
+
+/// Entry point of `c1m upgrade PID` (live binary upgrade; docs/upgrade.md).
+pub fn run_upgrade(args: UpgradeArgs) -> anyhow::Result<u8> {
+    upgrade_cli::run(args)
 }
 
 /// Entry point of the hidden `c1m __serve-worker`.

@@ -79,6 +79,57 @@ pub fn reserve_exclusive(addr: SocketAddr) -> anyhow::Result<Reservation> {
     })
 }
 
+impl Reservation {
+    /// The bound socket's and the claim's descriptors (passed on at a live upgrade).
+    pub fn fds(&self) -> [std::os::fd::RawFd; 2] {
+        use std::os::fd::AsRawFd;
+        [self._socket.as_raw_fd(), self._claim._socket.as_raw_fd()]
+    }
+}
+
+/// `h=SOCK,CLAIM;t=…;a=…`: the reservations of the http, tcp and admin addresses, for the
+/// environment of the new master at a live upgrade; and their descriptors.
+pub fn reserved_env(list: &[(char, &Reservation)]) -> (String, Vec<std::os::fd::RawFd>) {
+    let mut fds = Vec::new();
+    let env = list
+        .iter()
+        .map(|(k, r)| {
+            let [a, b] = r.fds();
+            fds.extend([a, b]);
+            format!("{k}={a},{b}")
+        })
+        .collect::<Vec<_>>()
+        .join(";");
+    (env, fds)
+}
+
+/// New master of a live upgrade: takes over the old master's reservations (inherited
+/// descriptors named by [`reserved_env`]), so the ports stay claimed when the old one exits.
+pub fn adopt_reserved(env: &str, cfg: &crate::config::Config) -> anyhow::Result<Vec<Reservation>> {
+    let mut out = Vec::new();
+    for item in env.split(';').filter(|s| !s.is_empty()) {
+        let (kind, fds) = item.split_once('=').context("reservation entry")?;
+        let (a, b) = fds.split_once(',').context("reservation descriptors")?;
+        let addr = match kind {
+            "h" => Some(cfg.listen),
+            "t" => cfg.tcp_listen,
+            "a" => cfg.admin_listen,
+            _ => None,
+        }
+        .with_context(|| format!("reservation for unknown address {kind:?}"))?;
+        let socket = c1m_sys::fd::adopt_inherited(a.parse()?)?;
+        let claim = c1m_sys::fd::adopt_inherited(b.parse()?)?;
+        out.push(Reservation {
+            addr,
+            _socket: Socket::from(socket),
+            _claim: PortClaim {
+                _socket: std::os::unix::net::UnixDatagram::from(claim),
+            },
+        });
+    }
+    Ok(out)
+}
+
 /// Proof that this process is the one `c1m serve` on a port; dropping it releases the claim.
 struct PortClaim {
     _socket: std::os::unix::net::UnixDatagram,

@@ -15,6 +15,16 @@ pub fn set_inheritable(fd: &impl AsRawFd) -> io::Result<()> {
     Ok(())
 }
 
+/// Sets FD_CLOEXEC again (after a spawn that needed the descriptor inherited).
+pub fn set_cloexec(fd: &impl AsRawFd) -> io::Result<()> {
+    let raw = fd.as_raw_fd();
+    // SAFETY: fcntl on a descriptor the caller holds open, integer args only.
+    let flags = cvt(unsafe { libc::fcntl(raw, libc::F_GETFD) })?;
+    // SAFETY: as above.
+    cvt(unsafe { libc::fcntl(raw, libc::F_SETFD, flags | libc::FD_CLOEXEC) })?;
+    Ok(())
+}
+
 /// Takes ownership of a descriptor inherited from the parent, after checking it is open, and
 /// sets FD_CLOEXEC on it again so it does not leak into our own children.
 pub fn adopt_inherited(raw: RawFd) -> io::Result<OwnedFd> {

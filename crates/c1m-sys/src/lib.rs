@@ -4,6 +4,7 @@
 
 pub mod bench_sys;
 pub mod fd;
+pub mod fd_passing;
 pub mod mem;
 pub mod process;
 pub mod rlimit;

@@ -30,6 +30,9 @@ struct Cli {
 enum Command {
     /// Run the push gateway (SSE, WebSocket, long-poll, raw TCP).
     Serve(Box<c1m_server::ServeArgs>),
+    /// Live binary upgrade: make a running `c1m serve` master hand its listeners, connections
+    /// and hub to the binary now at its path, then exit (same as `kill -USR2 PID`).
+    Upgrade(c1m_server::UpgradeArgs),
     /// Open, hold and measure many connections against a server.
     Bench(c1m_bench::BenchArgs),
     /// Compute, check, apply and revert kernel and limit settings for a target connection count.
@@ -56,6 +59,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => c1m_server::run(*args, matches.subcommand_matches("serve")),
         Command::ServeWorker => c1m_server::run_worker_from_env(),
+        Command::Upgrade(args) => c1m_server::run_upgrade(args),
         Command::Bench(args) => c1m_bench::run(args),
         Command::BenchWorker => c1m_bench::run_worker_from_env(),
         Command::Tune(args) => c1m_kernel::run_tune(args),

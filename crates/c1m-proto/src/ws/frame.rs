@@ -192,6 +192,41 @@ pub fn decode(state: &mut Decoder, buf: &mut [u8], limits: &Limits) -> Result<De
 }
 
 impl Decoder {
+    /// Bytes in [`Decoder::to_bytes`].
+    pub const STATE_LEN: usize = 24;
+
+    /// The whole decoder state (a live upgrade hands a connection that is mid-message to the
+    /// next process, which goes on decoding where this one stopped).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(Self::STATE_LEN);
+        out.extend_from_slice(&self.frame_left.to_le_bytes());
+        out.extend_from_slice(&self.msg_len.to_le_bytes());
+        out.extend_from_slice(&self.mask);
+        out.extend_from_slice(&[
+            self.utf8.to_byte(),
+            self.msg,
+            self.frame,
+            u8::from(self.done),
+        ]);
+        out
+    }
+
+    /// The inverse of [`Decoder::to_bytes`]; None for bytes no decoder state has.
+    pub fn from_bytes(b: &[u8]) -> Option<Decoder> {
+        if b.len() != Self::STATE_LEN || b[21] > MSG_BINARY || b[22] > FRAME_FIN || b[23] > 1 {
+            return None;
+        }
+        Some(Decoder {
+            frame_left: u64::from_le_bytes(b[0..8].try_into().ok()?),
+            msg_len: u64::from_le_bytes(b[8..16].try_into().ok()?),
+            mask: b[16..20].try_into().ok()?,
+            utf8: Utf8State::from_byte(b[20])?,
+            msg: b[21],
+            frame: b[22],
+            done: b[23] == 1,
+        })
+    }
+
     /// True while a data message has started but its last frame has not arrived.
     pub fn in_message(&self) -> bool {
         self.msg != MSG_NONE

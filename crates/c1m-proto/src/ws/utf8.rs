@@ -53,6 +53,16 @@ fn step(state: u8, b: u8) -> u8 {
 }
 
 impl Utf8State {
+    /// The carried state as one byte (a live upgrade hands it to the next process).
+    pub fn to_byte(self) -> u8 {
+        self.0
+    }
+
+    /// The inverse of [`Utf8State::to_byte`]; None for a byte no state has.
+    pub fn from_byte(b: u8) -> Option<Utf8State> {
+        (b <= REJECT).then_some(Utf8State(b))
+    }
+
     /// Feeds the next bytes of the stream. Returns false as soon as the stream can no longer
     /// be valid UTF-8, whatever follows; the state is then stuck at "invalid".
     pub fn feed(&mut self, bytes: &[u8]) -> bool {

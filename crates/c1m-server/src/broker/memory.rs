@@ -95,6 +95,16 @@ impl Broker for MemoryBroker {
         });
     }
 
+    fn export_history(&self, now: Instant) -> Option<super::HistoryExport> {
+        Some(self.hub.export(now))
+    }
+
+    fn import_history(&mut self, history: super::HistoryExport, now: Instant) -> bool {
+        let (last_id, forgotten, channels) = history;
+        self.hub.import(last_id, forgotten, channels, now);
+        true
+    }
+
     fn stats(&self) -> BrokerStats {
         BrokerStats {
             kind: "memory",

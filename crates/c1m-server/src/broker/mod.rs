@@ -132,4 +132,16 @@ pub trait Broker {
     /// answered by `ChannelInfo`.
     fn channel_info(&mut self, req: Req, channel: String, local: u64);
     fn stats(&self) -> BrokerStats;
+    /// Live upgrade: the ids and history to hand to the new master, or None when this broker
+    /// cannot hand over (the upgrade is then refused).
+    fn export_history(&self, _now: Instant) -> Option<HistoryExport> {
+        None
+    }
+    /// Live upgrade, new master: takes what the old master's broker exported.
+    fn import_history(&mut self, _history: HistoryExport, _now: Instant) -> bool {
+        false
+    }
 }
+
+/// (last id, forgotten through, channels) of an in-memory hub.
+pub type HistoryExport = (u64, u64, Vec<c1m_proto::handover::ChannelHistory>);

@@ -10,6 +10,7 @@ mod plan_reason;
 mod reload;
 mod sd_notify;
 mod status;
+mod upgrade;
 
 use crate::broker::{self, Broker, Event, Req};
 use crate::config::{Config, Workers};
@@ -25,6 +26,7 @@ use std::os::fd::AsRawFd;
 use std::process::{Child, Command, Stdio};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
+pub use upgrade::{take_over, ENV_UPGRADE_FD};
 
 /// Descriptors each worker keeps back from client connections (listeners, link, epoll, logs):
 /// 64, or a sixteenth of a small limit (a worker needs about ten of its own).
@@ -122,10 +124,31 @@ pub struct Master {
     notifier: Option<sd_notify::Notifier>,
     /// READY=1 went out (once: a restarted worker does not make the service "start" again).
     ready_sent: bool,
+    // ---- live upgrade (issue #15) ----
+    /// The binary's path when this master started: SIGUSR2 starts whatever is there now.
+    exe: std::path::PathBuf,
+    /// This master's arguments, given to the new binary as they were.
+    args: Vec<std::ffi::OsString>,
+    upgrades: upgrade::Counters,
+    /// A hand-over in progress (old master): publishing is paused.
+    handover: Option<upgrade::Progress>,
+    /// New master, until committed: (old master's pid, deadline) for the workers it starts.
+    handover_from: Option<(u32, Instant)>,
+    /// The port reservations (socket, claim descriptors), passed on to a new master.
+    reserved_fds: Vec<std::os::fd::RawFd>,
+    reserved_env: Option<String>,
 }
 
 impl Master {
     pub fn new(cfg: Config, plan: Plan) -> anyhow::Result<Master> {
+        let mut master = Master::build(cfg, plan)?;
+        master.spawn_all()?;
+        Ok(master)
+    }
+
+    /// A master with no worker started yet (the new master of an upgrade imports the hub
+    /// first).
+    fn build(cfg: Config, plan: Plan) -> anyhow::Result<Master> {
         let poll = Poll::new()?;
         let limits = broker::Limits {
             max_count: cfg.history_size,
@@ -140,7 +163,7 @@ impl Master {
                 Box::new(broker::redis::RedisBroker::start(target, limits, waker)?)
             }
         };
-        let mut master = Master {
+        let master = Master {
             cfg,
             plan,
             poll,
@@ -160,8 +183,20 @@ impl Master {
             ip_table: None,
             notifier: sd_notify::Notifier::from_env()?,
             ready_sent: false,
+            exe: std::env::current_exe().context("locating the c1m binary")?,
+            args: std::env::args_os().skip(1).collect(),
+            upgrades: upgrade::Counters::default(),
+            handover: None,
+            handover_from: None,
+            reserved_fds: Vec::new(),
+            reserved_env: None,
         };
-        for i in 0..plan.workers {
+        Ok(master)
+    }
+
+    fn spawn_all(&mut self) -> anyhow::Result<()> {
+        let master = self;
+        for i in 0..master.plan.workers {
             master.slots.push(Slot {
                 child: None,
                 link: None,
@@ -177,14 +212,40 @@ impl Master {
                 .spawn(i)
                 .with_context(|| format!("starting worker {i}"))?;
         }
-        Ok(master)
+        Ok(())
+    }
+
+    /// The port reservations to pass on to a new master at upgrade.
+    pub fn set_reservations(&mut self, fds: Vec<std::os::fd::RawFd>, env: String) {
+        self.reserved_fds = fds;
+        self.reserved_env = Some(env);
+    }
+
+    /// Kills every worker (a new master whose upgrade was not committed).
+    fn kill_workers(&mut self) {
+        for slot in &mut self.slots {
+            if let Some(child) = &mut slot.child {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
     }
 
     fn spawn(&mut self, i: usize) -> anyhow::Result<()> {
         let (parent, child_end) = std::os::unix::net::UnixStream::pair()?;
         c1m_sys::fd::set_inheritable(&child_end)?;
-        let exe = std::env::current_exe().context("locating the c1m binary")?;
-        let mut command = Command::new(exe);
+        // /proc/self/exe is this very binary even after an upgrade replaced the file on disk
+        // (the path then names the new one, which must not become an old-generation worker).
+        let mut command = Command::new("/proc/self/exe");
+        if let Some((old_master, deadline)) = self.handover_from {
+            let left = deadline.saturating_duration_since(Instant::now());
+            command
+                .env(worker::ENV_HANDOVER, worker::handover_name(old_master, i))
+                .env(
+                    worker::ENV_HANDOVER_TIMEOUT,
+                    left.as_millis().max(1).to_string(),
+                );
+        }
         if let Some(table) = self.ip_table()? {
             // Worker i is spawned only once the previous worker i has exited (reap), so what it
             // held is gone: its column is cleared before the replacement can count again.
@@ -246,6 +307,7 @@ impl Master {
             libc::SIGINT,
             libc::SIGCHLD,
             libc::SIGHUP,
+            libc::SIGUSR2,
         ])?;
         self.poll
             .registry()
@@ -264,7 +326,14 @@ impl Master {
             for event in events.iter() {
                 match event.token() {
                     SIGNALS => {
-                        let got: Vec<i32> = signals.pending().collect();
+                        let mut got: Vec<i32> = signals.pending().collect();
+                        if got.contains(&libc::SIGUSR2)
+                            && !got.iter().any(|&s| s == libc::SIGTERM || s == libc::SIGINT)
+                        {
+                            self.upgrade();
+                            // Signals that came while the upgrade ran its own loop.
+                            got.extend(signals.pending());
+                        }
                         if got.iter().any(|&s| s == libc::SIGTERM || s == libc::SIGINT) {
                             self.begin_shutdown();
                         } else if got.contains(&libc::SIGHUP) {
@@ -409,6 +478,16 @@ impl Master {
 
     fn on_frame(&mut self, i: usize, frame: ToMaster) {
         match frame {
+            ToMaster::Publish { req, .. } if self.handover.is_some() => {
+                // Upgrading: the hub is frozen until the new master has it. Refused before
+                // it gets an id, so nothing is half-published; the publisher retries.
+                self.publish_refused += 1;
+                let refusal = ToWorker::PublishRefused {
+                    req,
+                    retry_after_s: RETRY_AFTER_S,
+                };
+                self.send(i, refusal.encode());
+            }
             ToMaster::Publish {
                 req,
                 channel,
@@ -458,6 +537,9 @@ impl Master {
                 self.broker.channel_info(req, channel, local);
                 self.pump();
             }
+            frame @ (ToMaster::HandOverPrepared
+            | ToMaster::HandOverSent { .. }
+            | ToMaster::HandOverFailed { .. }) => self.on_handover_frame(i, frame),
             ToMaster::StatusQuery { req, metrics } => {
                 let report = status::Report::gather(self);
                 let body = if metrics {
@@ -651,6 +733,7 @@ impl Master {
 
     /// A worker's link broke: make sure the process is gone; `reap` restarts it.
     fn worker_gone(&mut self, i: usize) {
+        self.handover_lost_worker(i);
         if let Some(mut link) = self.slots[i].link.take() {
             let _ = self.poll.registry().deregister(&mut link.stream);
         }

@@ -51,6 +51,7 @@ pub struct Report {
     pub(super) latency: Latencies,
     pub(super) gauges: Vec<WorkerGauges>,
     pub(super) subscribes: u64,
+    upgrades: super::upgrade::Counters,
 }
 
 impl Report {
@@ -76,6 +77,7 @@ impl Report {
             publish_refused: m.publish_refused,
             history_bytes: 0,
             broker: m.broker.stats(),
+            upgrades: m.upgrades,
             tls: m.cfg.tls_cert.is_some().then(TlsStats::default),
             latency: Latencies::default(),
             gauges: Vec::new(),
@@ -188,6 +190,12 @@ impl Report {
                 "idempotent_replays": self.broker.idempotent_replays,
             },
             "subscribes": self.subscribes,
+            "version": crate::build_info().0,
+            "commit": crate::build_info().1,
+            "upgrades": {
+                "attempted": self.upgrades.attempted, "completed": self.upgrades.completed,
+                "failed": self.upgrades.failed,
+            },
             "latency": serde_json::Value::Object(
                 self.latency
                     .fields()
@@ -345,6 +353,25 @@ impl Report {
             "counter",
             "Subscriptions taken (one per channel a connection joins).",
             &[("", self.subscribes)],
+        );
+        let u = &self.upgrades;
+        metric(
+            "upgrades_attempted_total",
+            "counter",
+            "Live binary upgrades started (SIGUSR2), over all generations of the master.",
+            &[("", u.attempted)],
+        );
+        metric(
+            "upgrades_completed_total",
+            "counter",
+            "Live binary upgrades that handed every connection over.",
+            &[("", u.completed)],
+        );
+        metric(
+            "upgrades_failed_total",
+            "counter",
+            "Live binary upgrades aborted (the old processes served on).",
+            &[("", u.failed)],
         );
         let (version, commit) = crate::build_info();
         let build = format!(

@@ -37,6 +37,33 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// Every kind, in the order of its hand-over code (docs/upgrade.md): the index is the code.
+    const ALL: [Kind; 13] = [
+        Kind::Http,
+        Kind::TcpCommand,
+        Kind::Publishing,
+        Kind::Status,
+        Kind::SseJoining,
+        Kind::PollJoining,
+        Kind::TcpJoining,
+        Kind::WsJoining,
+        Kind::Sse,
+        Kind::PollWaiting,
+        Kind::TcpStream,
+        Kind::Ws,
+        Kind::Closing,
+    ];
+
+    /// This kind's code in a hand-over record.
+    pub fn code(self) -> u8 {
+        Kind::ALL.iter().position(|&k| k == self).expect("listed") as u8
+    }
+
+    /// The kind a hand-over record's code names; None for a code this binary does not know.
+    pub fn from_code(code: u8) -> Option<Kind> {
+        Kind::ALL.get(code as usize).copied()
+    }
+
     /// Subscribed and waiting for (more of) the master's join answer.
     pub fn is_joining(self) -> bool {
         matches!(
@@ -129,6 +156,27 @@ pub struct OutQueue {
     chunks: VecDeque<(Rc<[u8]>, usize)>,
     /// Bytes not yet taken by the socket (also reported as the worker's unsent bytes).
     pub bytes: usize,
+}
+
+impl OutQueue {
+    /// The bytes still owed, in order (a live upgrade hands them to the next process).
+    pub fn unsent(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.bytes);
+        for (chunk, offset) in &self.chunks {
+            out.extend_from_slice(&chunk[*offset..]);
+        }
+        out
+    }
+
+    /// A queue owing `bytes` (the other half of [`OutQueue::unsent`]).
+    pub fn from_unsent(bytes: Vec<u8>) -> OutQueue {
+        let mut q = OutQueue {
+            bytes: bytes.len(),
+            ..Default::default()
+        };
+        q.chunks.push_back((Rc::from(bytes), 0));
+        q
+    }
 }
 
 /// WebSocket state that exists only while a client is mid-message (idle sockets hold none).
@@ -350,6 +398,18 @@ mod tests {
             std::mem::size_of::<SlabEntry>(),
             std::mem::size_of::<Conn>()
         );
+    }
+
+    #[test]
+    fn kind_codes_round_trip() {
+        for k in Kind::ALL {
+            assert_eq!(Kind::from_code(k.code()), Some(k));
+        }
+        assert_eq!(Kind::from_code(13), None);
+        let mut q = OutQueue::from_unsent(b"abc".to_vec());
+        q.chunks.push_back((Rc::from(&b"defg"[..]), 1));
+        q.chunks[0].1 = 1;
+        assert_eq!(q.unsent(), b"bcefg");
     }
 
     #[test]

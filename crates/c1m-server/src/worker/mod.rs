@@ -15,6 +15,7 @@ mod conn;
 mod dashboard;
 mod edge;
 mod fan_out_slices;
+mod handover;
 mod health;
 mod ip_limits;
 mod keepalive;
@@ -67,6 +68,7 @@ pub const ENV_MAX_CONNS: &str = "C1M_WORKER_MAX_CONNS";
 /// behind as touched heap (below glibc's mmap threshold) and moved every connection on each
 /// step: ~20 B more per subscriber at 100K (issue 16).
 const SLAB_PRESIZE_MAX: usize = 1 << 20;
+pub use handover::{handover_name, ENV_HANDOVER, ENV_HANDOVER_TIMEOUT};
 pub use ip_limits::ENV_IP_TABLE;
 
 /// One chunk of a join answer (see `ToWorker::Joined`).
@@ -136,6 +138,8 @@ pub struct Worker {
     /// The master link was left unread because too many fan-outs are queued; it is read
     /// again once they drain (edge-triggered: no new event comes for frames already waiting).
     link_read_paused: bool,
+    /// Live upgrade: frozen, or handed over and waiting for the commit (docs/upgrade.md).
+    handover: handover::HandOver,
 }
 
 /// Entry point of `c1m __serve-worker`.
@@ -159,13 +163,48 @@ pub fn run_from_env() -> anyhow::Result<u8> {
     link.set_nonblocking(true)?;
     let link = UnixStream::from_std(link);
     let ip_limits = ip_limits::IpLimits::from_env(&cfg, index)?;
-    let mut worker = Worker::new(cfg, link, max_conns)?;
+    let Ok(name) = std::env::var(handover::ENV_HANDOVER) else {
+        let mut worker = Worker::new(cfg, link, max_conns, &mut Vec::new())?;
+        worker.ip_limits = ip_limits;
+        worker.run()?;
+        return Ok(0);
+    };
+    // Started by a new master during a live upgrade: take over the predecessor's listeners
+    // and connections instead of binding.
+    let timeout = Duration::from_millis(var(handover::ENV_HANDOVER_TIMEOUT)?.parse()?);
+    let started = Instant::now();
+    let mut taken = handover::receive(&name, timeout).context("upgrade: taking over")?;
+    let conns = taken.conns.len();
+    tracing::info!(
+        conns,
+        took_ms = started.elapsed().as_millis() as u64,
+        "upgrade: connections received; waiting for commit"
+    );
+    let mut worker = Worker::new(cfg, link, max_conns, &mut taken.listeners)?;
     worker.ip_limits = ip_limits;
+    worker.restore(std::mem::take(&mut taken.conns))?;
+    if !handover::await_commit(&taken.pair, timeout)? {
+        tracing::warn!("upgrade: aborted by the old worker; exiting without touching a connection");
+        return Ok(0);
+    }
+    drop(taken.pair);
+    tracing::info!(conns, "upgrade: committed; serving");
+    worker.after_takeover();
     worker.run()?;
     Ok(0)
 }
 
-fn listen(cfg: &Config, addr: SocketAddr) -> anyhow::Result<TcpListener> {
+/// The listener handed over by the predecessor (live upgrade), else a fresh SO_REUSEPORT one
+/// with the keepalive options accepted sockets inherit.
+fn listen(
+    cfg: &Config,
+    addr: SocketAddr,
+    taken: &mut Vec<(u8, std::os::fd::OwnedFd)>,
+    kind: u8,
+) -> anyhow::Result<TcpListener> {
+    if let Some(l) = handover::take_listener(taken, kind) {
+        return Ok(l);
+    }
     let listener = crate::listener::bind_reuseport(addr, Some(cfg.backlog))?;
     keepalive::apply_to_listener(&listener, cfg)
         .with_context(|| format!("keepalive options on the listener {addr}"))?;
@@ -173,14 +212,20 @@ fn listen(cfg: &Config, addr: SocketAddr) -> anyhow::Result<TcpListener> {
 }
 
 impl Worker {
-    fn new(cfg: Config, link: UnixStream, max_conns: usize) -> anyhow::Result<Worker> {
+    fn new(
+        cfg: Config,
+        link: UnixStream,
+        max_conns: usize,
+        taken: &mut Vec<(u8, std::os::fd::OwnedFd)>,
+    ) -> anyhow::Result<Worker> {
+        use c1m_proto::handover::{LISTENER_ADMIN, LISTENER_HTTP, LISTENER_TCP};
         let poll = Poll::new()?;
-        let mut http = listen(&cfg, cfg.listen)?;
+        let mut http = listen(&cfg, cfg.listen, taken, LISTENER_HTTP)?;
         poll.registry()
             .register(&mut http, HTTP_LISTENER, Interest::READABLE)?;
         let tcp = match cfg.tcp_listen {
             Some(addr) => {
-                let mut l = listen(&cfg, addr)?;
+                let mut l = listen(&cfg, addr, taken, LISTENER_TCP)?;
                 poll.registry()
                     .register(&mut l, TCP_LISTENER, Interest::READABLE)?;
                 Some(l)
@@ -195,7 +240,7 @@ impl Worker {
         )?;
         let admin = match cfg.admin_listen {
             Some(addr) => {
-                let mut l = listen(&cfg, addr)?;
+                let mut l = listen(&cfg, addr, taken, LISTENER_ADMIN)?;
                 poll.registry()
                     .register(&mut l, ADMIN_LISTENER, Interest::READABLE)?;
                 Some(l)
@@ -236,6 +281,7 @@ impl Worker {
             chunked_bodies: HashMap::new(),
             link_failed: None,
             ip_limits: None,
+            handover: handover::HandOver::default(),
         })
     }
 
@@ -256,11 +302,13 @@ impl Worker {
         let mut pong_deadline: Option<Instant> = None;
         loop {
             let now = Instant::now();
-            // A fan-out in progress: only look for events that are ready, then go on with it.
-            let timeout = if self.fan_outs.is_empty() {
-                next_tick.saturating_duration_since(now)
-            } else {
+            let timeout = if self.handover.frozen {
+                STATS_EVERY // timers do not advance while frozen: no zero-timeout spin
+            } else if !self.fan_outs.is_empty() {
+                // A fan-out in progress: only look for events that are ready, then go on with it.
                 Duration::ZERO
+            } else {
+                next_tick.saturating_duration_since(now)
             };
             if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
                 if e.kind() != io::ErrorKind::Interrupted {
@@ -269,6 +317,9 @@ impl Worker {
             }
             for event in events.iter() {
                 match event.token() {
+                    // Frozen for a hand-over: client events wait (the resume, or the new
+                    // worker's registration, picks up what is pending).
+                    HTTP_LISTENER | TCP_LISTENER | ADMIN_LISTENER if self.handover.frozen => {}
                     HTTP_LISTENER | TCP_LISTENER | ADMIN_LISTENER => self.accept_all(event.token()),
                     MASTER_LINK => {
                         if !self.serve_master_link(event.is_writable()) {
@@ -281,6 +332,7 @@ impl Worker {
                             self.begin_shutdown();
                         }
                     }
+                    _ if self.handover.frozen => {}
                     token => {
                         self.on_conn_event(token.0 as u64, event.is_readable(), event.is_writable())
                     }
@@ -299,6 +351,15 @@ impl Worker {
                 return Ok(());
             }
             let now = Instant::now();
+            if self.handover.frozen {
+                // No timer, heartbeat or ping touches a client while frozen; they run late
+                // after an abort, or in the new worker (which got each timer's remaining time).
+                if next_stats <= now {
+                    self.push_stats()?;
+                    next_stats = now + STATS_EVERY;
+                }
+                continue;
+            }
             // A reload may have turned heartbeats or pings on, off, or shortened them.
             next_heartbeat = reload::reschedule(next_heartbeat, self.cfg.sse_heartbeat, now);
             next_ping = reload::reschedule(next_ping, self.cfg.ws_ping_interval, now);
@@ -352,7 +413,10 @@ impl Worker {
     // ---- accepting ------------------------------------------------------------------------
 
     fn accept_all(&mut self, which: Token) {
-        if self.accept_paused_until.is_some() || self.shutdown_deadline.is_some() {
+        if self.accept_paused_until.is_some()
+            || self.shutdown_deadline.is_some()
+            || self.handover.frozen
+        {
             return;
         }
         loop {
@@ -513,6 +577,9 @@ impl Worker {
     /// peer to read). Then reading stops, TCP flow control holds the rest in the peer, and the
     /// connection is marked READ_PAUSED so `resume_input` reads on when it can go on.
     fn on_readable(&mut self, idx: usize) {
+        if self.handover.frozen {
+            return; // read after an abort, or by the new worker
+        }
         let Some(conn) = self.conns.get_mut(idx) else {
             return;
         };
@@ -776,54 +843,79 @@ impl Worker {
             )
         });
         for frame in replies.into_iter().chain(ordered) {
-            match frame {
-                ToWorker::Message {
-                    channel,
-                    id,
-                    payload,
-                    published_us,
-                } => self.fan_out(&channel, id, payload, published_us),
-                ToWorker::Published { req, channel, id } => self.on_published(req, &channel, id),
-                ToWorker::Joined {
-                    req,
-                    current_id,
-                    channels,
-                    replay,
-                    more,
-                } => {
-                    // Ordered after the messages sent before it: those go out first.
-                    self.finish_fan_outs();
-                    self.on_joined(
-                        req,
-                        Joined {
-                            current_id,
-                            channels,
-                            replay,
-                            more,
-                        },
-                    )
-                }
-                ToWorker::PublishRefused { req, retry_after_s } => {
-                    self.on_publish_refused(req, retry_after_s)
-                }
-                ToWorker::Status { req, body, metrics } => self.on_status(req, body, metrics),
-                ToWorker::Shutdown => self.begin_shutdown(),
-                ToWorker::Reconfigure { json } => self.reconfigure(&json),
-                ToWorker::JoinRefused { req, retry_after_s } => {
-                    self.on_join_refused(req, retry_after_s)
-                }
-                ToWorker::Gap {
-                    channel,
-                    after,
-                    through,
-                } => {
-                    self.finish_fan_outs();
-                    self.fan_out_gap(&channel, after, through)
-                }
-                ToWorker::Dashboard { json } => self.push_dashboard(&json),
+            self.on_frame(frame);
+        }
+        // Frames read while a hand-over waited for its new worker, in their order.
+        while !self.handover.stashed.is_empty() {
+            for frame in std::mem::take(&mut self.handover.stashed) {
+                self.on_frame(frame);
             }
         }
         Ok(open)
+    }
+
+    fn on_frame(&mut self, frame: ToWorker) {
+        if self.handover.sent.is_some()
+            && !matches!(frame, ToWorker::HandOverCommit | ToWorker::HandOverAbort)
+        {
+            // Handed over: the connections are the new worker's; not a byte more from here.
+            tracing::warn!("upgrade: frame for handed-over connections ignored");
+            return;
+        }
+        match frame {
+            ToWorker::Message {
+                channel,
+                id,
+                payload,
+                published_us,
+            } => self.fan_out(&channel, id, payload, published_us),
+            ToWorker::Published { req, channel, id } => self.on_published(req, &channel, id),
+            ToWorker::Joined {
+                req,
+                current_id,
+                channels,
+                replay,
+                more,
+            } => {
+                // Ordered after the messages sent before it: those go out first.
+                self.finish_fan_outs();
+                self.on_joined(
+                    req,
+                    Joined {
+                        current_id,
+                        channels,
+                        replay,
+                        more,
+                    },
+                )
+            }
+            ToWorker::PublishRefused { req, retry_after_s } => {
+                self.on_publish_refused(req, retry_after_s)
+            }
+            ToWorker::Status { req, body, metrics } => self.on_status(req, body, metrics),
+            ToWorker::Shutdown => self.begin_shutdown(),
+            ToWorker::Reconfigure { json } => self.reconfigure(&json),
+            ToWorker::JoinRefused { req, retry_after_s } => {
+                self.on_join_refused(req, retry_after_s)
+            }
+            ToWorker::Gap {
+                channel,
+                after,
+                through,
+            } => {
+                self.finish_fan_outs();
+                self.fan_out_gap(&channel, after, through)
+            }
+            ToWorker::Dashboard { json } => self.push_dashboard(&json),
+            ToWorker::HandOverPrepare => self.handover_prepare(),
+            ToWorker::HandOverGo {
+                name,
+                new_master_pid,
+                timeout_ms,
+            } => self.handover_go(&name, new_master_pid, Duration::from_millis(timeout_ms)),
+            ToWorker::HandOverCommit => self.handover_commit(),
+            ToWorker::HandOverAbort => self.handover_abort(),
+        }
     }
 
     fn push_stats(&mut self) -> anyhow::Result<()> {

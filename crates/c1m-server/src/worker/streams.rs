@@ -226,6 +226,9 @@ impl Worker {
 
     /// Asks the master for the next chunk of a replay whose last chunk the socket has taken.
     pub(super) fn continue_replay(&mut self, idx: usize) {
+        if self.handover.frozen {
+            return; // asked after an abort, or by the new worker of a live upgrade
+        }
         let token = super::token_of(idx, self.conns[idx].generation);
         // `None`: already asked, the answer is on its way.
         let Some(after) = self.replays.get_mut(&token).and_then(Option::take) else {

@@ -30,6 +30,18 @@ fn wait_for(session: &str, what: &str, pred: impl Fn(&str) -> bool) -> String {
     }
 }
 
+/// Kills the tmux session (and the `c1m top` in it) even when an assertion fails: a failed run
+/// used to leave top running for good.
+struct Session(String);
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["kill-session", "-t", &self.0])
+            .status();
+    }
+}
+
 #[test]
 fn top_draws_and_quits_on_q() {
     let session = format!("c1m-top-test-{}", std::process::id());
@@ -55,6 +67,7 @@ fn top_draws_and_quits_on_q() {
         .status()
         .expect("starting tmux");
     assert!(st.success());
+    let _kill = Session(session.clone());
     let screen = wait_for(&session, "the first frame", |s| {
         s.contains("c1m top") && s.contains("STATE") && s.contains("TCP counters")
     });
@@ -69,7 +82,6 @@ fn top_draws_and_quits_on_q() {
     while !done.exists() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
     }
-    tmux(&["kill-session", "-t", &session]);
     let status = std::fs::read_to_string(&done).expect("top did not quit on q");
     let _ = std::fs::remove_file(&done);
     assert_eq!(status.trim(), "0");

@@ -237,6 +237,11 @@ impl Master {
         // /proc/self/exe is this very binary even after an upgrade replaced the file on disk
         // (the path then names the new one, which must not become an old-generation worker).
         let mut command = Command::new("/proc/self/exe");
+        // ps and journals show the name the master was started by, not "/proc/self/exe".
+        std::os::unix::process::CommandExt::arg0(
+            &mut command,
+            std::env::args_os().next().unwrap_or_else(|| "c1m".into()),
+        );
         if let Some((old_master, deadline)) = self.handover_from {
             let left = deadline.saturating_duration_since(Instant::now());
             command

@@ -156,6 +156,51 @@ pub struct Config {
     // --- cluster broker (issue #10) ---
     /// Cluster broker URL (`redis://HOST:PORT[/DB]`); none = the in-process hub (one box).
     pub broker: Option<String>,
+    // ---- I/O path: fan-out sends through io_uring (issue #16) ----
+    /// How fan-out sends reach the sockets: `auto` (io_uring when the kernel allows it, else
+    /// epoll + write() with the reason logged), `epoll`, or `uring` (refuse to start without it).
+    pub io: IoMode,
+    /// io_uring send ring: sends per `io_uring_enter` (a power of two, 1..=32768).
+    pub uring_entries: u32,
+    /// io_uring setup flags for the send ring (see docs/CONFIG.md `uring_setup`).
+    pub uring_setup: UringSetup,
+}
+
+/// `--io`: the fan-out send path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum IoMode {
+    /// io_uring when the kernel allows it (probed at start), else epoll with the reason logged.
+    #[default]
+    Auto,
+    /// One write() per socket, readiness from epoll.
+    Epoll,
+    /// Batched io_uring sends; the server refuses to start where io_uring is refused.
+    Uring,
+}
+
+/// `--uring-setup`: io_uring_setup(2) flags of the send ring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum UringSetup {
+    /// No flags.
+    Plain,
+    /// IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_COOP_TASKRUN.
+    #[default]
+    Coop,
+    /// IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN.
+    Defer,
+}
+
+impl UringSetup {
+    pub fn ring(self, entries: u32) -> c1m_sys::uring::RingSetup {
+        c1m_sys::uring::RingSetup {
+            entries,
+            single_issuer: self != UringSetup::Plain,
+            coop_taskrun: self == UringSetup::Coop,
+            defer_taskrun: self == UringSetup::Defer,
+        }
+    }
 }
 
 /// `--auth`: whether subscribers must show a token.
@@ -232,6 +277,9 @@ impl Default for Config {
             tls_cert: None,
             tls_key: None,
             broker: None,
+            io: IoMode::Auto,
+            uring_entries: 4096,
+            uring_setup: UringSetup::Coop,
         }
     }
 }
@@ -418,6 +466,22 @@ pub struct ServeArgs {
     /// [default: none, the in-process hub].
     #[arg(long, env = "C1M_BROKER")]
     pub broker: Option<String>,
+    // ---- I/O path: fan-out sends through io_uring (issue #16) ----
+    /// Fan-out send path: `auto` probes io_uring at start and uses it when the kernel allows it
+    /// (else epoll + one write() per socket, with the reason logged); `epoll` never uses
+    /// io_uring; `uring` refuses to start without it. Readiness (accept, reads, EPOLLOUT) is
+    /// epoll either way. /status `io` and /metrics `c1m_worker_io_uring` say which path each
+    /// worker uses [default: auto].
+    #[arg(long, env = "C1M_IO", value_enum)]
+    pub io: Option<IoMode>,
+    /// io_uring send ring size: sends per io_uring_enter, a power of two 1..=32768 (per worker
+    /// ~80 B of ring memory per entry) [default: 4096].
+    #[arg(long, env = "C1M_URING_ENTRIES")]
+    pub uring_entries: Option<u32>,
+    /// io_uring_setup flags of the send ring: plain (none), coop (SINGLE_ISSUER|COOP_TASKRUN),
+    /// defer (SINGLE_ISSUER|DEFER_TASKRUN) [default: coop].
+    #[arg(long, env = "C1M_URING_SETUP", value_enum)]
+    pub uring_setup: Option<UringSetup>,
 }
 
 impl ServeArgs {
@@ -487,6 +551,8 @@ impl ServeArgs {
             admin_listen,
             admin_publish
         );
+        // I/O path (issue #16)
+        overlay!(io, uring_entries, uring_setup);
         c.normalize_off_values();
         Ok(c)
     }
@@ -541,6 +607,9 @@ impl Config {
         }
         if self.max_conns == 0 {
             problem!("--max-conns must be at least 1");
+        }
+        if !self.uring_entries.is_power_of_two() || self.uring_entries > 32768 {
+            problem!("--uring-entries must be a power of two from 1 to 32768 (the kernel's limit)");
         }
         if self.max_channels_per_sub == 0 {
             problem!("--max-channels-per-sub must be at least 1");

@@ -33,7 +33,7 @@ pub struct RingSetup {
 impl Default for RingSetup {
     fn default() -> Self {
         RingSetup {
-            entries: 4096,
+            entries: 1024,
             single_issuer: true,
             defer_taskrun: false,
             coop_taskrun: true,

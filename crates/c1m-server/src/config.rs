@@ -157,8 +157,9 @@ pub struct Config {
     /// Cluster broker URL (`redis://HOST:PORT[/DB]`); none = the in-process hub (one box).
     pub broker: Option<String>,
     // ---- I/O path: fan-out sends through io_uring (issue #16) ----
-    /// How fan-out sends reach the sockets: `auto` (io_uring when the kernel allows it, else
-    /// epoll + write() with the reason logged), `epoll`, or `uring` (refuse to start without it).
+    /// How fan-out sends reach the sockets: `epoll` (one write() per socket, the default),
+    /// `auto` (io_uring when the kernel allows it, else epoll with the reason logged), or
+    /// `uring` (refuse to start without it).
     pub io: IoMode,
     /// io_uring send ring: sends per `io_uring_enter` (a power of two, 1..=32768).
     pub uring_entries: u32,
@@ -166,14 +167,17 @@ pub struct Config {
     pub uring_setup: UringSetup,
 }
 
-/// `--io`: the fan-out send path.
+/// `--io`: the fan-out send path. The default is `epoll`: on the loopback benchmarks so far
+/// (BENCHMARKS.md, "Fan-out with io_uring") batched io_uring sends were not faster than
+/// write() (the cost is the TCP send and the peer's receive, not the syscall), so `uring` and
+/// `auto` are opt-in until a measurement shows them paying.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum IoMode {
     /// io_uring when the kernel allows it (probed at start), else epoll with the reason logged.
-    #[default]
     Auto,
     /// One write() per socket, readiness from epoll.
+    #[default]
     Epoll,
     /// Batched io_uring sends; the server refuses to start where io_uring is refused.
     Uring,
@@ -277,7 +281,7 @@ impl Default for Config {
             tls_cert: None,
             tls_key: None,
             broker: None,
-            io: IoMode::Auto,
+            io: IoMode::Epoll,
             uring_entries: 1024,
             uring_setup: UringSetup::Coop,
         }
@@ -471,7 +475,8 @@ pub struct ServeArgs {
     /// (else epoll + one write() per socket, with the reason logged); `epoll` never uses
     /// io_uring; `uring` refuses to start without it. Readiness (accept, reads, EPOLLOUT) is
     /// epoll either way. /status `io` and /metrics `c1m_worker_io_uring` say which path each
-    /// worker uses [default: auto].
+    /// worker uses. Default epoll: io_uring has not measured faster here (BENCHMARKS.md)
+    /// [default: epoll].
     #[arg(long, env = "C1M_IO", value_enum)]
     pub io: Option<IoMode>,
     /// io_uring send ring size: sends per io_uring_enter, a power of two 1..=32768. The ring is

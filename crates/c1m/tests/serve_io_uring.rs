@@ -339,7 +339,15 @@ fn a_kernel_that_refuses_io_uring_means_epoll_under_auto_and_an_error_under_urin
         // auto: it starts on epoll and logs the reason. The workers make their rings while
         // io_uring is still off: wait until both have reported.
         let mut cmd = c1m();
-        cmd.args(["serve", "--listen", "127.0.0.1:0", "--workers", "2"]);
+        cmd.args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--io",
+            "auto",
+            "--workers",
+            "2",
+        ]);
         let (server, logs) = Server::spawn_capturing_stderr(cmd);
         server.wait_status(|s| io_of(s)["epoll_workers"] == 2);
         (server, logs)

@@ -40,6 +40,9 @@ restore_sysctls() {
     for k in "${!BEFORE[@]}"; do sysctl -q -w "$k=${BEFORE[$k]}" || echo "could not restore $k" >&2; done
 }
 on_exit 'stop_pid "$PID" 10; restore_sysctls; rm -rf "$TMP"'
+# A SIGTERM/SIGINT must run the EXIT trap (stop the servers, restore the sysctls): without this
+# trap bash dies of the signal and skips it (seen 2026-11-23: a killed 1M run left them raised).
+trap 'exit 143' TERM INT
 # raise KEY VALUE: only when the live value is lower (first field compared), remembered for restore.
 raise() {
     local k=$1 v=$2 cur

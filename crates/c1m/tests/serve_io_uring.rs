@@ -79,9 +79,10 @@ fn every_protocol_gets_every_message_once_and_in_order() {
         "--tcp-listen",
         "127.0.0.1:0",
     ]);
-    let s = server.status();
+    // Each worker reports its path with its first figures (within 250 ms of its start).
+    let s = server.wait_status(|s| io_of(s)["uring_workers"] == 2);
     assert_eq!(io_of(&s)["mode"], "uring", "{s}");
-    assert_eq!(io_of(&s)["uring_workers"], 2, "{s}");
+    assert_eq!(io_of(&s)["epoll_workers"], 0, "{s}");
     // Several of each, so both workers (SO_REUSEPORT) hold some.
     let mut sses: Vec<Sse> = (0..6)
         .map(|_| Sse::connect(server.http, "/sub/all", ""))
@@ -388,7 +389,7 @@ fn io_epoll_never_uses_io_uring() {
     let _shared = KERNEL_SWITCH.read().unwrap_or_else(|e| e.into_inner());
     let server = Server::start(&["--io", "epoll", "--workers", "1"]);
     let mut sse = Sse::connect(server.http, "/sub/e", "");
-    server.wait_status(|s| s["connections"]["sse"] == 1);
+    server.wait_status(|s| s["connections"]["sse"] == 1 && io_of(s)["epoll_workers"] == 1);
     let id = server.publish("e", b"x");
     assert_eq!(sse.next().id, Some(id.to_string()));
     let s = server.status();

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """flamegraph.py: `perf script` output -> collapsed stacks -> a flame graph SVG (no deps).
 
-Usage: perf script -i perf.data | bench/flamegraph.py OUT.svg [TITLE] [--collapsed OUT.txt]
+Usage: perf script -i perf.data | bench/flamegraph.py OUT.svg [TITLE] [--collapsed OUT.txt] [--top N]
 
 Each sample's stack becomes "comm;outermost;...;leaf count" (the collapsed format of Brendan
 Gregg's stackcollapse-perf.pl); the SVG draws one box per frame, its width the share of samples
@@ -104,6 +104,11 @@ def main():
         i = args.index("--collapsed")
         collapsed_out = args[i + 1]
         del args[i : i + 2]
+    top = 12
+    if "--top" in args:
+        i = args.index("--top")
+        top = int(args[i + 1])
+        del args[i : i + 2]
     if not args:
         sys.exit(__doc__)
     out_svg = args[0]
@@ -123,7 +128,7 @@ def main():
         by_leaf[frames[-1]] += n
     print(f"{title}: {total} samples -> {out_svg}")
     print("share by process: " + ", ".join(f"{c} {n / total * 100:.1f} %" for c, n in by_comm.most_common(8)))
-    print("top self frames: " + ", ".join(f"{c} {n / total * 100:.1f} %" for c, n in by_leaf.most_common(12)))
+    print("top self frames: " + ", ".join(f"{c} {n / total * 100:.1f} %" for c, n in by_leaf.most_common(top)))
 
 
 if __name__ == "__main__":

@@ -164,6 +164,55 @@ pub struct Config {
     /// and the old processes serve on.
     #[serde(with = "humantime_serde")]
     pub upgrade_timeout: Duration,
+    // ---- I/O path: fan-out sends through io_uring (issue #16) ----
+    /// How fan-out sends reach the sockets: `epoll` (one write() per socket, the default),
+    /// `auto` (io_uring when the kernel allows it, else epoll with the reason logged), or
+    /// `uring` (refuse to start without it).
+    pub io: IoMode,
+    /// io_uring send ring: sends per `io_uring_enter` (a power of two, 1..=32768).
+    pub uring_entries: u32,
+    /// io_uring setup flags for the send ring (see docs/CONFIG.md `uring_setup`).
+    pub uring_setup: UringSetup,
+}
+
+/// `--io`: the fan-out send path. The default is `epoll`: on the loopback benchmarks so far
+/// (BENCHMARKS.md, "Fan-out with io_uring") batched io_uring sends were not faster than
+/// write() (the cost is the TCP send and the peer's receive, not the syscall), so `uring` and
+/// `auto` are opt-in until a measurement shows them paying.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum IoMode {
+    /// io_uring when the kernel allows it (probed at start), else epoll with the reason logged.
+    Auto,
+    /// One write() per socket, readiness from epoll.
+    #[default]
+    Epoll,
+    /// Batched io_uring sends; the server refuses to start where io_uring is refused.
+    Uring,
+}
+
+/// `--uring-setup`: io_uring_setup(2) flags of the send ring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum UringSetup {
+    /// No flags.
+    Plain,
+    /// IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_COOP_TASKRUN.
+    #[default]
+    Coop,
+    /// IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN.
+    Defer,
+}
+
+impl UringSetup {
+    pub fn ring(self, entries: u32) -> c1m_sys::uring::RingSetup {
+        c1m_sys::uring::RingSetup {
+            entries,
+            single_issuer: self != UringSetup::Plain,
+            coop_taskrun: self == UringSetup::Coop,
+            defer_taskrun: self == UringSetup::Defer,
+        }
+    }
 }
 
 /// `--auth`: whether subscribers must show a token.
@@ -242,6 +291,9 @@ impl Default for Config {
             broker: None,
             broker_ca: None,
             upgrade_timeout: Duration::from_secs(30),
+            io: IoMode::Epoll,
+            uring_entries: 1024,
+            uring_setup: UringSetup::Coop,
         }
     }
 }
@@ -445,6 +497,25 @@ pub struct ServeArgs {
     /// docs/upgrade.md) [default: 30s].
     #[arg(long, env = "C1M_UPGRADE_TIMEOUT", value_parser = humantime::parse_duration)]
     pub upgrade_timeout: Option<Duration>,
+    // ---- I/O path: fan-out sends through io_uring (issue #16) ----
+    /// Fan-out send path: `auto` probes io_uring at start and uses it when the kernel allows it
+    /// (else epoll + one write() per socket, with the reason logged); `epoll` never uses
+    /// io_uring; `uring` refuses to start without it. Readiness (accept, reads, EPOLLOUT) is
+    /// epoll either way. /status `io` and /metrics `c1m_worker_io_uring` say which path each
+    /// worker uses. Default epoll: io_uring has not measured faster here (BENCHMARKS.md)
+    /// [default: epoll].
+    #[arg(long, env = "C1M_IO", value_enum)]
+    pub io: Option<IoMode>,
+    /// io_uring send ring size: sends per io_uring_enter, a power of two 1..=32768. The ring is
+    /// fixed memory per worker, ~100 B per entry (SQE, two CQEs, index): 1024 entries ≈ 100 KB
+    /// per worker, and one io_uring_enter per 1024 sends already makes the syscall's share
+    /// negligible next to the sends themselves [default: 1024].
+    #[arg(long, env = "C1M_URING_ENTRIES")]
+    pub uring_entries: Option<u32>,
+    /// io_uring_setup flags of the send ring: plain (none), coop (SINGLE_ISSUER|COOP_TASKRUN),
+    /// defer (SINGLE_ISSUER|DEFER_TASKRUN) [default: coop].
+    #[arg(long, env = "C1M_URING_SETUP", value_enum)]
+    pub uring_setup: Option<UringSetup>,
 }
 
 impl ServeArgs {
@@ -517,6 +588,8 @@ impl ServeArgs {
         );
         // live binary upgrade (issue #15)
         overlay!(upgrade_timeout);
+        // I/O path (issue #16)
+        overlay!(io, uring_entries, uring_setup);
         c.normalize_off_values();
         Ok(c)
     }
@@ -575,6 +648,9 @@ impl Config {
         }
         if self.max_conns == 0 {
             problem!("--max-conns must be at least 1");
+        }
+        if !self.uring_entries.is_power_of_two() || self.uring_entries > 32768 {
+            problem!("--uring-entries must be a power of two from 1 to 32768 (the kernel's limit)");
         }
         if self.max_channels_per_sub == 0 {
             problem!("--max-channels-per-sub must be at least 1");

@@ -187,6 +187,22 @@ impl Refused {
     }
 }
 
+/// Which send path one worker uses, and its io_uring counters (issue #16). `/status` key
+/// `io`; sent with every stats push as its own message (tag 30) so `Stats` stays as it was.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IoReport {
+    /// The worker sends fan-outs through io_uring (false: epoll + write()).
+    pub uring: bool,
+    /// Why io_uring is not used under `--io auto` (the kernel's refusal); empty otherwise.
+    pub fallback_reason: String,
+    /// `io_uring_enter` calls made for fan-out sends.
+    pub uring_submits: u64,
+    /// Sends submitted through io_uring.
+    pub uring_sends: u64,
+    /// io_uring sends the socket did not take whole (short or EAGAIN): the rest was queued.
+    pub uring_queued: u64,
+}
+
 /// One entry of a resume answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Replay {
@@ -259,6 +275,8 @@ pub enum ToMaster {
     HandOverFailed {
         reason: String,
     },
+    /// The worker's send path and io_uring counters (tag 30), sent with each stats push.
+    Io(IoReport),
 }
 
 /// Master → worker.
@@ -516,6 +534,15 @@ impl ToMaster {
                 w.str(reason);
                 w.finish()
             }
+            ToMaster::Io(io) => {
+                let mut w = Writer::new(30);
+                w.u8(u8::from(io.uring))
+                    .str(&io.fallback_reason)
+                    .u64(io.uring_submits)
+                    .u64(io.uring_sends)
+                    .u64(io.uring_queued);
+                w.finish()
+            }
         }
     }
 
@@ -615,6 +642,13 @@ impl ToMaster {
             26 => ToMaster::HandOverFailed {
                 reason: r.string()?,
             },
+            30 => ToMaster::Io(IoReport {
+                uring: r.u8()? != 0,
+                fallback_reason: r.string()?,
+                uring_submits: r.u64()?,
+                uring_sends: r.u64()?,
+                uring_queued: r.u64()?,
+            }),
             _ => return Err(bad("tag")),
         })
     }
@@ -856,6 +890,13 @@ pub fn examples() -> (Vec<ToMaster>, Vec<ToWorker>) {
             req: 3,
             metrics: true,
         },
+        ToMaster::Io(IoReport {
+            uring: false,
+            fallback_reason: "io_uring_setup: Operation not permitted".into(),
+            uring_submits: 2,
+            uring_sends: 9000,
+            uring_queued: 3,
+        }),
         ToMaster::Counts {
             counts: vec![("a".into(), 3), ("b".into(), 0)],
         },

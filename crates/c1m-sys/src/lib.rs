@@ -1,5 +1,5 @@
 //! All Linux specifics behind safe functions: rlimits, socket options, process control,
-//! /proc readers and netlink sock_diag. The only crate allowed `unsafe`; every block carries a
+//! /proc readers, netlink sock_diag and the io_uring send ring. The only crate allowed `unsafe`; every block carries a
 //! `// SAFETY:` note, and every libc call goes through [`cvt`] so errors become `io::Error`.
 
 pub mod bench_sys;
@@ -11,6 +11,7 @@ pub mod rlimit;
 pub mod shm;
 pub mod sock_diag;
 pub mod sockopt;
+pub mod uring;
 
 use std::io;
 

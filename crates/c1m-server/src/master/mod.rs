@@ -84,6 +84,9 @@ struct Slot {
     /// its own joins and publishes cannot add to the backlog.
     reading_paused: bool,
     stats: WorkerStats,
+    /// The worker's send path and io_uring counters (`ToMaster::Io`, issue #16); none until
+    /// the worker has reported it.
+    io: Option<crate::ipc::IoReport>,
     /// Counters of this slot's dead predecessors, so `_total` figures never go down.
     retired: WorkerStats,
     /// When the worker last reported (or was started): a worker silent for long is stuck or
@@ -150,6 +153,7 @@ impl Master {
     /// first).
     fn build(cfg: Config, plan: Plan) -> anyhow::Result<Master> {
         let poll = Poll::new()?;
+        check_io_path(&cfg)?;
         let limits = broker::Limits {
             max_count: cfg.history_size,
             max_age: cfg.history_age,
@@ -202,6 +206,7 @@ impl Master {
                 link: None,
                 reading_paused: false,
                 stats: WorkerStats::default(),
+                io: None,
                 retired: WorkerStats::default(),
                 reported_at: Instant::now(),
                 restarts: 0,
@@ -528,6 +533,7 @@ impl Master {
                 self.slots[i].reported_at = Instant::now();
                 self.slots[i].listening = true;
             }
+            ToMaster::Io(io) => self.slots[i].io = Some(io),
             ToMaster::Counts { counts } => {
                 for (channel, n) in counts {
                     self.set_worker_count(i, channel, n);
@@ -793,6 +799,26 @@ impl Master {
         for i in 0..self.slots.len() {
             self.send(i, ToWorker::Shutdown.encode());
         }
+    }
+}
+
+/// `--io`: probe io_uring once before any worker starts, so an explicit `uring` the kernel
+/// refuses stops the server with the reason, and `auto` says once why it falls back (each
+/// worker still makes its own ring and reports its own path).
+fn check_io_path(cfg: &Config) -> anyhow::Result<()> {
+    use crate::config::IoMode;
+    if cfg.io == IoMode::Epoll {
+        return Ok(());
+    }
+    match c1m_sys::uring::probe(cfg.uring_setup.ring(cfg.uring_entries)) {
+        Ok(()) => Ok(()),
+        Err(e) if cfg.io == IoMode::Auto => {
+            tracing::warn!(reason = %format!("io_uring_setup: {e}"), "--io auto: io_uring refused by the kernel, fan-out uses epoll + write()");
+            Ok(())
+        }
+        Err(e) => anyhow::bail!(
+            "--io uring: the kernel refused io_uring (io_uring_setup: {e}; see kernel.io_uring_disabled, seccomp); use --io auto or --io epoll"
+        ),
     }
 }
 

@@ -52,6 +52,9 @@ pub struct Report {
     pub(super) gauges: Vec<WorkerGauges>,
     pub(super) subscribes: u64,
     upgrades: super::upgrade::Counters,
+    /// `--io` as asked, and each worker's send path (index, report).
+    io_mode: crate::config::IoMode,
+    io: Vec<(usize, Option<crate::ipc::IoReport>)>,
 }
 
 impl Report {
@@ -82,6 +85,8 @@ impl Report {
             latency: Latencies::default(),
             gauges: Vec::new(),
             subscribes: 0,
+            io_mode: m.cfg.io,
+            io: m.slots.iter().map(|s| s.io.clone()).enumerate().collect(),
         };
         r.channels = r.broker.channels;
         r.history_bytes = r.broker.history_bytes;
@@ -148,6 +153,33 @@ impl Report {
         serde_json::Value::Object(map)
     }
 
+    /// `/status` `io`: `--io` as asked and, per worker, the path it uses and its io_uring counters.
+    fn io_json(&self) -> serde_json::Value {
+        let count = |uring: bool| {
+            self.io
+                .iter()
+                .filter(|(_, r)| r.as_ref().is_some_and(|r| r.uring == uring))
+                .count()
+        };
+        json!({
+            "mode": self.io_mode,
+            "uring_workers": count(true),
+            "epoll_workers": count(false),
+            "workers": self.io.iter().map(|(index, r)| match r {
+                // Started, not reported yet.
+                None => json!({"index": index, "path": null}),
+                Some(r) => json!({
+                    "index": index,
+                    "path": if r.uring { "uring" } else { "epoll" },
+                    "fallback_reason": (!r.fallback_reason.is_empty()).then_some(&r.fallback_reason),
+                    "uring_submits": r.uring_submits,
+                    "uring_sends": r.uring_sends,
+                    "uring_queued": r.uring_queued,
+                }),
+            }).collect::<Vec<_>>(),
+        })
+    }
+
     pub fn json(&self) -> String {
         let refused: serde_json::Map<String, serde_json::Value> = self
             .refused
@@ -196,6 +228,7 @@ impl Report {
                 "attempted": self.upgrades.attempted, "completed": self.upgrades.completed,
                 "failed": self.upgrades.failed,
             },
+            "io": self.io_json(),
             "latency": serde_json::Value::Object(
                 self.latency
                     .fields()
@@ -410,6 +443,42 @@ impl Report {
         ] {
             let rows: Vec<(&str, u64)> = rows.iter().map(|(k, v)| (k.as_str(), *v)).collect();
             metric(name, "gauge", help, &rows);
+        }
+        // I/O path (issue #16): which workers send through io_uring, and how much.
+        let io_rows = |f: fn(&crate::ipc::IoReport) -> u64| -> Vec<(String, u64)> {
+            self.io
+                .iter()
+                .filter_map(|(i, r)| Some((format!("{{worker=\"{i}\"}}"), f(r.as_ref()?))))
+                .collect()
+        };
+        for (name, kind, help, rows) in [
+            (
+                "worker_io_uring",
+                "gauge",
+                "1 when the worker sends fan-outs through io_uring, 0 for epoll + write().",
+                io_rows(|r| u64::from(r.uring)),
+            ),
+            (
+                "uring_submits_total",
+                "counter",
+                "io_uring_enter calls made for fan-out sends.",
+                io_rows(|r| r.uring_submits),
+            ),
+            (
+                "uring_sends_total",
+                "counter",
+                "Fan-out sends submitted through io_uring.",
+                io_rows(|r| r.uring_sends),
+            ),
+            (
+                "uring_queued_total",
+                "counter",
+                "io_uring sends the socket did not take whole; the rest waits for EPOLLOUT.",
+                io_rows(|r| r.uring_queued),
+            ),
+        ] {
+            let rows: Vec<(&str, u64)> = rows.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+            metric(name, kind, help, &rows);
         }
         if let Some(tls) = &self.tls {
             metric(

@@ -290,6 +290,28 @@ impl Conn {
         }
     }
 
+    /// Whether a fan-out send may go through the io_uring batch: nothing is queued ahead of it
+    /// (order), and the socket carries plaintext (TLS records are made by rustls in user space).
+    pub fn can_batch_send(&self) -> bool {
+        self.out.is_none() && !tls_session::enabled_for(&self.stream)
+    }
+
+    /// The outcome of a batched (io_uring) send of `data`: `result` is the kernel's (bytes
+    /// taken, or -errno). What the socket did not take is queued exactly as `send_shared` would.
+    pub fn batch_sent(&mut self, data: &Rc<[u8]>, result: i32) -> Sent {
+        let taken = match result {
+            n if n >= 0 => (n as usize).min(data.len()),
+            n if n == -libc::EAGAIN || n == -libc::EINTR => 0,
+            _ => return Sent::Failed,
+        };
+        if taken < data.len() {
+            let q = self.out.get_or_insert_with(Box::default);
+            q.bytes += data.len() - taken;
+            q.chunks.push_back((data.clone(), taken));
+        }
+        Sent::Done
+    }
+
     /// Sends bytes owned by this connection alone (responses, replays).
     pub fn send_owned(&mut self, data: Vec<u8>, max_unsent: usize) -> Sent {
         if self.out.is_none() {

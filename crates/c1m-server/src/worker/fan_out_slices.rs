@@ -91,6 +91,9 @@ impl Worker {
                     self.deliver(&job.msg, idx, job.published_us);
                 }
             }
+            // With `--io uring` the chunk's sends went into a batch: one submit, results
+            // applied, before anything else may touch those connections.
+            self.send_batch(job.published_us);
             job.next = end;
             let now = c1m_sys::shm::monotonic_micros();
             if now.saturating_sub(slice_started) >= SLICE_MICROS {

@@ -7,7 +7,8 @@
 //! protocol input), `streams` (subscribe, join, fan-out, long-poll answers), `fan_out_slices`
 //! (fan-outs queued and delivered a bounded slice per loop turn), `ip_limits`
 //! (per-source-address admission), `edge` (JWT auth, token expiry and refresh, CORS, the
-//! admin listener), `tls_session` (TLS handshake and record layer).
+//! admin listener), `tls_session` (TLS handshake and record layer), `sender` (the fan-out
+//! send path: write() or batched io_uring sends).
 
 mod channels;
 mod cluster;
@@ -23,6 +24,7 @@ mod message;
 mod publish_rule;
 mod reload;
 mod requests;
+mod sender;
 mod shutdown;
 mod streams;
 mod timers;
@@ -140,6 +142,10 @@ pub struct Worker {
     link_read_paused: bool,
     /// Live upgrade: frozen, or handed over and waiting for the commit (docs/upgrade.md).
     handover: handover::HandOver,
+    /// Fan-out send path (`--io`): write() per socket or batched io_uring sends.
+    sender: sender::Sender,
+    /// Why this worker does not use io_uring though `--io` allowed it (empty otherwise).
+    io_fallback_reason: String,
 }
 
 /// Entry point of `c1m __serve-worker`.
@@ -252,7 +258,10 @@ impl Worker {
         if let (Some(cert), Some(key)) = (&cfg.tls_cert, &cfg.tls_key) {
             tls_session::set_configs(Some(crate::tls::load(cert, key)?));
         }
+        let (sender, io_fallback_reason) = sender::Sender::from_config(&cfg)?;
         Ok(Worker {
+            sender,
+            io_fallback_reason,
             admin_listener: admin,
             auth,
             cors_pending: HashMap::new(),
@@ -947,6 +956,8 @@ impl Worker {
         s.rss_bytes = c1m_sys::mem::own_rss_bytes().unwrap_or(0);
         s.dashboard_viewers = self.dashboard_viewers();
         self.send_to_master(ToMaster::Stats(Box::new(s)));
+        let io = self.sender.report(&self.io_fallback_reason);
+        self.send_to_master(ToMaster::Io(io));
         let counts = self.channels.take_changed_counts();
         if !counts.is_empty() {
             self.send_to_master(ToMaster::Counts { counts });

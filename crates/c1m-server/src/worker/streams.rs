@@ -10,6 +10,7 @@ use super::Worker;
 use crate::ipc::{Replay, ToMaster};
 use c1m_proto::longpoll::{self, PollGap, PollMessage};
 use c1m_proto::{line, sse};
+use std::os::fd::AsRawFd;
 use std::rc::Rc;
 
 impl Worker {
@@ -289,6 +290,21 @@ impl Worker {
         let Some(conn) = self.conns.get_mut(idx) else {
             return;
         };
+        let data = match conn.kind {
+            Kind::Sse => Some(msg.sse(conn.subs.is_multi())),
+            Kind::TcpStream => Some(msg.tcp()),
+            Kind::Ws => Some(msg.ws(conn.flags & WS_ENVELOPE != 0)),
+            _ => None,
+        };
+        // io_uring: into the batch the slice sends (`send_batch`) before the loop goes on.
+        if let (Some(data), Some(batch)) = (data, self.sender.uring()) {
+            if conn.can_batch_send() {
+                if batch.push(idx, conn.stream.as_raw_fd(), data) {
+                    self.send_batch(published_us);
+                }
+                return;
+            }
+        }
         let sent = match conn.kind {
             Kind::Sse => conn.send_shared(msg.sse(conn.subs.is_multi()), max),
             Kind::TcpStream => conn.send_shared(msg.tcp(), max),
@@ -313,10 +329,17 @@ impl Worker {
             }
             _ => return, // joining: its replay is on the way and covers this message
         };
+        self.count_sent(idx, sent, published_us);
+    }
+
+    /// Counts one fan-out send's outcome; a slow or gone subscriber is dropped.
+    fn count_sent(&mut self, idx: usize, sent: Sent, published_us: u64) {
         match sent {
             Sent::Done => {
                 self.counters.delivered += 1;
-                latency(&mut self.counters.latency.publish_to_write);
+                let now = c1m_sys::shm::monotonic_micros();
+                let h = &mut self.counters.latency.publish_to_write;
+                h.record(now.saturating_sub(published_us));
             }
             Sent::Overflow => {
                 self.counters.dropped += 1;
@@ -326,6 +349,51 @@ impl Worker {
                 self.counters.dropped += 1;
                 self.close(idx);
             }
+        }
+    }
+
+    /// Sends the pending io_uring batch (one `io_uring_enter` per ring-full) and applies each
+    /// result as `send_shared` would: done, rest queued for EPOLLOUT, or the peer gone. If the
+    /// ring itself fails, the sends it did not complete are not retried (the bytes may or may
+    /// not have gone): those subscribers are closed, and resume with their last id; the worker
+    /// goes on with write().
+    pub(super) fn send_batch(&mut self, published_us: u64) {
+        let Some(batch) = self.sender.uring() else {
+            return;
+        };
+        if batch.is_empty() {
+            return;
+        }
+        if let Err(e) = batch.send() {
+            tracing::error!(error = %e, "io_uring send ring failed; this worker uses write() from now on");
+            self.io_fallback_reason = format!("io_uring failed while running: {e}");
+        }
+        let Some(batch) = self.sender.uring() else {
+            return;
+        };
+        // Taken out while the results are applied (closing a connection needs `&mut self`),
+        // then given back emptied so their allocations are reused.
+        let mut items = std::mem::take(&mut batch.batch);
+        let mut idxs = std::mem::take(&mut batch.idxs);
+        let results = std::mem::take(&mut batch.results);
+        let mut queued = 0;
+        for ((&idx, (_, data)), &result) in idxs.iter().zip(&items).zip(&results) {
+            let idx = idx as usize;
+            let Some(conn) = self.conns.get_mut(idx) else {
+                continue;
+            };
+            let sent = conn.batch_sent(data, result);
+            queued += u64::from(conn.out.is_some());
+            self.count_sent(idx, sent, published_us);
+        }
+        items.clear();
+        idxs.clear();
+        if let Some(batch) = self.sender.uring() {
+            batch.queued += queued;
+            (batch.batch, batch.idxs, batch.results) = (items, idxs, results);
+        }
+        if !self.io_fallback_reason.is_empty() {
+            self.sender = super::sender::Sender::Direct;
         }
     }
 

@@ -596,15 +596,19 @@ mod tests {
         drop(held);
     }
 
-    /// Our sockets in a dump (those with a local address in `ours`): (local, remote, state),
-    /// sorted.
+    /// Our sockets in a dump: local address in `ours` and the peer one of ours too (or none,
+    /// for listeners and bound-only sockets), as (local, remote, state), sorted. The peer check
+    /// matters: another test's TIME-WAIT socket may hold the same local port towards another
+    /// peer (seen in CI: a ninth record in state 6).
     fn ours_in(
         dump: impl FnOnce(&mut dyn FnMut(&DiagMsg<'_>)),
         ours: &[SocketAddr],
     ) -> Vec<(SocketAddr, SocketAddr, u8)> {
         let mut v = Vec::new();
         dump(&mut |m: &DiagMsg<'_>| {
-            if ours.contains(&m.local()) {
+            let peer = m.remote();
+            let peer_ours = peer.port() == 0 || ours.contains(&peer);
+            if ours.contains(&m.local()) && peer_ours {
                 v.push((m.local(), m.remote(), m.state_raw()));
             }
         });

@@ -9,60 +9,13 @@
 //! missing binary fails them.
 
 mod common;
+mod redis_support;
 
 use common::Server;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use redis_support::{find, free_port, wait_listening, Proc, Seen, Sub, TempDir};
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// A directory removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(what: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!(
-            "c1m-cluster-{what}-{}-{:?}",
-            std::process::id(),
-            std::thread::current().id()
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A child process killed and reaped when dropped, also on panic.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn find(candidates: &[&'static str]) -> Option<&'static str> {
-    candidates
-        .iter()
-        .copied()
-        .find(|p| std::path::Path::new(p).exists())
-}
 
 /// The redis-server and haproxy binaries, or None (the caller skips, unless under CI).
 fn binaries() -> Option<(&'static str, &'static str)> {
@@ -78,14 +31,6 @@ fn binaries() -> Option<(&'static str, &'static str)> {
             eprintln!("SKIPPED: redis-server or haproxy is not installed");
             None
         }
-    }
-}
-
-fn wait_listening(addr: SocketAddr, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while TcpStream::connect(addr).is_err() {
-        assert!(Instant::now() < deadline, "{what} did not listen in 5 s");
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -187,94 +132,6 @@ fn node(redis: &Redis, workers: &str) -> Server {
     let server = Server::start(&["--workers", workers, "--broker", &redis.url()]);
     wait_connected(&server);
     server
-}
-
-/// What a subscriber saw on its stream.
-#[derive(Debug, Clone, PartialEq)]
-enum Seen {
-    Message(u64, String),
-    Gap(u64, u64),
-}
-
-/// An SSE subscriber that survives the end of its stream (the test decides what that means).
-struct Sub {
-    stream: TcpStream,
-    buf: Vec<u8>,
-}
-
-impl Sub {
-    /// Connects and waits for the 200 head; None when the node refused (e.g. 503).
-    fn connect(addr: SocketAddr, channel: &str, last_id: Option<u64>) -> Option<Sub> {
-        let mut stream = TcpStream::connect(addr).ok()?;
-        stream
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
-        let resume = last_id.map_or(String::new(), |id| format!("Last-Event-ID: {id}\r\n"));
-        write!(
-            stream,
-            "GET /sub/{channel} HTTP/1.1\r\nHost: t\r\nAccept: text/event-stream\r\n{resume}\r\n"
-        )
-        .ok()?;
-        let mut sub = Sub {
-            stream,
-            buf: Vec::new(),
-        };
-        let end = sub.read_until(b"\r\n\r\n")?;
-        let head: Vec<u8> = sub.buf.drain(..end).collect();
-        String::from_utf8_lossy(&head)
-            .starts_with("HTTP/1.1 200")
-            .then_some(sub)
-    }
-
-    fn read_until(&mut self, pat: &[u8]) -> Option<usize> {
-        loop {
-            if let Some(p) = self.buf.windows(pat.len()).position(|w| w == pat) {
-                return Some(p + pat.len());
-            }
-            let mut chunk = [0u8; 8192];
-            match self.stream.read(&mut chunk) {
-                Ok(0) | Err(_) => return None,
-                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
-            }
-        }
-    }
-
-    /// The next message or gap; None when the stream ended (or 10 s of silence).
-    fn next(&mut self) -> Option<Seen> {
-        loop {
-            let end = self.read_until(b"\n\n")?;
-            let block: Vec<u8> = self.buf.drain(..end).collect();
-            let text = String::from_utf8(block).unwrap();
-            let (mut event, mut id, mut data) = (None, None, None);
-            for line in text.lines() {
-                if let Some(v) = line.strip_prefix("event: ") {
-                    event = Some(v.to_string());
-                } else if let Some(v) = line.strip_prefix("id: ") {
-                    id = v.parse::<u64>().ok();
-                } else if let Some(v) = line.strip_prefix("data: ") {
-                    data = Some(v.to_string());
-                }
-            }
-            match (event.as_deref(), id, data) {
-                (Some("gap"), _, Some(json)) => {
-                    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
-                    return Some(Seen::Gap(
-                        v["after"].as_u64().unwrap(),
-                        v["through"].as_u64().unwrap(),
-                    ));
-                }
-                (None, Some(id), Some(data)) => return Some(Seen::Message(id, data)),
-                _ => continue, // heartbeat or comment
-            }
-        }
-    }
-
-    fn expect_message(&mut self, payload: &str) -> u64 {
-        match self.next() {
-            Some(Seen::Message(id, data)) if data == payload => id,
-            other => panic!("expected message {payload:?}, got {other:?}"),
-        }
-    }
 }
 
 /// Publishes, retrying while the node answers 503 (Redis unreachable), for at most 15 s.

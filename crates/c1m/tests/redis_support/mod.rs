@@ -54,7 +54,7 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-fn find(candidates: &[&'static str]) -> Option<&'static str> {
+pub fn find(candidates: &[&'static str]) -> Option<&'static str> {
     candidates.iter().copied().find(|p| Path::new(p).exists())
 }
 

@@ -63,11 +63,7 @@ fn expect_close(socket: &mut Ws) -> (CloseCode, String) {
 }
 
 fn metric(server: &Server, line_start: &str) -> String {
-    let text = ureq::get(&server.url("/metrics"))
-        .call()
-        .unwrap()
-        .into_string()
-        .unwrap();
+    let text = server.metrics();
     text.lines()
         .find(|l| l.starts_with(line_start))
         .unwrap_or_else(|| panic!("no {line_start} in /metrics"))

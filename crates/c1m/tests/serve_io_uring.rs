@@ -179,11 +179,7 @@ fn every_protocol_gets_every_message_once_and_in_order() {
     // The fan-outs went through io_uring: 18 streams × 41 messages.
     let s = server.wait_status(|s| uring_sends(s) >= 18 * 41);
     assert_eq!(s["refused"]["slow_consumer"], 0, "{s}");
-    let metrics = ureq::get(&server.url("/metrics"))
-        .call()
-        .unwrap()
-        .into_string()
-        .unwrap();
+    let metrics = server.metrics();
     assert!(
         metrics.contains("c1m_worker_io_uring{worker=\"0\"} 1"),
         "{metrics}"
@@ -373,11 +369,7 @@ fn a_kernel_that_refuses_io_uring_means_epoll_under_auto_and_an_error_under_urin
     let id = server.publish("back", b"on epoll");
     assert_eq!(sse.next().id, Some(id.to_string()));
     assert_eq!(uring_sends(&server.status()), 0);
-    let metrics = ureq::get(&server.url("/metrics"))
-        .call()
-        .unwrap()
-        .into_string()
-        .unwrap();
+    let metrics = server.metrics();
     assert!(
         metrics.contains("c1m_worker_io_uring{worker=\"0\"} 0"),
         "{metrics}"

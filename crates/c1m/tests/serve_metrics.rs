@@ -14,14 +14,6 @@ use std::time::{Duration, Instant};
 const SUBSCRIBERS: usize = 8;
 const MESSAGES: u64 = 15;
 
-fn metrics(server: &Server) -> String {
-    ureq::get(&server.url("/metrics"))
-        .call()
-        .unwrap()
-        .into_string()
-        .unwrap()
-}
-
 /// The value of the sample line whose name and labels are exactly `series`.
 fn sample(body: &str, series: &str) -> Option<f64> {
     body.lines()
@@ -32,7 +24,7 @@ fn sample(body: &str, series: &str) -> Option<f64> {
 fn wait_metrics(server: &Server, pred: impl Fn(&str) -> bool) -> String {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let body = metrics(server);
+        let body = server.metrics();
         if pred(&body) {
             return body;
         }

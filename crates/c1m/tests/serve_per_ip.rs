@@ -111,11 +111,7 @@ fn per_ip_conn_limit_refuses_with_429() {
     let (_over, head) = subscribe_from(ip(5), &server);
     assert_eq!(status_code(&head), 429, "{head}");
     server.wait_status(|s| s["refused"]["per_ip_conns"] == 17);
-    let metrics = ureq::get(&server.url("/metrics"))
-        .call()
-        .unwrap()
-        .into_string()
-        .unwrap();
+    let metrics = server.metrics();
     assert!(
         metrics.contains("c1m_refused_total{reason=\"per_ip_conns\"} 17"),
         "{metrics}"

@@ -325,11 +325,7 @@ fn status_metrics_and_healthz_agree() {
     assert_eq!(s["workers"].as_array().unwrap().len(), 2);
     assert!(s["memory"]["rss_bytes"].as_u64().unwrap() > 0);
     assert_eq!(s["memory"]["processes"], 3);
-    let metrics = ureq::get(&server.url("/metrics"))
-        .call()
-        .unwrap()
-        .into_string()
-        .unwrap();
+    let metrics = server.metrics();
     assert!(
         metrics.contains("c1m_connections{proto=\"sse\"} 1"),
         "{metrics}"

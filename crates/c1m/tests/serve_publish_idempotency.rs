@@ -40,11 +40,7 @@ fn the_in_process_hub_stores_a_retried_publish_once() {
     }
     let status = server.status();
     assert_eq!(status["broker"]["idempotent_replays"], 1, "{status}");
-    let metrics = ureq::get(&server.url("/metrics"))
-        .call()
-        .unwrap()
-        .into_string()
-        .unwrap();
+    let metrics = server.metrics();
     assert!(
         metrics.contains("c1m_idempotent_replays_total 1"),
         "{metrics}"

@@ -308,11 +308,7 @@ fn upgrade_under_a_message_stream_keeps_every_connection_and_message() {
     assert_eq!(s["upgrades"]["attempted"], 1, "{s}");
     assert_eq!(s["upgrades"]["completed"], 1, "{s}");
     assert_eq!(s["upgrades"]["failed"], 0, "{s}");
-    let metrics = ureq::get(&server.url("/metrics"))
-        .call()
-        .unwrap()
-        .into_string()
-        .unwrap();
+    let metrics = server.metrics();
     assert!(
         metrics.contains("c1m_upgrades_completed_total 1"),
         "{metrics}"

@@ -76,6 +76,15 @@ impl Server {
         format!("http://{}{path}", self.http)
     }
 
+    /// The `/metrics` body (Prometheus text).
+    pub fn metrics(&self) -> String {
+        ureq::get(&self.url("/metrics"))
+            .call()
+            .unwrap()
+            .into_string()
+            .unwrap()
+    }
+
     pub fn status(&self) -> serde_json::Value {
         let body = ureq::get(&self.url("/status"))
             .call()

@@ -181,6 +181,17 @@ impl Writer {
 struct Reader<'a>(&'a [u8]);
 
 impl<'a> Reader<'a> {
+    /// The hand-over format version; another one is refused (the old master serves on).
+    fn format_version(&mut self) -> Result<u32> {
+        let format = self.u32("format")?;
+        if format != FORMAT_VERSION {
+            return Err(BadRecord(format!(
+                "format version {format} (this binary reads {FORMAT_VERSION})"
+            )));
+        }
+        Ok(format)
+    }
+
     fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8]> {
         if self.0.len() < n {
             return Err(BadRecord(what.to_string()));
@@ -328,12 +339,7 @@ impl Control {
         let mut r = Reader(msg);
         let out = match r.u8("tag")? {
             1 => {
-                let format = r.u32("format")?;
-                if format != FORMAT_VERSION {
-                    return Err(BadRecord(format!(
-                        "format version {format} (this binary reads {FORMAT_VERSION})"
-                    )));
-                }
+                let format = r.format_version()?;
                 Control::Hello {
                     format,
                     old_pid: r.u32("pid")?,
@@ -432,12 +438,7 @@ impl Pair {
         let mut r = Reader(msg);
         let out = match r.u8("tag")? {
             1 => {
-                let format = r.u32("format")?;
-                if format != FORMAT_VERSION {
-                    return Err(BadRecord(format!(
-                        "format version {format} (this binary reads {FORMAT_VERSION})"
-                    )));
-                }
+                let format = r.format_version()?;
                 Pair::Hello { format }
             }
             2 => Pair::Listeners {

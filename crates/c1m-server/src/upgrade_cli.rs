@@ -25,6 +25,10 @@ pub struct UpgradeArgs {
     pub timeout: Duration,
 }
 
+/// Set in a new master's environment to the pid of the master that started it, so
+/// `c1m upgrade` can name it even after the old master exited (it is then no longer a child).
+pub const ENV_UPGRADE_FROM: &str = "C1M_UPGRADE_FROM";
+
 fn cmdline(pid: u32) -> Option<Vec<String>> {
     let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
     Some(
@@ -55,6 +59,21 @@ fn new_master_of(pid: u32) -> Option<u32> {
         .find(|&c| cmdline(c).is_some_and(|a| a.iter().any(|x| x == "serve")))
 }
 
+/// A running `c1m serve` whose environment says `pid` started it: the new master, found
+/// after `pid` exited (a hand-over can finish between two polls of `new_master_of`).
+fn successor_by_env(pid: u32) -> Option<u32> {
+    let want = format!("{ENV_UPGRADE_FROM}={pid}");
+    std::fs::read_dir("/proc")
+        .ok()?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .find(|&n| {
+            cmdline(n).is_some_and(|a| a.iter().any(|x| x == "serve"))
+                && std::fs::read(format!("/proc/{n}/environ"))
+                    .is_ok_and(|env| env.split(|&b| b == 0).any(|v| v == want.as_bytes()))
+                && alive(n)
+        })
+}
+
 pub fn run(args: UpgradeArgs) -> anyhow::Result<u8> {
     let pid = args.pid;
     let argv = cmdline(pid).with_context(|| format!("no process {pid}"))?;
@@ -76,7 +95,7 @@ pub fn run(args: UpgradeArgs) -> anyhow::Result<u8> {
             successor = Some(n);
         }
         if !alive(pid) {
-            match successor {
+            match successor.or_else(|| successor_by_env(pid)) {
                 Some(n) if alive(n) => println!("c1m upgrade: done; the new master is {n}"),
                 _ => println!("c1m upgrade: done; master {pid} exited"),
             }

@@ -145,6 +145,10 @@ impl Master {
         let mut cmd = Command::new(&self.exe);
         cmd.args(&self.args)
             .env(ENV_UPGRADE_FD, theirs.as_raw_fd().to_string())
+            .env(
+                crate::upgrade_cli::ENV_UPGRADE_FROM,
+                std::process::id().to_string(),
+            )
             .stdin(Stdio::null());
         if let Some(r) = &self.reserved_env {
             cmd.env(ENV_UPGRADE_RESERVED, r);

@@ -4,7 +4,7 @@
 //! or `--publish-cmd` running curl), and the delivery verdict must be right both ways: zero
 //! loss reported as zero, and a channel whose publishes the server drops reported as loss.
 
-mod common;
+use crate::common;
 
 use serde_json::Value;
 use std::net::{TcpListener, TcpStream};

@@ -10,7 +10,7 @@
 //! Every process is bounded: bench by `--hold`/`--duration`, the servers by drop guards (the
 //! one the hook starts writes its pid to a file the guard reads).
 
-mod common;
+use crate::common;
 
 use common::Server;
 use serde_json::Value;

@@ -4,7 +4,7 @@
 //! `/status`. Both processes are bounded: bench by `--hold`/`--duration`, serve by a kill at the
 //! end of each test (its workers die with it).
 
-mod common;
+use crate::common;
 
 use serde_json::Value;
 use std::io::{Read, Write};

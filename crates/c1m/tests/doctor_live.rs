@@ -34,7 +34,12 @@ fn port_use_to_one_destination_in_own_netns() {
     let out = Command::new("unshare")
         .args(["-n", "--"])
         .arg(std::env::current_exe().unwrap())
-        .args(["--exact", "port_use_inner", "--ignored", "--nocapture"])
+        .args([
+            "--exact",
+            "doctor_live::port_use_inner",
+            "--ignored",
+            "--nocapture",
+        ])
         .env(INNER_ENV, netns_id())
         .output()
         .expect("running unshare");

@@ -8,7 +8,7 @@
 //! not read, each handed a 60 KB message (a copy into each socket: tens of milliseconds for
 //! the whole pass, even on an idle box).
 
-mod common;
+use crate::common;
 
 use common::Server;
 use std::io::{ErrorKind, Read, Write};

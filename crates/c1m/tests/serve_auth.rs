@@ -3,8 +3,8 @@
 //! not by the crate the server verifies with; clients are curl, tungstenite and the harness's
 //! spec-written SSE reader.
 
-mod auth;
-mod common;
+use crate::auth;
+use crate::common;
 
 use auth::{curl_answer, curl_status, now, Keys};
 use common::{Server, Sse};

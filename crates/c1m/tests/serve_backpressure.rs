@@ -2,7 +2,7 @@
 //! whole, in chunks, on every protocol; a worker that falls behind pushes publishers back (503
 //! with Retry-After) instead of the master buffering without end or dropping in silence.
 
-mod common;
+use crate::common;
 
 use common::{status_code, Server, Sse};
 use std::io::{BufRead, BufReader, Read, Write};

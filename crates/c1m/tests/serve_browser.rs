@@ -3,8 +3,8 @@
 //! and `new EventSource(…)`; once both got the published message the page publishes a report,
 //! which this test reads over its own SSE connection.
 
-mod browser;
-mod common;
+use crate::browser;
+use crate::common;
 
 use browser::Browser;
 use common::{Server, Sse};

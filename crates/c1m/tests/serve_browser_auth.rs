@@ -9,10 +9,10 @@
 //! user's browser trusts a real one: imported into the NSS database of the browser's own HOME
 //! (certutil, from libnss3-tools), not by switching certificate checks off.
 
-mod auth;
-mod browser;
-mod common;
-mod tls_support;
+use crate::auth;
+use crate::browser;
+use crate::common;
+use crate::tls_support;
 
 use auth::{now, Keys};
 use browser::Browser;

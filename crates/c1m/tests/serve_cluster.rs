@@ -8,8 +8,8 @@
 //! Without them the tests are skipped with a loud message, except under CI (`CI` set), where a
 //! missing binary fails them.
 
-mod common;
-mod redis_support;
+use crate::common;
+use crate::redis_support;
 
 use common::Server;
 use redis_support::{find, free_port, wait_listening, Proc, Seen, Sub, TempDir};

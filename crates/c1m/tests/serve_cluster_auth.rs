@@ -4,8 +4,8 @@
 //! password changed under a running node gives 503s, a log line and a counter (never a panic),
 //! and the password is never printed (logs, /status, /metrics, --print-config).
 
-mod common;
-mod redis_support;
+use crate::common;
+use crate::redis_support;
 
 use common::{c1m, Server};
 use redis_support::{publish, publish_retrying, run_bounded, Redis, Sub};

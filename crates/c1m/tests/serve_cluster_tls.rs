@@ -4,8 +4,8 @@
 //! TLS and messages cross nodes; a CA that did not sign Redis' certificate (or the system
 //! roots, which know nothing of the test CA) is refused at start with exit 2.
 
-mod common;
-mod redis_support;
+use crate::common;
+use crate::redis_support;
 
 use common::{c1m, Server};
 use redis_support::{publish_retrying, run_bounded, Pki, Redis, Sub};

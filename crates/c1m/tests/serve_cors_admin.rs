@@ -1,8 +1,8 @@
 //! CORS for subscribe and publish, one Origin allow-list with the WebSocket check, and the
 //! admin listener (issue #11), against the real binary with curl as the client.
 
-mod auth;
-mod common;
+use crate::auth;
+use crate::common;
 
 use auth::{curl_answer, curl_status};
 use common::Server;

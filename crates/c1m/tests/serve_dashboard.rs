@@ -5,8 +5,8 @@
 //! non-zero, and a screenshot is taken (written to docs/dashboard.png with C1M_UPDATE_DOCS=1). Also: /dashboard/events is a plain
 //! SSE stream of JSON snapshots, and with --admin-listen the public listener answers 404.
 
-mod browser;
-mod common;
+use crate::browser;
+use crate::common;
 
 use browser::Browser;
 use common::{Server, Sse};

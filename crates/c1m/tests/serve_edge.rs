@@ -2,7 +2,7 @@
 //! (item 5), per-source-address connection limits, and WebSocket resume and slow-consumer
 //! closes (item 11). tungstenite is the independent WebSocket client.
 
-mod common;
+use crate::common;
 
 use common::{Server, Sse};
 use std::io::{Read, Write};

@@ -4,7 +4,7 @@
 //! the ELF header, then on a running worker: its mappings of the binary hold no dirty page
 //! beyond `.data`/`.bss`.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

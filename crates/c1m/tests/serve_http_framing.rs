@@ -3,7 +3,7 @@
 //! transfer coding we do not implement) and the connection closes, and chunked publishes work,
 //! from raw bytes and from curl.
 
-mod common;
+use crate::common;
 
 use common::{raw_exchange, Server, Sse};
 use std::io::Write;

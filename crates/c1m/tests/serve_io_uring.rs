@@ -10,7 +10,7 @@
 //! other tests of this file hold a read lock on [`KERNEL_SWITCH`] so none starts a server while
 //! io_uring is off.
 
-mod common;
+use crate::common;
 
 use common::{c1m, Server, Sse};
 use std::io::{BufRead, BufReader, Read, Write};

@@ -9,8 +9,8 @@
 //! `--cors-origins` (browser security stays on). The page reports to the test by publishing on
 //! a report channel.
 
-mod browser;
-mod common;
+use crate::browser;
+use crate::common;
 
 use browser::Browser;
 use common::{c1m, Server, Sse};

@@ -2,7 +2,7 @@
 //! SIGTERM ends every stream cleanly within the grace period; workers die with the master;
 //! configuration from a TOML file.
 
-mod common;
+use crate::common;
 
 use common::{Server, Sse};
 use std::time::{Duration, Instant};

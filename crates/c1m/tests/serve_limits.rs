@@ -1,7 +1,7 @@
 //! Bad input and limits: each gets the right status (or close), is counted in /status, and
 //! other connections never notice.
 
-mod common;
+use crate::common;
 
 use common::{raw_exchange, status_code, Server, Sse};
 use std::io::{Read, Write};

@@ -3,7 +3,7 @@
 //! and pid on worker lines; lifecycle events are logged once each, messages never, and a flood
 //! of bad requests becomes one summary warning instead of a line per request.
 
-mod common;
+use crate::common;
 use common::*;
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! one publish_to_write sample per delivery, one publish_ack per publish, one fan_out per
 //! message per worker with subscribers. Also: c1m_build_info and the per-worker gauges.
 
-mod common;
+use crate::common;
 
 use common::{Server, Sse};
 use std::io::Write;

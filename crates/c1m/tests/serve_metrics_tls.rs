@@ -2,8 +2,7 @@
 //! within one /metrics body the histogram's count equals `c1m_tls_handshakes_total{result="done"}`
 //! (each /status and /metrics request below is itself a fresh TLS connection).
 
-mod common; // tls_support reads the banner with common::parse_banner
-mod tls_support;
+use crate::tls_support;
 
 use tls_support::{https, TestPki, TlsServer};
 

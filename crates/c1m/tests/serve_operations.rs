@@ -3,7 +3,7 @@
 //! that vanished; `_total` counters survive a worker's death; `/healthz` reflects the master;
 //! a second instance cannot join the first's port.
 
-mod common;
+use crate::common;
 
 use common::{Server, Sse};
 use std::io::{Read, Write};

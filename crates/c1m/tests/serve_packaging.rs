@@ -3,7 +3,7 @@
 //! (throwaway CI) system, runs `/usr/bin/c1m --version`, and is removed again.
 //! Needs: systemd (systemd-analyze), dpkg, and cargo-deb (scripts/install-test-deps.sh).
 
-mod common;
+use crate::common;
 
 use common::{c1m, Server};
 use std::path::{Path, PathBuf};

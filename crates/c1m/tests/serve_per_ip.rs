@@ -4,7 +4,7 @@
 //! including a worker's crash. Clients bind to distinct 127.0.0.N addresses (all of 127/8 is
 //! loopback on Linux), with `--per-ip-limit-loopback` so loopback is not exempt.
 
-mod common;
+use crate::common;
 
 use common::{status_code, Server};
 use socket2::{Domain, Socket, Type};

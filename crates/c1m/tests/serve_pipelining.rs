@@ -3,7 +3,7 @@
 //! order. Before the fix the worker stopped reading at its input limit (~73 KB with the default
 //! --max-payload) without reaching WouldBlock, and edge-triggered epoll never woke it again.
 
-mod common;
+use crate::common;
 
 use common::{Server, Sse};
 use std::io::{Read, Write};

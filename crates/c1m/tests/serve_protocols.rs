@@ -1,7 +1,7 @@
 //! Subscribe / publish / receive on each protocol, multi-channel, and resume with and without
 //! a gap, against the real `c1m serve` binary over loopback.
 
-mod common;
+use crate::common;
 
 use common::{Server, Sse};
 use std::io::{BufRead, BufReader, Read, Write};

@@ -5,8 +5,8 @@
 //! (from its append-only file); the publisher's retry gets the original id, and history holds
 //! the message once.
 
-mod common;
-mod redis_support;
+use crate::common;
+use crate::redis_support;
 
 use common::Server;
 use redis_support::{publish, publish_retrying, Redis, Seen, Sub};

@@ -1,12 +1,12 @@
 //! Scale: 30,000 SSE subscribers across 2 workers, every one receives every message.
 //!
 //! One test process may hold at most 20,000 descriptors here, so the subscribers live in two
-//! child processes: this same test binary re-run with `--ignored --exact scale_subscriber_child`
+//! child processes: this same test binary re-run with `--ignored --exact serve_scale::scale_subscriber_child`
 //! (the child "test" only acts when its environment says so). Each child opens its share of
 //! connections, reports `C1M:ready`, waits for the expected ids on stdin, then reads every
 //! stream and reports `C1M:ok` or what went wrong.
 
-mod common;
+use crate::common;
 
 use common::Server;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -29,7 +29,7 @@ fn thirty_thousand_subscribers_across_two_workers_all_receive_every_message() {
         .map(|(i, _)| {
             Command::new(std::env::current_exe().unwrap())
                 .args([
-                    "scale_subscriber_child",
+                    "serve_scale::scale_subscriber_child",
                     "--exact",
                     "--ignored",
                     "--nocapture",

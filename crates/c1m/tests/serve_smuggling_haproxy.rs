@@ -8,7 +8,7 @@
 //! HAProxy must be installed (scripts/install-test-deps.sh installs it). Without it the test is
 //! skipped with a loud message, except under CI (`CI` set), where a missing HAProxy fails it.
 
-mod common;
+use crate::common;
 
 use common::{Server, Sse};
 use std::io::{Read, Write};

@@ -3,7 +3,7 @@
 //! the master says: READY=1 once every worker is listening, then WATCHDOG=1 pings at half the
 //! watchdog period, then STOPPING=1 when SIGTERM starts the drain.
 
-mod common;
+use crate::common;
 
 use common::{c1m, Server};
 use std::os::unix::net::UnixDatagram;

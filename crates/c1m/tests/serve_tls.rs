@@ -3,10 +3,9 @@
 //! line protocol); certificate reload on SIGHUP; plaintext clients, stalled handshakes and bad
 //! certificate files.
 
-mod common; // tls_support reads the banner with common::parse_banner
-mod tls_support;
+use crate::tls_support;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -350,7 +349,10 @@ fn large_messages_to_a_slow_tls_reader_arrive_whole_and_in_order() {
     std::thread::sleep(Duration::from_millis(300));
     let mut got = String::new();
     let mut buf = vec![0u8; 64 * 1024];
-    let deadline = Instant::now() + Duration::from_secs(10);
+    // The property is whole and in order, not fast: a box loaded by a benchmark can leave
+    // 2 MB of TLS records unread past the socket's 5 s read timeout (seen), so a timed-out
+    // read only re-checks the deadline.
+    let deadline = Instant::now() + Duration::from_secs(30);
     let mut data_lines = String::new();
     while data_lines.len() < want.len() {
         assert!(
@@ -359,7 +361,10 @@ fn large_messages_to_a_slow_tls_reader_arrive_whole_and_in_order() {
             data_lines.len(),
             want.len()
         );
-        let n = s.read(&mut buf).unwrap();
+        let n = match s.read(&mut buf) {
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => continue,
+            r => r.unwrap(),
+        };
         assert!(n > 0);
         got.push_str(std::str::from_utf8(&buf[..n]).unwrap());
         data_lines = got

@@ -6,7 +6,7 @@
 //! get every message once, in order, on the connection it opened. Failure cases: a new binary
 //! that crashes mid-hand-over, and one that reads another hand-over format.
 
-mod common;
+use crate::common;
 
 use common::{LogLines, Server, Sse};
 use std::io::{BufRead, BufReader, Read, Write};

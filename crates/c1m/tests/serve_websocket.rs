@@ -1,7 +1,7 @@
 //! WebSocket subscribers against the real server: tungstenite as an independent client for the
 //! happy paths, and frames built by hand on a raw TcpStream for the fragmented and invalid ones.
 
-mod common;
+use crate::common;
 
 use common::{Server, Sse};
 use std::io::{Read, Write};

@@ -2,7 +2,7 @@
 //! order, that nothing is lowered, that a missing key is skipped, and that revert restores
 //! every byte.
 
-mod tune_support;
+use crate::tune_support;
 
 use serde_json::Value;
 use tune_support::Fake;

@@ -1,7 +1,7 @@
 //! `c1m tune --check` against fake trees: statuses ok / low / high / harmful / obsolete /
 //! missing, config files that still set removed or harmful keys, and the exit code.
 
-mod tune_support;
+use crate::tune_support;
 
 use serde_json::Value;
 use tune_support::Fake;

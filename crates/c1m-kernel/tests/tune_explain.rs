@@ -1,6 +1,6 @@
 //! `c1m tune explain KEY`: entries, including the keys c1m refuses, in English and Chinese.
 
-mod tune_support;
+use crate::tune_support;
 
 use c1m_kernel::params::PARAMS;
 use tune_support::Fake;

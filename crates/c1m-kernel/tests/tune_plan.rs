@@ -1,7 +1,7 @@
 //! `c1m tune --conns N`: the printed plan in text, json and sysctl formats, against a fake
 //! 24 GiB / 2 CPU / 4 KiB-page tree.
 
-mod tune_support;
+use crate::tune_support;
 
 use c1m_kernel::params::{Verdict, PARAMS};
 use tune_support::Fake;

@@ -3,9 +3,7 @@
 //! mutated, through the property check of fuzz/src/client.rs (no panic, consumed ≤ input,
 //! events independent of read boundaries).
 
-#[path = "../fuzz/src/lib.rs"]
-#[allow(dead_code)]
-mod harness;
+use crate::harness;
 
 use harness::XorShift;
 

@@ -7,9 +7,7 @@
 //! Each test also checks that every outcome was reached, so a generator that drifts into
 //! producing only garbage fails instead of passing quietly.
 
-#[path = "../fuzz/src/lib.rs"]
-#[allow(dead_code)]
-mod harness;
+use crate::harness;
 
 use c1m_proto::chunked;
 use c1m_proto::http_framing::BodyFraming;

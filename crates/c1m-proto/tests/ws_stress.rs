@@ -4,9 +4,7 @@
 //! (fuzz/src/lib.rs). Inputs are built to be *nearly* valid (real headers, masks, lengths,
 //! UTF-8 edges, then a few bytes flipped) so they reach deep paths, not just the first check.
 
-#[path = "../fuzz/src/lib.rs"]
-#[allow(dead_code)]
-mod harness;
+use crate::harness;
 
 use harness::XorShift;
 

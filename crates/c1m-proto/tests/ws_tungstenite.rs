@@ -2,9 +2,7 @@
 //! in-memory pipe: its client's frames through our server-role decoder, our server frames
 //! through its client, and its client handshake against our validator.
 
-#[path = "../fuzz/src/lib.rs"]
-#[allow(dead_code)]
-mod harness;
+use crate::harness;
 
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};

@@ -57,28 +57,13 @@ mod top_plain;
 mod top_tui;
 mod version_commit;
 
-/// With `autotests = false` cargo no longer finds test files by itself, so a file without a
-/// `mod` line above would be silently skipped: this fails instead.
+#[path = "../build_support/suite_guard.rs"]
+mod suite_guard;
+
 #[test]
 fn every_test_file_is_in_the_suite() {
-    let suite = include_str!("suite.rs");
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests");
-    let mut missing = Vec::new();
-    for entry in std::fs::read_dir(dir).expect("read tests/") {
-        let path = entry.expect("tests/ entry").path();
-        let module = if path.is_dir() && path.join("mod.rs").exists() {
-            path.file_name().unwrap().to_string_lossy().into_owned()
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            path.file_stem().unwrap().to_string_lossy().into_owned()
-        } else {
-            continue;
-        };
-        if module != "suite" && !suite.contains(&format!("\nmod {module};")) {
-            missing.push(module);
-        }
-    }
-    assert!(
-        missing.is_empty(),
-        "tests/suite.rs has no `mod` line for: {missing:?}"
+    suite_guard::check(
+        include_str!("suite.rs"),
+        concat!(env!("CARGO_MANIFEST_DIR"), "/tests"),
     );
 }

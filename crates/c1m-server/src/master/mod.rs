@@ -312,6 +312,13 @@ impl Master {
     }
 
     pub fn run(&mut self) -> anyhow::Result<()> {
+        // As each worker does before serving: start-up's heap and deep stack go back.
+        let released = c1m_sys::mem::release_idle_memory();
+        tracing::debug!(
+            stack_bytes = released.stack_bytes,
+            heap_trimmed = released.heap_trimmed,
+            "idle start-up memory released"
+        );
         let mut signals = signal_hook_mio::v1_0::Signals::new([
             libc::SIGTERM,
             libc::SIGINT,

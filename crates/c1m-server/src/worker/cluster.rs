@@ -58,7 +58,7 @@ impl Worker {
             return;
         }
         self.counters.refused.busy += 1;
-        for (chan, pos) in self.conns[idx].subs.take() {
+        for (chan, pos) in self.conns[idx].take_subs() {
             self.leave_channel(chan, pos);
         }
         if continuing {

@@ -1,7 +1,9 @@
-//! One client connection: a small struct in the worker's slab. An idle subscriber owns no
-//! buffer: `inbuf` exists only while a request head or command line is half-read, and `out`
-//! only while the socket refuses writes (uWebSockets' cork habit). Queued data is shared
-//! (`Rc`) with every other subscriber of the same message. On a TLS connection the byte paths
+//! One client connection: a 32-byte struct in the worker's slab (issue 16's memory budget).
+//! An idle single-channel subscriber owns no buffer and no heap block: half-read input, the
+//! queue of bytes a blocked socket owes (uWebSockets' cork habit), a WebSocket message in
+//! progress and a list of several channels live in one side box that exists only while one of
+//! them does; callers reach them through `Conn`'s methods, never the layout. Queued data is
+//! shared (`Rc`) with every other subscriber of the same message. On a TLS connection the byte paths
 //! go through `tls_session` (which keeps that connection's TLS state beside, not in, `Conn`).
 
 use super::tls_session;
@@ -93,62 +95,26 @@ pub enum Protocol {
     Other,
 }
 
-/// Channel memberships: (local channel index, position in that channel's member list).
-/// One channel is the common case and stays inline.
-pub enum Subs {
-    None,
-    One(u32, u32),
-    // A thin 8-byte pointer (not Box<[T]>'s 16) keeps Conn within the memory budget.
-    #[allow(clippy::box_collection)]
-    Many(Box<Vec<(u32, u32)>>),
+/// Channel memberships, 8 bytes inline: one (local channel index, position in that channel's
+/// member list) pair, or a marker that says "none" or "several, listed in the side box".
+/// Channel indices are slab keys of this worker's channels, far below the two markers (each
+/// channel costs tens of bytes, so 2^32 - 2 of them cannot exist).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Subs {
+    chan: u32,
+    pos: u32,
 }
 
 impl Subs {
-    pub fn is_multi(&self) -> bool {
-        matches!(self, Subs::Many(_))
-    }
-
-    pub fn push(&mut self, chan: u32, pos: u32) {
-        *self = match std::mem::replace(self, Subs::None) {
-            Subs::None => Subs::One(chan, pos),
-            Subs::One(c, p) => Subs::Many(Box::new(vec![(c, p), (chan, pos)])),
-            Subs::Many(mut v) => {
-                v.push((chan, pos));
-                Subs::Many(v)
-            }
-        }
-    }
-
-    /// The local channel indices this connection is subscribed to.
-    pub fn channel_indices(&self) -> Vec<u32> {
-        match self {
-            Subs::None => Vec::new(),
-            Subs::One(c, _) => vec![*c],
-            Subs::Many(v) => v.iter().map(|(c, _)| *c).collect(),
-        }
-    }
-
-    /// Records that this connection moved to `pos` in `chan`'s member list.
-    pub fn set_pos(&mut self, chan: u32, pos: u32) {
-        match self {
-            Subs::One(c, p) if *c == chan => *p = pos,
-            Subs::Many(v) => {
-                if let Some(e) = v.iter_mut().find(|(c, _)| *c == chan) {
-                    e.1 = pos;
-                }
-            }
-            _ => {}
-        }
-    }
-
-    pub fn take(&mut self) -> Vec<(u32, u32)> {
-        match std::mem::replace(self, Subs::None) {
-            Subs::None => Vec::new(),
-            Subs::One(c, p) => vec![(c, p)],
-            Subs::Many(v) => *v,
-        }
-    }
+    /// `chan` of a connection in no channel.
+    const NONE: u32 = u32::MAX;
+    /// `chan` of a connection in several: they are listed in `Side::subs`.
+    const MANY: u32 = u32::MAX - 1;
 }
+
+/// Iterator over the memberships a connection gave up ([`Conn::take_subs`]).
+pub type TakenSubs =
+    std::iter::Chain<std::option::IntoIter<(u32, u32)>, std::vec::IntoIter<(u32, u32)>>;
 
 /// Bytes a blocked socket still owes, as shared chunks.
 #[derive(Default)]
@@ -223,26 +189,48 @@ pub enum Sent {
     Failed,
 }
 
+/// Everything a connection holds only while it is doing something an idle subscriber does
+/// not: half-read input, bytes the socket refused, a WebSocket message in progress, or
+/// memberships of several channels. One box, made when first needed and freed as soon as it
+/// is empty again ([`Conn::tidy`]), so an idle single-channel subscriber owns no heap block.
+#[derive(Default)]
+struct Side {
+    /// Input read but not yet used (a half-read request head or command line, pipelined
+    /// requests, a WebSocket frame tail); empty = none.
+    inbuf: Box<[u8]>,
+    /// Bytes a blocked socket still owes.
+    out: Option<OutQueue>,
+    /// A WebSocket message in progress (boxed again: rarer than the rest, and 56 bytes).
+    ws: Option<Box<WsMessage>>,
+    /// Every membership when there are several (`Subs::MANY`).
+    subs: Vec<(u32, u32)>,
+}
+
+impl Side {
+    fn is_empty(&self) -> bool {
+        self.inbuf.is_empty() && self.out.is_none() && self.ws.is_none() && self.subs.is_empty()
+    }
+}
+
+/// One connection, 32 bytes (pinned by a compile-time assertion below; BENCHMARKS.md's
+/// per-subscriber table counts on it). The fields an idle subscriber needs are inline; the
+/// rest is in the [`Side`] box, reached only through the methods below.
 pub struct Conn {
     pub stream: TcpStream,
     pub generation: u32,
     pub kind: Kind,
     pub keep_alive: bool,
     pub flags: u8,
+    /// [`ADMIN`], [`EXPIRES`].
+    pub edge: u8,
     /// Timer-wheel tick at which this connection's current wait ends (0 = none).
     pub deadline: u32,
-    pub subs: Subs,
-    // A thin 8-byte pointer (not Vec's 24 bytes inline) keeps Conn within the memory budget.
-    #[allow(clippy::box_collection)]
-    pub inbuf: Option<Box<Vec<u8>>>,
-    pub out: Option<Box<OutQueue>>,
-    pub ws: Option<Box<WsMessage>>,
-    /// What this connection holds in the per-IP table (bucket + 1; 0 = nothing), given back
-    /// on close.
-    pub ip_slot: u32,
-    /// [`ADMIN`], [`EXPIRES`]: one byte that fits the padding (Conn stays 64 bytes).
-    pub edge: u8,
+    subs: Subs,
+    side: Option<Box<Side>>,
 }
+
+// The per-connection memory budget (issue 16): a slab slot is exactly one `Conn`.
+const _: () = assert!(std::mem::size_of::<Conn>() == 32);
 
 impl Conn {
     pub fn new(stream: TcpStream, generation: u32, kind: Kind) -> Conn {
@@ -252,13 +240,190 @@ impl Conn {
             kind,
             keep_alive: true,
             flags: 0,
-            deadline: 0,
-            subs: Subs::None,
-            inbuf: None,
-            out: None,
-            ws: None,
-            ip_slot: 0,
             edge: 0,
+            deadline: 0,
+            subs: Subs {
+                chan: Subs::NONE,
+                pos: 0,
+            },
+            side: None,
+        }
+    }
+
+    fn side_mut(&mut self) -> &mut Side {
+        self.side.get_or_insert_with(Box::default)
+    }
+
+    /// Frees the side box once nothing is left in it.
+    fn tidy(&mut self) {
+        if self.side.as_ref().is_some_and(|s| s.is_empty()) {
+            self.side = None;
+        }
+    }
+
+    // ---- output queue ----
+
+    /// Whether bytes (or TLS ciphertext) wait for the socket to become writable.
+    pub fn has_out(&self) -> bool {
+        self.side.as_ref().is_some_and(|s| s.out.is_some())
+    }
+
+    /// The queue of bytes the socket still owes, if any.
+    pub fn out(&self) -> Option<&OutQueue> {
+        self.side.as_ref().and_then(|s| s.out.as_ref())
+    }
+
+    /// Bytes queued and not yet taken by the socket.
+    pub fn unsent_bytes(&self) -> usize {
+        self.out().map_or(0, |q| q.bytes)
+    }
+
+    /// Replaces what the socket owes (a live upgrade's hand-over); empty = nothing.
+    pub fn set_unsent(&mut self, bytes: Vec<u8>) {
+        if bytes.is_empty() {
+            if let Some(s) = &mut self.side {
+                s.out = None;
+            }
+            return self.tidy();
+        }
+        self.side_mut().out = Some(OutQueue::from_unsent(bytes));
+    }
+
+    fn queue(&mut self) -> &mut OutQueue {
+        self.side_mut().out.get_or_insert_with(OutQueue::default)
+    }
+
+    // ---- input ----
+
+    /// Whether part of a request (or frame) has arrived and waits for the rest.
+    pub fn has_inbuf(&self) -> bool {
+        self.side.as_ref().is_some_and(|s| !s.inbuf.is_empty())
+    }
+
+    /// Takes the input kept from earlier reads (None when there is none).
+    pub fn take_inbuf(&mut self) -> Option<Vec<u8>> {
+        let s = self.side.as_mut()?;
+        if s.inbuf.is_empty() {
+            return None;
+        }
+        let bytes = std::mem::take(&mut s.inbuf).into_vec();
+        self.tidy();
+        Some(bytes)
+    }
+
+    /// The input kept from earlier reads, read-only (a hand-over copies it).
+    pub fn inbuf(&self) -> &[u8] {
+        self.side.as_ref().map_or(&[], |s| &s.inbuf)
+    }
+
+    /// Keeps `bytes` for the next read to continue from (replacing what was kept).
+    pub fn set_inbuf(&mut self, bytes: &[u8]) {
+        if bytes.is_empty() {
+            if let Some(s) = &mut self.side {
+                s.inbuf = Box::default();
+            }
+            return self.tidy();
+        }
+        self.side_mut().inbuf = Box::from(bytes);
+    }
+
+    /// Drops kept input and any WebSocket message in progress (the connection is closing).
+    pub fn discard_input(&mut self) {
+        if let Some(s) = &mut self.side {
+            s.inbuf = Box::default();
+            s.ws = None;
+        }
+        self.tidy();
+    }
+
+    // ---- WebSocket message in progress ----
+
+    /// Takes the WebSocket decoder state (a fresh one when none was kept).
+    pub fn take_ws(&mut self) -> Box<WsMessage> {
+        let ws = self.side.as_mut().and_then(|s| s.ws.take());
+        self.tidy();
+        ws.unwrap_or_default()
+    }
+
+    /// Keeps the WebSocket decoder state for the next read; an idle one is not kept.
+    pub fn set_ws(&mut self, state: Box<WsMessage>) {
+        if state.decoder.is_idle() && state.data.is_empty() {
+            return;
+        }
+        self.side_mut().ws = Some(state);
+    }
+
+    /// The kept WebSocket state, if any (a hand-over copies it).
+    pub fn ws(&self) -> Option<&WsMessage> {
+        self.side.as_ref().and_then(|s| s.ws.as_deref())
+    }
+
+    // ---- channel memberships ----
+
+    /// Records a membership: `pos` in channel `chan`'s member list.
+    pub fn add_sub(&mut self, chan: u32, pos: u32) {
+        match self.subs.chan {
+            Subs::NONE => self.subs = Subs { chan, pos },
+            Subs::MANY => self.side_mut().subs.push((chan, pos)),
+            first => {
+                let first = (first, self.subs.pos);
+                self.subs.chan = Subs::MANY;
+                self.side_mut().subs = vec![first, (chan, pos)];
+            }
+        }
+    }
+
+    /// Subscribed to more than one channel (SSE events then name their channel).
+    pub fn is_multi(&self) -> bool {
+        self.subs.chan == Subs::MANY
+    }
+
+    /// The local channel indices this connection is subscribed to.
+    pub fn channel_indices(&self) -> Vec<u32> {
+        match self.subs.chan {
+            Subs::NONE => Vec::new(),
+            Subs::MANY => self
+                .side
+                .as_ref()
+                .map_or_else(Vec::new, |s| s.subs.iter().map(|&(c, _)| c).collect()),
+            one => vec![one],
+        }
+    }
+
+    /// Records that this connection moved to `pos` in `chan`'s member list.
+    pub fn set_sub_pos(&mut self, chan: u32, pos: u32) {
+        if self.subs.chan == chan {
+            self.subs.pos = pos;
+        } else if let Some(e) = self
+            .side
+            .as_mut()
+            .and_then(|s| s.subs.iter_mut().find(|(c, _)| *c == chan))
+        {
+            e.1 = pos;
+        }
+    }
+
+    /// Gives up every membership, returning the (channel, position) pairs to leave.
+    pub fn take_subs(&mut self) -> TakenSubs {
+        let subs = std::mem::replace(
+            &mut self.subs,
+            Subs {
+                chan: Subs::NONE,
+                pos: 0,
+            },
+        );
+        match subs.chan {
+            Subs::NONE => None.into_iter().chain(Vec::new()),
+            Subs::MANY => {
+                let many = self
+                    .side
+                    .as_mut()
+                    .map(|s| std::mem::take(&mut s.subs))
+                    .unwrap_or_default();
+                self.tidy();
+                None.into_iter().chain(many)
+            }
+            chan => Some((chan, subs.pos)).into_iter().chain(Vec::new()),
         }
     }
 
@@ -267,7 +432,7 @@ impl Conn {
     /// is a slow reader and gets nothing more, while one that is keeping up can always take
     /// the next message or replay chunk whole, however large (each is bounded on its own).
     pub fn send_shared(&mut self, data: &Rc<[u8]>, max_unsent: usize) -> Sent {
-        if let Some(q) = &mut self.out {
+        if let Some(q) = self.side.as_mut().and_then(|s| s.out.as_mut()) {
             if q.bytes > max_unsent {
                 return Sent::Overflow;
             }
@@ -280,10 +445,9 @@ impl Conn {
             Ok(n) => {
                 // The rest waits for writability; so does TLS ciphertext the socket refused
                 // (then the queue holds a fully taken chunk until the ciphertext is out).
-                let mut q = Box::<OutQueue>::default();
+                let q = self.queue();
                 q.bytes = data.len() - n;
                 q.chunks.push_back((data.clone(), n));
-                self.out = Some(q);
                 Sent::Done
             }
             Err(_) => Sent::Failed,
@@ -293,7 +457,7 @@ impl Conn {
     /// Whether a fan-out send may go through the io_uring batch: nothing is queued ahead of it
     /// (order), and the socket carries plaintext (TLS records are made by rustls in user space).
     pub fn can_batch_send(&self) -> bool {
-        self.out.is_none() && !tls_session::enabled_for(&self.stream)
+        !self.has_out() && !tls_session::enabled_for(&self.stream)
     }
 
     /// The outcome of a batched (io_uring) send of `data`: `result` is the kernel's (bytes
@@ -305,7 +469,7 @@ impl Conn {
             _ => return Sent::Failed,
         };
         if taken < data.len() {
-            let q = self.out.get_or_insert_with(Box::default);
+            let q = self.queue();
             q.bytes += data.len() - taken;
             q.chunks.push_back((data.clone(), taken));
         }
@@ -314,7 +478,7 @@ impl Conn {
 
     /// Sends bytes owned by this connection alone (responses, replays).
     pub fn send_owned(&mut self, data: Vec<u8>, max_unsent: usize) -> Sent {
-        if self.out.is_none() {
+        if !self.has_out() {
             match write_some(&mut self.stream, &data) {
                 Ok(n) if n == data.len() && !tls_session::owes_bytes(&self.stream) => {
                     return Sent::Done
@@ -328,7 +492,7 @@ impl Conn {
 
     /// Writes queued bytes; frees the queue once empty. Ok(true) when nothing is left.
     pub fn flush(&mut self) -> io::Result<bool> {
-        let Some(q) = &mut self.out else {
+        let Some(q) = self.side.as_mut().and_then(|s| s.out.as_mut()) else {
             return Ok(true);
         };
         while let Some((chunk, offset)) = q.chunks.front_mut() {
@@ -343,7 +507,10 @@ impl Conn {
         if tls_session::flush(&mut self.stream).transpose()? == Some(false) {
             return Ok(false);
         }
-        self.out = None;
+        if let Some(s) = &mut self.side {
+            s.out = None;
+        }
+        self.tidy();
         Ok(true)
     }
 
@@ -390,14 +557,21 @@ fn write_some(stream: &mut TcpStream, data: &[u8]) -> io::Result<usize> {
 mod tests {
     use super::*;
 
+    /// A connection over loopback (the accepted side), for the struct-level tests.
+    fn conn() -> (Conn, std::net::TcpStream) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        server.set_nonblocking(true).unwrap();
+        (Conn::new(TcpStream::from_std(server), 1, Kind::Sse), client)
+    }
+
     #[test]
     fn idle_subscriber_is_small() {
-        // The per-connection budget is 256 B of user space; the struct is the bulk of it.
-        assert!(
-            std::mem::size_of::<Conn>() <= 64,
-            "Conn is {} bytes",
-            std::mem::size_of::<Conn>()
-        );
+        // Issue 16: ≤ 64 B per idle subscriber at 1M with the fixed cost; the struct is the
+        // bulk of it (the compile-time assertion beside `Conn` says the same).
+        assert_eq!(std::mem::size_of::<Conn>(), 32);
+        assert_eq!(std::mem::size_of::<Subs>(), 8);
     }
 
     #[test]
@@ -436,12 +610,56 @@ mod tests {
 
     #[test]
     fn subs_track_positions() {
-        let mut s = Subs::None;
-        s.push(3, 0);
-        s.set_pos(3, 5);
-        assert!(matches!(s, Subs::One(3, 5)));
-        s.push(4, 1);
-        s.set_pos(4, 9);
-        assert_eq!(s.take(), vec![(3, 5), (4, 9)]);
+        let (mut c, _peer) = conn();
+        assert_eq!(c.take_subs().count(), 0);
+        c.add_sub(3, 0);
+        c.set_sub_pos(3, 5);
+        assert!(
+            !c.is_multi() && c.side.is_none(),
+            "one channel needs no side box"
+        );
+        assert_eq!(c.channel_indices(), vec![3]);
+        c.add_sub(4, 1);
+        c.set_sub_pos(4, 9);
+        c.set_sub_pos(3, 6);
+        assert!(c.is_multi());
+        assert_eq!(c.channel_indices(), vec![3, 4]);
+        assert_eq!(c.take_subs().collect::<Vec<_>>(), vec![(3, 6), (4, 9)]);
+        assert!(
+            !c.is_multi() && c.side.is_none(),
+            "side box freed with the list"
+        );
+        c.add_sub(7, 2);
+        assert_eq!(c.take_subs().collect::<Vec<_>>(), vec![(7, 2)]);
+        assert_eq!(c.take_subs().count(), 0);
+    }
+
+    #[test]
+    fn side_box_lives_only_while_used() {
+        let (mut c, _peer) = conn();
+        c.set_inbuf(b"GET / HT");
+        assert!(c.has_inbuf() && c.side.is_some());
+        c.add_sub(1, 0);
+        c.add_sub(2, 0);
+        assert_eq!(c.take_inbuf().as_deref(), Some(&b"GET / HT"[..]));
+        assert!(c.side.is_some(), "still holds the channel list");
+        c.take_subs().for_each(drop);
+        assert!(c.side.is_none());
+        c.set_unsent(b"owed".to_vec());
+        assert!(c.has_out() && c.unsent_bytes() == 4);
+        assert!(c.flush().unwrap(), "the peer's socket takes 4 bytes");
+        assert!(
+            !c.has_out() && c.side.is_none(),
+            "queue and box freed once drained"
+        );
+        let mut ws = c.take_ws();
+        ws.data.extend_from_slice(b"part");
+        c.set_ws(ws);
+        assert_eq!(c.ws().map(|w| w.data.len()), Some(4));
+        c.discard_input();
+        assert!(c.ws().is_none() && c.side.is_none());
+        let idle = c.take_ws();
+        c.set_ws(idle);
+        assert!(c.side.is_none(), "an idle decoder is not kept");
     }
 }

@@ -268,7 +268,6 @@ impl Worker {
             return true;
         };
         let names: Vec<String> = self.conns[idx]
-            .subs
             .channel_indices()
             .into_iter()
             .filter_map(|c| self.channels.get(c).map(|ch| ch.name.to_string()))

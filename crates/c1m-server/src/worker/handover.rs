@@ -5,7 +5,7 @@
 //! lists, and serves once the old one says commit. Until then neither side writes to a client,
 //! so whichever way it ends, every byte goes out exactly once.
 
-use super::conn::{Conn, Kind, OutQueue, WsMessage};
+use super::conn::{Conn, Kind, WsMessage};
 use super::{token_of, Worker, ADMIN_LISTENER, HTTP_LISTENER, TCP_LISTENER};
 use crate::ipc::ToMaster;
 use anyhow::{bail, Context};
@@ -233,18 +233,17 @@ impl Worker {
             edge: conn.edge,
             timer_ms,
             channels: conn
-                .subs
                 .channel_indices()
                 .into_iter()
                 .filter_map(|c| self.channels.get(c).map(|ch| ch.name.to_string()))
                 .collect(),
-            inbuf: conn.inbuf.as_ref().map(|b| b.to_vec()).unwrap_or_default(),
-            out: conn.out.as_ref().map(|q| q.unsent()).unwrap_or_default(),
+            inbuf: conn.inbuf().to_vec(),
+            out: conn.out().map(|q| q.unsent()).unwrap_or_default(),
             replay_after,
             cors: self.cors_pending.get(&token).map(|c| c.to_string()),
             dashboard: self.dashboards.contains(&token),
-            ws_decoder: conn.ws.as_ref().map(|w| w.decoder.to_bytes()),
-            ws_data: conn.ws.as_ref().map(|w| w.data.clone()).unwrap_or_default(),
+            ws_decoder: conn.ws().map(|w| w.decoder.to_bytes()),
+            ws_data: conn.ws().map(|w| w.data.clone()).unwrap_or_default(),
         })
     }
 
@@ -301,7 +300,7 @@ impl Worker {
             .collect();
         for token in waiting {
             if let Some((idx, conn)) = self.conn_mut(token) {
-                if conn.out.is_none() {
+                if !conn.has_out() {
                     self.continue_replay(idx);
                 }
             }
@@ -328,16 +327,12 @@ impl Worker {
             conn.keep_alive = rec.keep_alive;
             conn.flags = rec.flags;
             conn.edge = rec.edge;
-            if !rec.inbuf.is_empty() {
-                conn.inbuf = Some(Box::new(rec.inbuf));
-            }
-            if !rec.out.is_empty() {
-                conn.out = Some(Box::new(OutQueue::from_unsent(rec.out)));
-            }
+            conn.set_inbuf(&rec.inbuf);
+            conn.set_unsent(rec.out);
             if let Some(state) = rec.ws_decoder {
                 let decoder = c1m_proto::ws::frame::Decoder::from_bytes(&state)
                     .context("WebSocket decoder state")?;
-                conn.ws = Some(Box::new(WsMessage {
+                conn.set_ws(Box::new(WsMessage {
                     decoder,
                     data: rec.ws_data,
                 }));
@@ -353,7 +348,7 @@ impl Worker {
             entry.insert(conn);
             for name in &rec.channels {
                 let (chan, pos) = self.channels.join(name, idx as u32);
-                self.conns[idx].subs.push(chan, pos);
+                self.conns[idx].add_sub(chan, pos);
                 // The new master took the old one's interest table: it knows we hold these.
                 self.channels.mark_known(name);
             }
@@ -389,9 +384,7 @@ impl Worker {
                     self.refuse_busy(idx, 1);
                     self.resume_input(idx);
                 }
-                _ if conn.out.is_none()
-                    && self.replays.get(&token).is_some_and(Option::is_some) =>
-                {
+                _ if !conn.has_out() && self.replays.get(&token).is_some_and(Option::is_some) => {
                     self.continue_replay(idx)
                 }
                 _ => {}

@@ -50,6 +50,10 @@ impl Refusal {
 
 pub struct IpLimits {
     table: IpTable,
+    /// What each connection holds in the table, by slab index (bucket + 1; 0 = nothing).
+    /// Here, not in `Conn`, so connections pay nothing for it while the limits are off; with
+    /// them on it is the 4 bytes per slot it was inside `Conn`.
+    held: Vec<u32>,
     worker: usize,
     max_conns: Option<u32>,
     max_rate: Option<u32>,
@@ -66,6 +70,7 @@ impl IpLimits {
             .with_context(|| format!("{ENV_IP_TABLE} not set but per-IP limits are on"))?;
         Ok(Some(IpLimits {
             table: IpTable::open_inherited(&env)?,
+            held: Vec::new(),
             worker,
             max_conns: cfg.max_conns_per_ip,
             max_rate: cfg.max_new_conns_per_ip_per_sec,
@@ -98,6 +103,25 @@ impl IpLimits {
             }
         }
         Ok(if held { bucket as u32 + 1 } else { 0 })
+    }
+
+    /// Records `slot` (from `admit`) as held by the connection in slab slot `idx`.
+    pub fn hold(&mut self, idx: usize, slot: u32) {
+        if slot == 0 && idx >= self.held.len() {
+            return;
+        }
+        if idx >= self.held.len() {
+            self.held.resize(idx + 1, 0);
+        }
+        self.held[idx] = slot;
+    }
+
+    /// Gives back what the connection in slab slot `idx` holds (it is closing).
+    pub fn release_held(&mut self, idx: usize) {
+        if let Some(slot) = self.held.get_mut(idx) {
+            let slot = std::mem::take(slot);
+            self.release(slot);
+        }
     }
 
     /// Gives back what `admit` counted for a connection that is closing.

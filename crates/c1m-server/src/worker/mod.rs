@@ -70,6 +70,9 @@ pub const ENV_MAX_CONNS: &str = "C1M_WORKER_MAX_CONNS";
 /// behind as touched heap (below glibc's mmap threshold) and moved every connection on each
 /// step: ~20 B more per subscriber at 100K (issue 16).
 const SLAB_PRESIZE_MAX: usize = 1 << 20;
+/// Socket reads: the first asks for one page, the largest for 16 KiB (see `Worker::read_size`).
+const FIRST_READ: usize = 4096;
+const MAX_READ: usize = 16 * 1024;
 pub use handover::{handover_name, ENV_HANDOVER, ENV_HANDOVER_TIMEOUT};
 pub use ip_limits::ENV_IP_TABLE;
 
@@ -106,6 +109,9 @@ pub struct Worker {
     max_conns: usize,
     /// Per-worker read buffer: every read lands here first, so idle connections own none.
     scratch: Vec<u8>,
+    /// Bytes one socket read asks for: one page at first, doubled by each read that fills it,
+    /// up to [`MAX_READ`] (a worker that only holds idle streams never touches more).
+    read_size: usize,
     accept_paused_until: Option<Instant>,
     /// Log lines that could repeat per connection, each at most once per 10 s.
     accept_errors: crate::log::Limited,
@@ -282,6 +288,7 @@ impl Worker {
             counters: Counters::default(),
             max_conns,
             scratch: Vec::with_capacity(64 * 1024),
+            read_size: FIRST_READ,
             accept_paused_until: None,
             accept_errors: crate::log::Limited::every(Duration::from_secs(10)),
             socket_errors: crate::log::Limited::every(Duration::from_secs(10)),
@@ -295,6 +302,14 @@ impl Worker {
     }
 
     fn run(&mut self) -> anyhow::Result<()> {
+        // Start-up's heap and deep stack are not needed again: hand them back (issue 16, the
+        // fixed cost of ~50 processes).
+        let released = c1m_sys::mem::release_idle_memory();
+        tracing::debug!(
+            stack_bytes = released.stack_bytes,
+            heap_trimmed = released.heap_trimmed,
+            "idle start-up memory released"
+        );
         // SIGHUP is the master's (reload); a terminal hangup reaching the whole process group
         // must not kill the workers, so it is caught here and ignored.
         let mut signals =
@@ -505,7 +520,6 @@ impl Worker {
         let token = token_of(entry.key(), generation);
         // Keepalive and TCP_USER_TIMEOUT come from the listener (see `keepalive`).
         let mut conn = Conn::new(stream, generation, kind);
-        conn.ip_slot = ip_slot;
         if admin {
             conn.edge |= conn::ADMIN;
         }
@@ -534,6 +548,9 @@ impl Worker {
         }
         let idx = entry.key();
         entry.insert(conn);
+        if let Some(limits) = &mut self.ip_limits {
+            limits.hold(idx, ip_slot);
+        }
         // On a TLS port this also bounds the handshake.
         self.arm_head_timer(idx);
     }
@@ -553,14 +570,14 @@ impl Worker {
         let Some((idx, conn)) = self.conn_mut(token) else {
             return;
         };
-        if writable && conn.out.is_none() {
+        if writable && !conn.has_out() {
             // TLS handshake bytes the socket refused earlier.
             if let Some(Err(e)) = tls_session::flush(&mut conn.stream) {
                 self.count_lost_peer(&e);
                 return self.close(idx);
             }
         }
-        if writable && conn.out.is_some() {
+        if writable && conn.has_out() {
             match conn.flush() {
                 Ok(true) if conn.kind == Kind::Closing => return self.close(idx),
                 Ok(true) if conn.kind.is_joining() => self.continue_replay(idx),
@@ -595,13 +612,12 @@ impl Worker {
         conn.flags &= !conn::READ_PAUSED;
         let mut buf = std::mem::take(&mut self.scratch);
         buf.clear();
-        if let Some(pending) = conn.inbuf.take() {
+        if let Some(pending) = conn.take_inbuf() {
             buf.extend_from_slice(&pending);
         }
         let limit = requests::input_limit(&self.cfg);
         let mut eof = false;
         let mut error = None;
-        let mut chunk = [0u8; 16 * 1024];
         while let Some(kind) = self.conns.get(idx).map(|c| c.kind) {
             if buf.len() >= limit && keeps_input(kind) && kind != Kind::Ws {
                 let used = self.process_input(idx, &buf);
@@ -619,23 +635,31 @@ impl Worker {
             let Some(conn) = self.conns.get_mut(idx) else {
                 break;
             };
-            match conn.read(&mut chunk) {
+            // Read straight into the buffer: no stack array (a 16 KiB one stayed resident in
+            // every worker, issue 16), and what a read did not fill is cut off again.
+            let old = buf.len();
+            buf.resize(old + self.read_size, 0);
+            let got = conn.read(&mut buf[old..]);
+            buf.truncate(old + got.as_ref().map_or(0, |&n| n));
+            if got.as_ref().is_ok_and(|&n| n == self.read_size) {
+                self.read_size = (self.read_size * 2).min(MAX_READ);
+            }
+            match got {
                 Ok(0) => {
                     eof = true;
                     break;
                 }
-                Ok(n) if kind == Kind::Ws => {
+                Ok(_) if kind == Kind::Ws => {
                     // Frames are decoded as they arrive, so a large message never piles up and
                     // the socket is always read to WouldBlock (edge-triggered).
-                    buf.extend_from_slice(&chunk[..n]);
                     let used = self.ws_input(idx, &mut buf);
                     buf.drain(..used);
                     if self.conns.get(idx).is_none_or(|c| c.kind != Kind::Ws) {
                         break;
                     }
                 }
-                Ok(n) if keeps_input(kind) => buf.extend_from_slice(&chunk[..n]),
-                Ok(_) => {}
+                Ok(_) if keeps_input(kind) => {}
+                Ok(_) => buf.truncate(old), // a stream's input is discarded
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
@@ -655,7 +679,7 @@ impl Worker {
             };
             if let Some(conn) = self.conns.get_mut(idx) {
                 if consumed < buf.len() && conn.kind != Kind::Closing {
-                    conn.inbuf = Some(Box::new(buf[consumed..].to_vec()));
+                    conn.set_inbuf(&buf[consumed..]);
                 }
             }
         }
@@ -686,13 +710,13 @@ impl Worker {
         if !self.publish_started.is_empty() {
             self.publish_started.remove(&token_of(idx, conn.generation));
         }
-        for (chan, pos) in conn.subs.take() {
+        for (chan, pos) in conn.take_subs() {
             self.leave_channel(chan, pos);
         }
         let _ = self.poll.registry().deregister(&mut conn.stream);
         tls_session::end(&mut conn.stream);
-        if let Some(limits) = &self.ip_limits {
-            limits.release(conn.ip_slot);
+        if let Some(limits) = &mut self.ip_limits {
+            limits.release_held(idx);
         }
     }
 
@@ -716,7 +740,7 @@ impl Worker {
         let (moved, emptied) = self.channels.leave(chan, pos);
         if let Some(moved) = moved {
             if let Some(c) = self.conns.get_mut(moved as usize) {
-                c.subs.set_pos(chan, pos);
+                c.set_sub_pos(chan, pos);
             }
         }
         if let Some(name) = emptied {
@@ -757,7 +781,7 @@ impl Worker {
         let (kind, edge) = (conn.kind, conn.edge);
         match kind {
             Kind::Http | Kind::TcpCommand => {
-                let started = conn.inbuf.is_some();
+                let started = conn.has_inbuf();
                 if tls_session::count_handshake_timeout(&conn.stream) {
                     return self.close(idx);
                 }
@@ -936,7 +960,7 @@ impl Worker {
             ..Default::default()
         };
         for (_, conn) in self.conns.iter() {
-            s.unsent_bytes += conn.out.as_ref().map_or(0, |q| q.bytes as u64);
+            s.unsent_bytes += conn.unsent_bytes() as u64;
             match conn.kind.protocol() {
                 Protocol::Sse => s.conns_sse += 1,
                 Protocol::WebSocket => s.conns_ws += 1,

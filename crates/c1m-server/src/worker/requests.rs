@@ -38,7 +38,7 @@ impl Worker {
             let used = match conn.kind {
                 // Answers not yet written hold the next request back (the peer reads slower than
                 // it pipelines): the queue stays one answer deep, the rest waits in the socket.
-                Kind::Http if conn.out.is_some() => return pos,
+                Kind::Http if conn.has_out() => return pos,
                 Kind::Http => self.http_request(idx, &data[pos..]),
                 Kind::TcpCommand => self.tcp_command(idx, &data[pos..]),
                 // Pipelined input waits until the current request is answered.
@@ -62,13 +62,13 @@ impl Worker {
         {
             return self.on_readable(idx);
         }
-        let Some(pending) = self.conns.get_mut(idx).and_then(|c| c.inbuf.take()) else {
+        let Some(pending) = self.conns.get_mut(idx).and_then(|c| c.take_inbuf()) else {
             return;
         };
         let consumed = self.process_input(idx, &pending);
         if let Some(conn) = self.conns.get_mut(idx) {
             if consumed < pending.len() && conn.kind != Kind::Closing {
-                conn.inbuf = Some(Box::new(pending[consumed..].to_vec()));
+                conn.set_inbuf(&pending[consumed..]);
             }
         }
     }

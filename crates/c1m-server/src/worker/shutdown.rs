@@ -22,10 +22,10 @@ impl Worker {
         };
         conn.kind = Kind::Closing;
         conn.deadline = 0;
-        conn.inbuf = None;
+        conn.set_inbuf(&[]);
         // No shutdown(SHUT_RD) here: it makes the next read return 0, which looked like the
         // peer leaving and closed the socket with the answer still queued.
-        if conn.send_owned(bytes, limit) != Sent::Done || conn.out.is_none() {
+        if conn.send_owned(bytes, limit) != Sent::Done || !conn.has_out() {
             return self.close(idx);
         }
         self.arm_timer(idx, linger);
@@ -70,7 +70,7 @@ impl Worker {
             self.count_lost_peer(e);
             return self.close(idx);
         }
-        if conn.kind == Kind::Closing && conn.out.is_some() {
+        if conn.kind == Kind::Closing && conn.has_out() {
             return;
         }
         self.close(idx);
@@ -82,7 +82,7 @@ impl Worker {
         if self
             .conns
             .get(idx)
-            .is_some_and(|c| c.out.is_some() && c.flags & COUNTED_SLOW == 0)
+            .is_some_and(|c| c.has_out() && c.flags & COUNTED_SLOW == 0)
         {
             self.counters.refused.slow_consumer += 1;
         }
@@ -93,10 +93,7 @@ impl Worker {
     /// is cut off, counted and logged, so no data is dropped silently.
     pub(super) fn end_of_grace(&mut self) {
         let idxs: Vec<usize> = self.conns.iter().map(|(i, _)| i).collect();
-        let unread = idxs
-            .iter()
-            .filter(|&&i| self.conns[i].out.is_some())
-            .count();
+        let unread = idxs.iter().filter(|&&i| self.conns[i].has_out()).count();
         for idx in idxs {
             self.cut_unread(idx);
         }

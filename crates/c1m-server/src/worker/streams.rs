@@ -48,7 +48,7 @@ impl Worker {
         for name in channels {
             let (chan, pos) = self.channels.join(name, idx as u32);
             self.counters.subscribes += 1;
-            self.conns[idx].subs.push(chan, pos);
+            self.conns[idx].add_sub(chan, pos);
         }
         let conn = &mut self.conns[idx];
         conn.deadline = 0;
@@ -105,7 +105,7 @@ impl Worker {
         let Some((idx, conn)) = self.conn_mut(token) else {
             return;
         };
-        let multi = conn.subs.is_multi();
+        let multi = conn.is_multi();
         let kind = conn.kind;
         let resume_at = more.then(|| last_message_id(&replay)).flatten();
         match kind {
@@ -136,11 +136,11 @@ impl Worker {
                     return;
                 }
                 // Frames the client sent while the join was pending.
-                if let Some(mut pending) = self.conns.get_mut(idx).and_then(|c| c.inbuf.take()) {
+                if let Some(mut pending) = self.conns.get_mut(idx).and_then(|c| c.take_inbuf()) {
                     let used = self.ws_input(idx, &mut pending);
                     if let Some(conn) = self.conns.get_mut(idx) {
                         if used < pending.len() && conn.kind != Kind::Closing {
-                            conn.inbuf = Some(Box::new(pending[used..].to_vec()));
+                            conn.set_inbuf(&pending[used..]);
                         }
                     }
                 }
@@ -220,7 +220,7 @@ impl Worker {
             return;
         }
         self.replays.insert(token, Some(after));
-        if self.conns[idx].out.is_none() {
+        if !self.conns[idx].has_out() {
             self.continue_replay(idx);
         }
     }
@@ -236,7 +236,6 @@ impl Worker {
             return;
         };
         let channels = self.conns[idx]
-            .subs
             .channel_indices()
             .into_iter()
             .filter_map(|c| self.channels.get(c).map(|ch| ch.name.to_string()))
@@ -291,7 +290,7 @@ impl Worker {
             return;
         };
         let data = match conn.kind {
-            Kind::Sse => Some(msg.sse(conn.subs.is_multi())),
+            Kind::Sse => Some(msg.sse(conn.is_multi())),
             Kind::TcpStream => Some(msg.tcp()),
             Kind::Ws => Some(msg.ws(conn.flags & WS_ENVELOPE != 0)),
             _ => None,
@@ -306,7 +305,7 @@ impl Worker {
             }
         }
         let sent = match conn.kind {
-            Kind::Sse => conn.send_shared(msg.sse(conn.subs.is_multi()), max),
+            Kind::Sse => conn.send_shared(msg.sse(conn.is_multi()), max),
             Kind::TcpStream => conn.send_shared(msg.tcp(), max),
             Kind::Ws => conn.send_shared(msg.ws(conn.flags & WS_ENVELOPE != 0), max),
             Kind::PollWaiting => {
@@ -383,7 +382,7 @@ impl Worker {
                 continue;
             };
             let sent = conn.batch_sent(data, result);
-            queued += u64::from(conn.out.is_some());
+            queued += u64::from(conn.has_out());
             self.count_sent(idx, sent, published_us);
         }
         items.clear();
@@ -418,7 +417,7 @@ impl Worker {
     }
 
     fn poll_leave(&mut self, idx: usize) {
-        for (chan, pos) in self.conns[idx].subs.take() {
+        for (chan, pos) in self.conns[idx].take_subs() {
             self.leave_channel(chan, pos);
         }
         let conn = &mut self.conns[idx];
@@ -536,7 +535,7 @@ impl Worker {
         let mut failed = Vec::new();
         for (idx, conn) in self.conns.iter_mut() {
             if conn.kind == Kind::Sse
-                && conn.out.is_none()
+                && !conn.has_out()
                 && conn.send_shared(&beat, max) != Sent::Done
             {
                 failed.push(idx);

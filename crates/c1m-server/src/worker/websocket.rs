@@ -113,7 +113,7 @@ impl Worker {
             max_message: self.cfg.ws_max_message as u64,
             masking: Masking::Required,
         };
-        let mut state = self.conns[idx].ws.take().unwrap_or_default();
+        let mut state = self.conns[idx].take_ws();
         let mut pos = 0;
         loop {
             let decoded = match state.decoder.decode(&mut buf[pos..], &limits) {
@@ -156,8 +156,8 @@ impl Worker {
             }
             pos += decoded.consumed;
         }
-        if !state.decoder.is_idle() || !state.data.is_empty() {
-            self.conns[idx].ws = Some(state);
+        if let Some(conn) = self.conns.get_mut(idx) {
+            conn.set_ws(state);
         }
         pos
     }
@@ -213,7 +213,6 @@ impl Worker {
         }
         let data = std::mem::take(&mut state.data);
         let channels: Vec<String> = self.conns[idx]
-            .subs
             .channel_indices()
             .into_iter()
             .filter_map(|c| self.channels.get(c).map(|ch| ch.name.to_string()))
@@ -283,14 +282,11 @@ impl Worker {
         };
         conn.kind = Kind::Closing;
         conn.flags |= COUNTED_SLOW;
-        conn.inbuf = None;
-        conn.ws = None;
+        conn.discard_input();
         // No shutdown(Read) as reply_and_close does: it makes the socket readable at EOF, and
         // reading EOF closes the connection, dropping what it still owes. Input is discarded
         // while closing; a real EOF from the client still ends it.
-        if conn.send_owned(frame.as_bytes().to_vec(), usize::MAX) != Sent::Done
-            || conn.out.is_none()
-        {
+        if conn.send_owned(frame.as_bytes().to_vec(), usize::MAX) != Sent::Done || !conn.has_out() {
             return self.close(idx);
         }
         self.arm_timer(idx, SLOW_CLOSE_LINGER);

@@ -27,6 +27,7 @@ mod requests;
 mod sender;
 mod shutdown;
 mod streams;
+mod sweep;
 mod timers;
 mod tls_session;
 mod websocket;
@@ -321,9 +322,8 @@ impl Worker {
         let tick = Duration::from_millis(timers::TICK_MS);
         let mut next_tick = Instant::now() + tick;
         let mut next_stats = Instant::now();
-        let mut next_heartbeat = self.cfg.sse_heartbeat.map(|d| Instant::now() + d);
-        let mut next_ping = self.cfg.ws_ping_interval.map(|d| Instant::now() + d);
-        let mut pong_deadline: Option<Instant> = None;
+        let mut heartbeats = sweep::Periodic::default();
+        let mut pings = sweep::PingRounds::default();
         loop {
             let now = Instant::now();
             let timeout = if self.handover.frozen {
@@ -384,9 +384,6 @@ impl Worker {
                 }
                 continue;
             }
-            // A reload may have turned heartbeats or pings on, off, or shortened them.
-            next_heartbeat = reload::reschedule(next_heartbeat, self.cfg.sse_heartbeat, now);
-            next_ping = reload::reschedule(next_ping, self.cfg.ws_ping_interval, now);
             while next_tick <= now {
                 next_tick += tick;
                 for token in self.wheel.advance() {
@@ -399,26 +396,18 @@ impl Worker {
                 self.accept_all(TCP_LISTENER);
                 self.accept_all(ADMIN_LISTENER);
             }
-            if let (Some(at), Some(every)) = (next_heartbeat, self.cfg.sse_heartbeat) {
-                if at <= now {
-                    self.send_heartbeats();
-                    next_heartbeat = Some(now + every);
-                }
+            // Heartbeats and pings go out a slice per turn, spread over their period (sweep.rs);
+            // a reload may turn them on, off, or shorten them. Unanswered pings are judged
+            // before new ones are sent, so a new ping never hides an unanswered one.
+            let slots_end = || self.conns.iter().next_back().map_or(0, |(idx, _)| idx + 1);
+            let beats = heartbeats.due(self.cfg.sse_heartbeat, now, slots_end);
+            self.send_heartbeats(beats);
+            while let Some(slots) = pings.judgement_due(self.cfg.ws_pong_timeout, now) {
+                self.ws_close_unanswered(slots);
             }
-            // Unanswered pings are judged before the next round is sent: a wake-up that lands
-            // just short of the pong deadline is followed by one that is also the next ping time,
-            // and pinging first would reset the flags and the deadline of the dead peers.
-            if pong_deadline.is_some_and(|at| at <= now) {
-                pong_deadline = None;
-                self.ws_close_unanswered();
-            }
-            if let (Some(at), Some(every)) = (next_ping, self.cfg.ws_ping_interval) {
-                if at <= now {
-                    self.ws_ping_all();
-                    next_ping = Some(now + every);
-                    pong_deadline = Some(now + self.cfg.ws_pong_timeout);
-                }
-            }
+            let slots_end = || self.conns.iter().next_back().map_or(0, |(idx, _)| idx + 1);
+            let due = pings.pings_due(self.cfg.ws_ping_interval, now, slots_end);
+            self.ws_ping(due);
             if next_stats <= now {
                 self.push_stats()?;
                 next_stats = now + STATS_EVERY;

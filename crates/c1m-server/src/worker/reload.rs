@@ -6,7 +6,6 @@
 use super::Worker;
 use crate::config::Config;
 use c1m_proto::ws::handshake::OriginPolicy;
-use std::time::{Duration, Instant};
 
 impl Worker {
     pub(super) fn reconfigure(&mut self, json: &str) {
@@ -60,15 +59,4 @@ pub(super) fn origin_policy(cfg: &Config) -> OriginPolicy {
         Some(list) => OriginPolicy::from_list(list, true),
         None => OriginPolicy::Any,
     }
-}
-
-/// The next time a periodic job (heartbeat, ping) runs after a configuration change: off when
-/// its interval is off, never later than one new interval from now.
-pub(super) fn reschedule(
-    at: Option<Instant>,
-    every: Option<Duration>,
-    now: Instant,
-) -> Option<Instant> {
-    let every = every?;
-    Some(at.map_or(now + every, |t| t.min(now + every)))
 }

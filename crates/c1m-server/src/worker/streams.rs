@@ -10,6 +10,7 @@ use super::Worker;
 use crate::ipc::{Replay, ToMaster};
 use c1m_proto::longpoll::{self, PollGap, PollMessage};
 use c1m_proto::{line, sse};
+use std::ops::Range;
 use std::os::fd::AsRawFd;
 use std::rc::Rc;
 
@@ -529,11 +530,18 @@ impl Worker {
         self.resume_input(idx);
     }
 
-    pub(super) fn send_heartbeats(&mut self) {
+    /// A heartbeat to each idle SSE stream in `slots` (a slice of a pass, see sweep.rs).
+    pub(super) fn send_heartbeats(&mut self, slots: Range<usize>) {
+        if slots.is_empty() {
+            return;
+        }
         let beat: Rc<[u8]> = Rc::from(sse::HEARTBEAT);
         let max = self.cfg.max_unsent;
         let mut failed = Vec::new();
-        for (idx, conn) in self.conns.iter_mut() {
+        for idx in slots {
+            let Some(conn) = self.conns.get_mut(idx) else {
+                continue;
+            };
             if conn.kind == Kind::Sse
                 && !conn.has_out()
                 && conn.send_shared(&beat, max) != Sent::Done

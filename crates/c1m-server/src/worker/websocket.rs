@@ -293,11 +293,18 @@ impl Worker {
     }
 
     /// Pings every live WebSocket; each must answer before the pong deadline.
-    pub(super) fn ws_ping_all(&mut self) {
+    /// A keepalive ping to each WebSocket in `slots` (a slice of a pass, see sweep.rs).
+    pub(super) fn ws_ping(&mut self, slots: std::ops::Range<usize>) {
+        if slots.is_empty() {
+            return;
+        }
         let ping = std::rc::Rc::<[u8]>::from(encode::ping(b"c1m").as_bytes());
         let max = self.cfg.max_unsent;
         let mut failed = Vec::new();
-        for (idx, conn) in self.conns.iter_mut() {
+        for idx in slots {
+            let Some(conn) = self.conns.get_mut(idx) else {
+                continue;
+            };
             if conn.kind == Kind::Ws {
                 conn.flags |= WS_AWAITING_PONG;
                 match conn.send_shared(&ping, max) {
@@ -315,13 +322,14 @@ impl Worker {
         }
     }
 
-    /// Closes the WebSockets that did not answer the last ping in time.
-    pub(super) fn ws_close_unanswered(&mut self) {
-        let dead: Vec<usize> = self
-            .conns
-            .iter()
-            .filter(|(_, c)| c.kind == Kind::Ws && c.flags & WS_AWAITING_PONG != 0)
-            .map(|(i, _)| i)
+    /// Closes the WebSockets in `slots` that did not answer their ping in time.
+    pub(super) fn ws_close_unanswered(&mut self, slots: std::ops::Range<usize>) {
+        let dead: Vec<usize> = slots
+            .filter(|&i| {
+                self.conns
+                    .get(i)
+                    .is_some_and(|c| c.kind == Kind::Ws && c.flags & WS_AWAITING_PONG != 0)
+            })
             .collect();
         for idx in dead {
             self.counters.refused.ws_pong_timeout += 1;

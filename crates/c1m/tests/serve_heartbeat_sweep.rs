@@ -42,8 +42,16 @@ fn heartbeats_reach_every_stream_once_an_interval_spread_over_it() {
         std::thread::sleep(Duration::from_millis(2));
     }
     for (i, n) in bytes.iter().enumerate() {
-        assert!(n / beat_len >= 2, "stream {i} got {} heartbeats in 3.5 s", n / beat_len);
-        assert!(n / beat_len <= 5, "stream {i} got {} heartbeats in 3.5 s", n / beat_len);
+        assert!(
+            n / beat_len >= 2,
+            "stream {i} got {} heartbeats in 3.5 s",
+            n / beat_len
+        );
+        assert!(
+            n / beat_len <= 5,
+            "stream {i} got {} heartbeats in 3.5 s",
+            n / beat_len
+        );
     }
     // One pass for all would put all 300 within a few milliseconds.
     let busiest = beats

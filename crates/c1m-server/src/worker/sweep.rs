@@ -247,7 +247,10 @@ mod tests {
                 }
             }
             for s in rounds.pings_due(Some(SEC), now, || 100) {
-                assert!(pinged_at[s].is_none(), "slot {s} pinged before its judgement");
+                assert!(
+                    pinged_at[s].is_none(),
+                    "slot {s} pinged before its judgement"
+                );
                 pinged_at[s] = Some(now);
             }
         }
@@ -270,10 +273,16 @@ mod tests {
             }
             let end = if turn < 15 { 10 } else { 1000 };
             for s in rounds.pings_due(Some(SEC), now, || end) {
-                assert!(pinged_at[s].is_none(), "slot {s} pinged twice before a judgement");
+                assert!(
+                    pinged_at[s].is_none(),
+                    "slot {s} pinged twice before a judgement"
+                );
                 pinged_at[s] = Some(now);
             }
         }
-        assert!(pinged_at.iter().skip(10).any(|p| p.is_some()), "pass 2 went on");
+        assert!(
+            pinged_at.iter().skip(10).any(|p| p.is_some()),
+            "pass 2 went on"
+        );
     }
 }

@@ -8,6 +8,8 @@
 //! missing binary fails them.
 #![allow(dead_code)] // each test file uses a different part
 
+pub mod cluster;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};

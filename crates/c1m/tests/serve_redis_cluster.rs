@@ -92,13 +92,10 @@ fn publish_on_a_reaches_b_once_in_order_resumes_across_nodes_and_refuses_multi_r
     // The multi-channel stream: every message once, each channel in its order.
     let mut got: Vec<Vec<(u64, String)>> = vec![Vec::new(); 3];
     for _ in 0..24 {
-        let Some(Seen::Message(id, payload)) = multi.next() else {
-            panic!("multi-channel stream ended early");
+        let Some((channel, id, payload)) = multi.next_on_channel() else {
+            panic!("multi-channel stream ended early: {got:?}");
         };
-        let c = channels
-            .iter()
-            .position(|ch| payload.starts_with(&format!("{ch}-")))
-            .unwrap();
+        let c = channels.iter().position(|ch| *ch == channel).unwrap();
         got[c].push((id, payload));
     }
     assert_eq!(got, sent);

@@ -98,7 +98,10 @@ fn a_silent_pubsub_link_is_noticed_and_delivery_comes_back_without_a_gap() {
         status["broker"]["pubsub_dead_links"].as_u64() >= Some(1),
         "{status}"
     );
-    assert!(status["broker"]["resubscribes"].as_u64() >= Some(1), "{status}");
+    assert!(
+        status["broker"]["resubscribes"].as_u64() >= Some(1),
+        "{status}"
+    );
     assert_eq!(status["broker"]["live_gaps"], 0, "{status}");
     let metrics = node.metrics();
     assert!(

@@ -47,7 +47,11 @@ fn raw_get(addr: std::net::SocketAddr, head: &str) -> (String, String) {
     let mut text = String::new();
     let _ = s.read_to_string(&mut text);
     let status = text.lines().next().unwrap_or_default().to_string();
-    let body = text.split("\r\n\r\n").nth(1).unwrap_or_default().to_string();
+    let body = text
+        .split("\r\n\r\n")
+        .nth(1)
+        .unwrap_or_default()
+        .to_string();
     (status, body)
 }
 
@@ -57,7 +61,13 @@ fn publish_on_a_reaches_b_once_in_order_resumes_across_nodes_and_refuses_multi_r
         return;
     };
     // The node's slot function agrees with the real server's CLUSTER KEYSLOT.
-    for key in ["c1m:{news}:h", "c1m:{c7}:p", "plain", "{user1000}.following", "a{}b"] {
+    for key in [
+        "c1m:{news}:h",
+        "c1m:{c7}:p",
+        "plain",
+        "{user1000}.following",
+        "a{}b",
+    ] {
         assert_eq!(
             c1m_server::redis_cluster_key_slot(key.as_bytes()),
             cluster.keyslot(key),
@@ -175,7 +185,10 @@ fn a_slot_moved_mid_stream_loses_and_repeats_nothing() {
     cluster.move_slot(slot, from, to, Duration::from_millis(300));
     let sent = publisher.join().unwrap();
     assert_eq!(cluster.owner(slot, from), to, "the slot moved");
-    assert!(sent.windows(2).all(|w| w[0].0 < w[1].0), "ids rise: {sent:?}");
+    assert!(
+        sent.windows(2).all(|w| w[0].0 < w[1].0),
+        "ids rise: {sent:?}"
+    );
     for (id, payload) in &sent {
         assert_eq!(sub.next(), Some(Seen::Message(*id, payload.clone())));
     }

@@ -48,7 +48,10 @@ impl Cluster {
                 .unwrap()
             })
             .collect();
-        let addrs: Vec<String> = nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
         let out = Command::new(cli)
             .args(["--cluster", "create"])
             .args(&addrs)
@@ -64,7 +67,8 @@ impl Cluster {
         let cluster = Cluster { nodes };
         let deadline = Instant::now() + Duration::from_secs(10);
         while !cluster.nodes.iter().all(|n| {
-            n.cli(&[], &["cluster", "info"]).contains("cluster_state:ok")
+            n.cli(&[], &["cluster", "info"])
+                .contains("cluster_state:ok")
                 && n.cli(&[], &["cluster", "nodes"]).lines().count() == masters
         }) {
             assert!(Instant::now() < deadline, "cluster never became ok");
@@ -94,7 +98,10 @@ impl Cluster {
     }
 
     pub fn node_id(&self, i: usize) -> String {
-        self.nodes[i].cli(&[], &["cluster", "myid"]).trim().to_string()
+        self.nodes[i]
+            .cli(&[], &["cluster", "myid"])
+            .trim()
+            .to_string()
     }
 
     /// Which master (index) serves `slot`, by node `asked`'s view.

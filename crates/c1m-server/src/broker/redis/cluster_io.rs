@@ -229,7 +229,12 @@ impl Router {
     /// Reads the map again when stale, and tells the master when the cluster became reachable
     /// or unreachable (the first time, also that subscriptions can be routed). False when the
     /// master is gone.
-    fn check_map(&mut self, tx: &SyncSender<Incoming>, shared: &Shared, ever_up: &mut bool) -> bool {
+    fn check_map(
+        &mut self,
+        tx: &SyncSender<Incoming>,
+        shared: &Shared,
+        ever_up: &mut bool,
+    ) -> bool {
         if !self.subs.stale.load(Ordering::SeqCst) {
             return true;
         }
@@ -386,7 +391,10 @@ impl Router {
                             add(0, &keys[0], cmd.get_packed_command());
                             let meta =
                                 cluster_script::meta_key(args.get(2).map_or("", String::as_str));
-                            let hget = redis::cmd("HGET").arg(&meta).arg("last").get_packed_command();
+                            let hget = redis::cmd("HGET")
+                                .arg(&meta)
+                                .arg("last")
+                                .get_packed_command();
                             add(1, &meta, hget);
                             (tag, Merge::Info, 2)
                         }
@@ -402,7 +410,11 @@ impl Router {
         }
         self.run(ops, &mut pending);
         for p in pending {
-            let value = if p.failed { None } else { merge(p.merge, p.parts) };
+            let value = if p.failed {
+                None
+            } else {
+                merge(p.merge, p.parts)
+            };
             if !shared.send(tx, Incoming::Answer { tag: p.tag, value }) {
                 return;
             }
@@ -746,7 +758,9 @@ impl Subs {
                 }
                 Err(e) => {
                     self.shared.failed(pubsub_conn::is_refused(&e));
-                    io::log_once(&format!("c1m: redis cluster node {addr} (pub/sub): {e:#}; retrying"));
+                    io::log_once(&format!(
+                        "c1m: redis cluster node {addr} (pub/sub): {e:#}; retrying"
+                    ));
                     if !self.lose_all(&addr) {
                         return;
                     }
@@ -848,9 +862,8 @@ impl Subs {
                                 n.channels
                                     .iter()
                                     .filter(|c| {
-                                        slots::key_slot(
-                                            cluster_script::pubsub_name(c).as_bytes(),
-                                        ) == slot
+                                        slots::key_slot(cluster_script::pubsub_name(c).as_bytes())
+                                            == slot
                                     })
                                     .cloned()
                                     .collect()

@@ -170,7 +170,12 @@ impl Conn {
             match self.reader.fill_buf() {
                 Ok([]) => return Next::Closed,
                 Ok(_) => break,
-                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
                     match pinged {
                         None if silent_since.elapsed() >= PING_AFTER => {
                             if !ping() {

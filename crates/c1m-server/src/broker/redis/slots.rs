@@ -161,7 +161,11 @@ mod tests {
             ])
         };
         let v = Value::Array(vec![
-            Value::Array(vec![Value::Int(0), Value::Int(5460), node("127.0.0.1", 7000)]),
+            Value::Array(vec![
+                Value::Int(0),
+                Value::Int(5460),
+                node("127.0.0.1", 7000),
+            ]),
             Value::Array(vec![Value::Int(5461), Value::Int(16383), node("", 7001)]),
         ]);
         let mut map = SlotMap::from_cluster_slots(&v, "10.0.0.9:7001").unwrap();

@@ -100,7 +100,9 @@ pub fn parse_cluster(url: &str, ca: Option<&Path>) -> anyhow::Result<ClusterTarg
     };
     let rest = rest.strip_suffix('/').unwrap_or(rest);
     if rest.contains('/') || rest.contains('?') || rest.contains('#') {
-        bail!("--broker {shown:?}: a Redis Cluster has one database: no /DB or options; {expected}");
+        bail!(
+            "--broker {shown:?}: a Redis Cluster has one database: no /DB or options; {expected}"
+        );
     }
     let (userinfo, hosts) = match rest.rsplit_once('@') {
         Some((u, h)) => (format!("{u}@"), h),
@@ -267,7 +269,10 @@ mod tests {
         assert_eq!(c.seeds[1].password.as_deref(), Some("s3cret"));
         assert!(!format!("{c:?}").contains("s3cret"));
         let n = c.node("127.0.0.1:7005").unwrap();
-        assert_eq!((n.addr.as_str(), n.username.as_deref()), ("127.0.0.1:7005", Some("alice")));
+        assert_eq!(
+            (n.addr.as_str(), n.username.as_deref()),
+            ("127.0.0.1:7005", Some("alice"))
+        );
         for bad in [
             "redis+cluster://:pw@127.0.0.1:7000/2",
             "redis+cluster://:pw@127.0.0.1",

@@ -18,7 +18,6 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 /// Relays loopback connections to `to`; [`Relay::blackhole`] silences every connection open
 /// at that moment for good (bytes either way are read and dropped, the sockets stay open).

@@ -460,7 +460,7 @@ fn serve_commands(
 /// Writes a (UN)SUBSCRIBE to the pub/sub connection; a failure shuts it down, and the pub/sub
 /// thread's reconnect re-subscribes everything.
 fn pubsub_write(shared: &Shared, verb: &str, name: &str) {
-    pubsub_conn::write_or_shut(&mut shared.writer(), &redis::cmd(verb).arg(name));
+    pubsub_conn::write_or_shut(&mut shared.writer(), redis::cmd(verb).arg(name));
 }
 
 /// Runs the pub/sub connection until the master goes away.

@@ -52,7 +52,7 @@ const JOIN_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
 /// A parsed `--broker` URL (and `--broker-ca`): one Redis, or a Redis Cluster's seeds.
 #[derive(Debug, Clone)]
 pub enum RedisTarget {
-    Single(io::Target),
+    Single(Box<io::Target>),
     Cluster(target::ClusterTarget),
 }
 
@@ -61,7 +61,7 @@ impl RedisTarget {
         if target::is_cluster(url) {
             return target::parse_cluster(url, ca).map(RedisTarget::Cluster);
         }
-        target::parse(url, ca).map(RedisTarget::Single)
+        target::parse(url, ca).map(|t| RedisTarget::Single(Box::new(t)))
     }
 }
 
@@ -179,7 +179,7 @@ impl RedisBroker {
         waker: mio::Waker,
     ) -> anyhow::Result<RedisBroker> {
         let (probed, shown) = match &target {
-            RedisTarget::Single(t) => (t, &t.shown),
+            RedisTarget::Single(t) => (&**t, &t.shown),
             RedisTarget::Cluster(c) => (&c.seeds[0], &c.shown),
         };
         io::probe(probed).with_context(|| {
@@ -194,6 +194,7 @@ impl RedisBroker {
         let (s, x) = (shared.clone(), tx.clone());
         let kind = match target {
             RedisTarget::Single(target) => {
+                let target = *target;
                 let t = target.clone();
                 std::thread::Builder::new()
                     .name("c1m-redis-cmd".into())

@@ -36,14 +36,9 @@ if last > 0 and redis.call('EXISTS', h) == 0 then
   redis.call('HSET', m, 'forgot', string.format('%.0f', last))
 end
 redis.call('XADD', h, id .. '-0', 'p', ARGV[2], 't', now)
-local maxc = tonumber(ARGV[3])
-local n = redis.call('XLEN', h)
-if n > maxc then
-  local old = redis.call('XRANGE', h, '-', '+', 'COUNT', n - maxc)
-  redis.call('XTRIM', h, 'MAXLEN', maxc)
-  redis.call('HSET', m, 'forgot', string.sub(old[#old][1], 1, -3))
-end
-local dropped = trim_age(h, now - tonumber(ARGV[4]))
+local dropped = trim_count(h, tonumber(ARGV[3]))
+if dropped then redis.call('HSET', m, 'forgot', dropped) end
+dropped = trim_age(h, now - tonumber(ARGV[4]))
 if dropped then redis.call('HSET', m, 'forgot', dropped) end
 redis.call('HSET', m, 'last', id)
 redis.call('PEXPIRE', h, ARGV[4])
@@ -73,18 +68,7 @@ local forgot = tonumber(redis.call('HGET', m, 'forgot') or '0')
 if redis.call('EXISTS', h) == 0 then forgot = tonumber(last) end
 if start - 1 > forgot then forgot = start - 1 end
 local flat = {}
-if ARGV[1] ~= '' then
-  local entries = redis.call('XRANGE', h, '(' .. ARGV[1] .. '-0', '+', 'COUNT', ARGV[2])
-  for _, e in ipairs(entries) do
-    local fields = e[2]
-    for j = 1, #fields, 2 do
-      if fields[j] == 'p' then
-        table.insert(flat, string.sub(e[1], 1, -3))
-        table.insert(flat, fields[j + 1])
-      end
-    end
-  end
-end
+if ARGV[1] ~= '' then flat = read_after(h, ARGV[1], ARGV[2]) end
 return {last, 1, string.format('%.0f', forgot), flat}
 "#;
 

@@ -15,8 +15,9 @@ use crate::hub::ReplayChunk;
 use crate::ipc::Replay;
 use redis::Value;
 
-/// Shared by both scripts: the epoch on first touch, and dropping history older than the age
-/// bound from the front of a channel's stream (remembering the highest id dropped).
+/// Shared by the scripts of both modes (one Redis, `cluster_script`): the epoch on first touch
+/// (one Redis only), trimming a channel's stream by count and by age (each returning the
+/// highest id dropped, for the caller to record as forgotten), reading entries after an id.
 pub(super) const PRELUDE: &str = r#"
 local function init(start)
   if redis.call('EXISTS', 'c1m:id') == 0 then
@@ -27,6 +28,29 @@ end
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+-- Keeps the newest `maxc` entries of stream `key`; returns the highest id dropped (nil: none).
+local function trim_count(key, maxc)
+  local n = redis.call('XLEN', key)
+  if n <= maxc then return nil end
+  local old = redis.call('XRANGE', key, '-', '+', 'COUNT', n - maxc)
+  redis.call('XTRIM', key, 'MAXLEN', maxc)
+  return string.sub(old[#old][1], 1, -3)
+end
+-- {id, payload, ...} of stream `key`'s entries after id `after`, at most `count`.
+local function read_after(key, after, count)
+  local flat = {}
+  local entries = redis.call('XRANGE', key, '(' .. after .. '-0', '+', 'COUNT', count)
+  for _, e in ipairs(entries) do
+    local fields = e[2]
+    for j = 1, #fields, 2 do
+      if fields[j] == 'p' then
+        table.insert(flat, string.sub(e[1], 1, -3))
+        table.insert(flat, fields[j + 1])
+      end
+    end
+  end
+  return flat
 end
 -- Returns the highest id dropped (nil: none); the caller records it as forgotten.
 local function trim_age(key, cutoff)
@@ -72,14 +96,9 @@ if redis.call('EXISTS', key) == 0 then
   if last then redis.call('HSET', 'c1m:forgot', ch, last) end
 end
 redis.call('XADD', key, id .. '-0', 'p', ARGV[2], 't', now)
-local maxc = tonumber(ARGV[3])
-local n = redis.call('XLEN', key)
-if n > maxc then
-  local old = redis.call('XRANGE', key, '-', '+', 'COUNT', n - maxc)
-  redis.call('XTRIM', key, 'MAXLEN', maxc)
-  redis.call('HSET', 'c1m:forgot', ch, string.sub(old[#old][1], 1, -3))
-end
-local dropped = trim_age(key, now - tonumber(ARGV[4]))
+local dropped = trim_count(key, tonumber(ARGV[3]))
+if dropped then redis.call('HSET', 'c1m:forgot', ch, dropped) end
+dropped = trim_age(key, now - tonumber(ARGV[4]))
 if dropped then redis.call('HSET', 'c1m:forgot', ch, dropped) end
 redis.call('HSET', 'c1m:last', ch, id)
 redis.call('PEXPIRE', key, ARGV[4])
@@ -107,18 +126,7 @@ for i = 5, #ARGV do
   end
   table.insert(out, forgot or '0')
   local flat = {}
-  if ARGV[1] ~= '' then
-    local entries = redis.call('XRANGE', key, '(' .. ARGV[1] .. '-0', '+', 'COUNT', ARGV[2])
-    for _, e in ipairs(entries) do
-      local fields = e[2]
-      for j = 1, #fields, 2 do
-        if fields[j] == 'p' then
-          table.insert(flat, string.sub(e[1], 1, -3))
-          table.insert(flat, fields[j + 1])
-        end
-      end
-    end
-  end
+  if ARGV[1] ~= '' then flat = read_after(key, ARGV[1], ARGV[2]) end
   table.insert(out, flat)
 end
 return out

@@ -14,13 +14,17 @@ use crate::redis_support;
 
 use common::Server;
 use redis_support::cluster::Cluster;
-use redis_support::{publish_retrying, Seen, Sub};
+use redis_support::{publish, publish_retrying, Seen, Sub};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-fn node(cluster: &Cluster, workers: &str) -> Server {
-    let server = Server::start(&["--workers", workers, "--broker", &cluster.url()]);
+/// A node on the cluster; `extra`: more flags.
+fn node(cluster: &Cluster, workers: &str, extra: &[&str]) -> Server {
+    let url = cluster.url();
+    let mut args = vec!["--workers", workers, "--broker", &url];
+    args.extend_from_slice(extra);
+    let server = Server::start(&args);
     server.wait_status(|s| s["broker"]["connected"] == true);
     server
 }
@@ -75,8 +79,9 @@ fn publish_on_a_reaches_b_once_in_order_resumes_across_nodes_and_refuses_multi_r
         );
     }
     let channels = one_channel_per_master(&cluster);
-    let a = node(&cluster, "1");
-    let b = node(&cluster, "2");
+    // History holds 5 messages per channel: a resume from further back gets a gap.
+    let a = node(&cluster, "1", &["--history-size", "5"]);
+    let b = node(&cluster, "2", &["--history-size", "5"]);
     let mut subs: Vec<Sub> = channels
         .iter()
         .map(|ch| Sub::connect(b.http, ch, None).unwrap())
@@ -118,6 +123,20 @@ fn publish_on_a_reaches_b_once_in_order_resumes_across_nodes_and_refuses_multi_r
     }
     let marker = a.publish(&channels[0], b"end");
     assert_eq!(resumed.next(), Some(Seen::Message(marker, "end".into())));
+    // From further back than history holds (5): a gap through the last trimmed id, then the
+    // five it holds.
+    let mut far = Sub::connect(a.http, &channels[1], Some(sent[1][0].0)).unwrap();
+    assert_eq!(far.next(), Some(Seen::Gap(sent[1][0].0, sent[1][2].0)));
+    for (id, payload) in &sent[1][3..] {
+        assert_eq!(far.next(), Some(Seen::Message(*id, payload.clone())));
+    }
+    // A retried publish with the same Idempotency-Key, on the other node: the first id, once.
+    let first = publish(a.http, &channels[2], "once", Some("k-1")).unwrap();
+    let again = publish(b.http, &channels[2], "once", Some("k-1")).unwrap();
+    assert_eq!(first, again);
+    assert_eq!(subs[1].next(), Some(Seen::Message(first, "once".into())));
+    let after = a.publish(&channels[2], b"next");
+    assert_eq!(subs[1].next(), Some(Seen::Message(after, "next".into())));
 
     // Channel info: presence from every node, last id from the channel's shard.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -163,8 +182,8 @@ fn a_slot_moved_mid_stream_loses_and_repeats_nothing() {
     let slot = cluster.keyslot(channel);
     let from = cluster.owner(slot, 0);
     let to = (from + 1) % 3;
-    let a = node(&cluster, "1");
-    let b = node(&cluster, "1");
+    let a = node(&cluster, "1", &[]);
+    let b = node(&cluster, "1", &[]);
     let mut sub = Sub::connect(b.http, channel, None).unwrap();
     b.wait_status(|s| s["connections"]["sse"].as_u64() == Some(1));
 

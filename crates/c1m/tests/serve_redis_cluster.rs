@@ -81,7 +81,11 @@ fn publish_on_a_reaches_b_once_in_order_resumes_across_nodes_and_refuses_multi_r
     let channels = one_channel_per_master(&cluster);
     // History holds 5 messages per channel: a resume from further back gets a gap.
     let a = node(&cluster, "1", &["--history-size", "5"]);
-    let b = node(&cluster, "2", &["--history-size", "5"]);
+    let b = node(
+        &cluster,
+        "2",
+        &["--history-size", "5", "--tcp-listen", "127.0.0.1:0"],
+    );
     let mut subs: Vec<Sub> = channels
         .iter()
         .map(|ch| Sub::connect(b.http, ch, None).unwrap())
@@ -170,6 +174,17 @@ fn publish_on_a_reaches_b_once_in_order_resumes_across_nodes_and_refuses_multi_r
         "{body}"
     );
     b.wait_status(|s| s["refused"]["bad_request"].as_u64() == Some(before + 1));
+    // The raw TCP protocol says ERR, with the same reason.
+    let mut tcp = TcpStream::connect(b.tcp.unwrap()).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    writeln!(tcp, "SUB {},{} {}", channels[1], channels[2], sent[1][0].0).unwrap();
+    let mut line = String::new();
+    let _ = tcp.read_to_string(&mut line);
+    assert!(
+        line.starts_with("ERR ") && line.contains("not exact under Redis Cluster"),
+        "{line:?}"
+    );
+    b.wait_status(|s| s["refused"]["bad_request"].as_u64() == Some(before + 2));
     assert_eq!(b.status()["broker"]["kind"], "redis-cluster");
 }
 

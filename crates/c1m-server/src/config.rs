@@ -154,7 +154,8 @@ pub struct Config {
     /// PEM private key of `tls_cert` (PKCS#8, PKCS#1 or SEC1).
     pub tls_key: Option<PathBuf>,
     // --- cluster broker (issue #10) ---
-    /// Cluster broker URL (`redis://HOST:PORT[/DB]`); none = the in-process hub (one box).
+    /// Cluster broker URL (`redis://HOST:PORT[/DB]`, `redis+cluster://H1:P1,…`); none = the
+    /// in-process hub (one box).
     pub broker: Option<String>,
     // --- cluster broker: TLS trust (issue #10, redis5) ---
     /// PEM CA certificate(s) trusted for a `rediss://` broker; none = the system's roots.
@@ -476,8 +477,10 @@ pub struct ServeArgs {
     // --- cluster broker (issue #10) ---
     /// Share ids, history and delivery with other `c1m serve` nodes through Redis:
     /// redis://[USER:PASSWORD@]HOST:PORT[/DB], or rediss://… for TLS (`redis://:PASSWORD@…`
-    /// for `requirepass`, `USER:PASSWORD` for an ACL user; the password is never printed).
-    /// Publishes get 503 + Retry-After while Redis is unreachable; subscribers stay connected
+    /// for `requirepass`, `USER:PASSWORD` for an ACL user; the password is never printed);
+    /// for Redis Cluster (7+) redis+cluster://[USER:PASSWORD@]HOST:PORT,HOST:PORT,… (seed
+    /// nodes; rediss+cluster:// for TLS), where a multi-channel subscription cannot resume from
+    /// a last id (400). Publishes get 503 + Retry-After while Redis is unreachable; subscribers stay connected
     /// and get what they missed (or a gap event) when it is back. A password or certificate
     /// Redis refuses at start is an error (exit 2); refused later, it is logged and counted
     /// (`broker.auth_failures`) while the node retries [default: none, the in-process hub].

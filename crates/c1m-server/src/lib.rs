@@ -13,6 +13,10 @@
 
 mod auth;
 mod broker;
+/// Redis Cluster's hash slot of a key: public so the cluster tests can check it against a live
+/// `CLUSTER KEYSLOT`.
+#[doc(hidden)]
+pub use broker::redis::key_slot as redis_cluster_key_slot;
 pub mod config;
 pub mod config_report;
 // Public because `ipc::WorkerStats` (public for the fuzz harness) carries histograms.

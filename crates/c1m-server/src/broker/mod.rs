@@ -72,7 +72,7 @@ pub enum Event {
 /// Figures for `/status` and `/metrics`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BrokerStats {
-    /// "memory" or "redis".
+    /// "memory", "redis" or "redis-cluster".
     pub kind: &'static str,
     /// Channels with history held in this process (memory) or subscribed on this node (redis).
     pub channels: usize,
@@ -98,6 +98,12 @@ pub struct BrokerStats {
     /// Publishes answered with an earlier publish's id because they repeated its
     /// `Idempotency-Key` (a retry): stored and delivered once.
     pub idempotent_replays: u64,
+    /// Pub/sub connections dropped because they went silent (a PING unanswered for 5 s after
+    /// 2 s of silence): a Redis that vanished without closing the socket.
+    pub pubsub_dead_links: u64,
+    /// Channels subscribed again after their live subscription was lost (pub/sub connection
+    /// lost or dead, or under Redis Cluster their slot moved), each caught up from history.
+    pub resubscribes: u64,
 }
 
 /// History bounds (from the configuration, changed by SIGHUP).

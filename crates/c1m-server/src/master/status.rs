@@ -220,6 +220,8 @@ impl Report {
                 "connect_failures": self.broker.connect_failures,
                 "auth_failures": self.broker.auth_failures,
                 "idempotent_replays": self.broker.idempotent_replays,
+                "pubsub_dead_links": self.broker.pubsub_dead_links,
+                "resubscribes": self.broker.resubscribes,
             },
             "subscribes": self.subscribes,
             "version": crate::build_info().0,
@@ -367,6 +369,20 @@ impl Report {
                     b.connect_failures.saturating_sub(b.auth_failures),
                 ),
             ],
+        );
+        metric(
+            "broker_pubsub_dead_links_total",
+            "counter",
+            "Broker pub/sub connections dropped because they went silent (PING unanswered): \
+             each is made again and its channels caught up.",
+            &[("", b.pubsub_dead_links)],
+        );
+        metric(
+            "broker_resubscribes_total",
+            "counter",
+            "Channels subscribed again on the broker after their live subscription was lost \
+             (connection lost or dead, Redis Cluster slot moved), each caught up from history.",
+            &[("", b.resubscribes)],
         );
         metric(
             "idempotent_replays_total",

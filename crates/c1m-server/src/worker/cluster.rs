@@ -1,8 +1,10 @@
 //! What a cluster broker adds to a worker: a join the master could not answer (the broker is
-//! unreachable), a gap told to live subscribers (messages lost in a broker outage), and
-//! `GET /channels/{ch}` (subscribers over all nodes and the last id, behind the publish rule).
+//! unreachable), a gap told to live subscribers (messages lost in a broker outage),
+//! `GET /channels/{ch}` (subscribers over all nodes and the last id, behind the publish rule),
+//! and under Redis Cluster the refusal of a multi-channel resume.
 
 use super::conn::{Kind, Sent};
+use super::requests::Transport;
 use super::Worker;
 use crate::ipc::ToMaster;
 use c1m_proto::channel;
@@ -11,7 +13,44 @@ use c1m_proto::longpoll::{self, PollGap};
 use c1m_proto::{http, line, sse};
 use std::rc::Rc;
 
+/// Why a multi-channel resume is refused under Redis Cluster: ids are per channel there, so
+/// one last id cannot say where the subscriber stopped on each channel (docs/cluster.md).
+pub const MULTI_CHANNEL_RESUME_REFUSED: &str =
+    "multi-channel resume is not exact under Redis Cluster: subscribe to each channel on its own connection";
+
 impl Worker {
+    /// Under Redis Cluster a subscription to several channels carrying a last id is refused
+    /// (HTTP 400, WebSocket close 1008, TCP `ERR`; counted as a bad request); true when it was.
+    pub(super) fn refuse_multi_channel_resume(
+        &mut self,
+        idx: usize,
+        channels: usize,
+        last_id: Option<u64>,
+        transport: &Transport,
+    ) -> bool {
+        let cluster = self
+            .cfg
+            .broker
+            .as_deref()
+            .is_some_and(crate::broker::redis::is_cluster);
+        if !cluster || channels < 2 || last_id.is_none() {
+            return false;
+        }
+        let why = MULTI_CHANNEL_RESUME_REFUSED;
+        match transport {
+            Transport::Tcp => {
+                self.counters.refused.bad_request += 1;
+                self.reply_and_close(idx, line::encode_err(why))
+            }
+            Transport::Ws => {
+                self.counters.refused.bad_request += 1;
+                self.ws_close(idx, c1m_proto::ws::close::POLICY_VIOLATION, why)
+            }
+            Transport::Sse | Transport::LongPoll => self.refuse(idx, 400, why),
+        }
+        true
+    }
+
     /// `GET /channels/{ch}`: asked of the master (which asks the broker); answered like
     /// `/status` (JSON, or 503 past the status timeout).
     pub(super) fn channel_info_request(

@@ -25,6 +25,9 @@ impl Worker {
         last_id: Option<u64>,
         transport: Transport,
     ) {
+        if self.refuse_multi_channel_resume(idx, channels.len(), last_id, &transport) {
+            return;
+        }
         let all_known = channels.iter().all(|n| {
             self.channels
                 .lookup(n)

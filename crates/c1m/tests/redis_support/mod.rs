@@ -8,6 +8,8 @@
 //! missing binary fails them.
 #![allow(dead_code)] // each test file uses a different part
 
+pub mod cluster;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -354,22 +356,43 @@ impl Sub {
         }
     }
 
+    /// The next SSE block's event, id and data; None when the stream ended (or 10 s of
+    /// silence).
+    fn next_block(&mut self) -> Option<(Option<String>, Option<u64>, Option<String>)> {
+        let end = self.read_until(b"\n\n")?;
+        let block: Vec<u8> = self.buf.drain(..end).collect();
+        let text = String::from_utf8(block).unwrap();
+        let (mut event, mut id, mut data) = (None, None, None);
+        for line in text.lines() {
+            if let Some(v) = line.strip_prefix("event: ") {
+                event = Some(v.to_string());
+            } else if let Some(v) = line.strip_prefix("id: ") {
+                id = v.parse::<u64>().ok();
+            } else if let Some(v) = line.strip_prefix("data: ") {
+                data = Some(v.to_string());
+            }
+        }
+        Some((event, id, data))
+    }
+
+    /// The next message of a multi-channel stream (named by its channel): (channel, id,
+    /// payload); None when the stream ended or something else (a gap) came.
+    pub fn next_on_channel(&mut self) -> Option<(String, u64, String)> {
+        loop {
+            match self.next_block()? {
+                (Some(event), Some(id), Some(data)) if event != "gap" => {
+                    return Some((event, id, data))
+                }
+                (Some(_), _, _) => return None,
+                _ => continue, // heartbeat or comment
+            }
+        }
+    }
+
     /// The next message or gap; None when the stream ended (or 10 s of silence).
     pub fn next(&mut self) -> Option<Seen> {
         loop {
-            let end = self.read_until(b"\n\n")?;
-            let block: Vec<u8> = self.buf.drain(..end).collect();
-            let text = String::from_utf8(block).unwrap();
-            let (mut event, mut id, mut data) = (None, None, None);
-            for line in text.lines() {
-                if let Some(v) = line.strip_prefix("event: ") {
-                    event = Some(v.to_string());
-                } else if let Some(v) = line.strip_prefix("id: ") {
-                    id = v.parse::<u64>().ok();
-                } else if let Some(v) = line.strip_prefix("data: ") {
-                    data = Some(v.to_string());
-                }
-            }
+            let (event, id, data) = self.next_block()?;
             match (event.as_deref(), id, data) {
                 (Some("gap"), _, Some(json)) => {
                     let v: serde_json::Value = serde_json::from_str(&json).unwrap();

@@ -16,10 +16,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Most requests sent to Redis in one pipeline.
-const BATCH: usize = 512;
-const BACKOFF_MIN: Duration = Duration::from_millis(50);
+pub(super) const BATCH: usize = 512;
+pub(super) const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// A Redis that does not answer within this is taken as gone (the connection is remade).
 const IO_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -66,7 +66,7 @@ struct Scripts {
 }
 
 impl Request {
-    fn tag(&self) -> Option<u64> {
+    pub(super) fn tag(&self) -> Option<u64> {
         match self {
             Request::Publish { tag, .. }
             | Request::Replay { tag, .. }
@@ -89,6 +89,9 @@ pub enum Incoming {
     PubSubUp,
     PubSubDown,
     Subscribed(String),
+    /// Redis Cluster: this channel's subscription ended (its slot moved, or its master's
+    /// pub/sub connection was lost); it is to be subscribed again and caught up.
+    Lost(String),
     Message {
         channel: String,
         id: u64,
@@ -109,6 +112,8 @@ pub struct Shared {
     /// Of those, the ones Redis refused for a reason an operator must fix (credentials,
     /// permissions, an untrusted certificate): see `pubsub_conn::Refused`.
     pub auth_failures: AtomicU64,
+    /// Pub/sub connections dropped because they went silent (not even a PING answered).
+    pub dead_links: AtomicU64,
 }
 
 impl Shared {
@@ -120,6 +125,7 @@ impl Shared {
             pubsub_writer: Mutex::new(None),
             connect_failures: AtomicU64::new(0),
             auth_failures: AtomicU64::new(0),
+            dead_links: AtomicU64::new(0),
         }
     }
 
@@ -134,7 +140,7 @@ impl Shared {
         let _ = self.waker.wake();
     }
 
-    fn send(&self, tx: &SyncSender<Incoming>, msg: Incoming) -> bool {
+    pub(super) fn send(&self, tx: &SyncSender<Incoming>, msg: Incoming) -> bool {
         if tx.send(msg).is_err() {
             return false; // the master is gone
         }
@@ -150,8 +156,14 @@ impl Shared {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// Counts a pub/sub link found dead (the caller drops it and reconnects).
+    pub(super) fn dead_link(&self, shown: &str) {
+        self.dead_links.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(redis = %shown, "pub/sub connection silent, PING unanswered; reconnecting");
+    }
+
     /// Counts a failed connection attempt.
-    fn failed(&self, refused: bool) {
+    pub(super) fn failed(&self, refused: bool) {
         self.connect_failures.fetch_add(1, Ordering::Relaxed);
         if refused {
             self.auth_failures.fetch_add(1, Ordering::Relaxed);
@@ -185,13 +197,13 @@ impl Scripts {
         Scripts {
             publish: redis::Script::new(&script::publish_script()),
             replay: redis::Script::new(&script::replay_script()),
-            presence: redis::Script::new(script::PRESENCE),
-            info: redis::Script::new(script::INFO),
+            presence: redis::Script::new(&script::presence_script(false)),
+            info: redis::Script::new(&script::info_script(false)),
         }
     }
 }
 
-fn backoff(d: Duration) -> Duration {
+pub(super) fn backoff(d: Duration) -> Duration {
     (d * 2).min(BACKOFF_MAX)
 }
 
@@ -246,7 +258,7 @@ pub fn command_thread(
 }
 
 /// Prints a message, but not the same one over and over while Redis stays down.
-fn log_once(msg: &str) {
+pub(super) fn log_once(msg: &str) {
     static LAST: Mutex<String> = Mutex::new(String::new());
     let mut last = LAST.lock().unwrap_or_else(|p| p.into_inner());
     if *last != msg {
@@ -256,18 +268,29 @@ fn log_once(msg: &str) {
 }
 
 fn connect_commands(target: &Target, scripts: &Scripts) -> redis::RedisResult<redis::Connection> {
+    // Loaded now so that the pipeline can use EVALSHA (a restarted Redis has forgotten them).
+    connect_with(target, |con| {
+        for s in [
+            &scripts.publish,
+            &scripts.replay,
+            &scripts.presence,
+            &scripts.info,
+        ] {
+            s.load(con)?;
+        }
+        Ok(())
+    })
+}
+
+/// A command connection with its I/O timeouts, `prepare`d (scripts loaded) before use.
+pub(super) fn connect_with(
+    target: &Target,
+    prepare: impl FnOnce(&mut redis::Connection) -> redis::RedisResult<()>,
+) -> redis::RedisResult<redis::Connection> {
     let mut con = target.client.get_connection_with_timeout(CONNECT_TIMEOUT)?;
     con.set_read_timeout(Some(IO_TIMEOUT))?;
     con.set_write_timeout(Some(IO_TIMEOUT))?;
-    // Loaded now so that the pipeline can use EVALSHA (a restarted Redis has forgotten them).
-    for s in [
-        &scripts.publish,
-        &scripts.replay,
-        &scripts.presence,
-        &scripts.info,
-    ] {
-        s.load(&mut con)?;
-    }
+    prepare(&mut con)?;
     Ok(con)
 }
 
@@ -437,15 +460,7 @@ fn serve_commands(
 /// Writes a (UN)SUBSCRIBE to the pub/sub connection; a failure shuts it down, and the pub/sub
 /// thread's reconnect re-subscribes everything.
 fn pubsub_write(shared: &Shared, verb: &str, name: &str) {
-    let mut writer = shared.writer();
-    let Some(stream) = writer.as_mut() else {
-        return;
-    };
-    let bytes = redis::cmd(verb).arg(name).get_packed_command();
-    if stream.write_all(&bytes).is_err() {
-        stream.shutdown();
-        *writer = None;
-    }
+    pubsub_conn::write_or_shut(&mut shared.writer(), redis::cmd(verb).arg(name));
 }
 
 /// Runs the pub/sub connection until the master goes away.
@@ -488,9 +503,15 @@ fn read_pubsub(
     tx: &SyncSender<Incoming>,
     shared: &Shared,
 ) -> bool {
+    let mut ping = || pubsub_conn::write_or_shut(&mut shared.writer(), &redis::cmd("PING"));
     loop {
-        let Ok(value) = conn.next_value() else {
-            return false;
+        let value = match conn.next_watched(&mut ping) {
+            pubsub_conn::Next::Value(v) => v,
+            pubsub_conn::Next::Dead => {
+                shared.dead_link(&target.shown);
+                return false;
+            }
+            pubsub_conn::Next::Closed => return false,
         };
         let Value::Array(parts) = value else {
             continue;

@@ -1,7 +1,9 @@
-//! The Redis broker (`--broker redis://HOST:PORT[/DB]`): ids, history and cross-node delivery
-//! live in Redis (see `script` for the data model); this node subscribes once per channel
-//! that has local subscribers, not per client. This module is the master-side state machine;
-//! `io` holds the connections and their threads.
+//! The Redis broker (`--broker redis://HOST:PORT[/DB]`, or `redis+cluster://H1:P1,…` for Redis
+//! Cluster): ids, history and cross-node delivery live in Redis (see `script`, and
+//! `cluster_script` for the cluster's per-channel data model); this node subscribes once per
+//! channel that has local subscribers, not per client. This module is the master-side state
+//! machine, one for both modes; `io` holds one Redis' connections and their threads,
+//! `cluster_io` a cluster's (routed by `slots`), speaking the same requests and answers.
 //!
 //! Exactly-once per node rests on one rule: a channel's messages are forwarded to the workers
 //! in id order and never at or below `forwarded`, the highest id already forwarded. A channel
@@ -11,9 +13,12 @@
 //! with a replay is answered only once every replayed message has also been forwarded live
 //! (pub/sub may lag the history read), so no later live message repeats what it replayed.
 
+mod cluster_io;
+mod cluster_script;
 mod io;
 mod pubsub_conn;
 mod script;
+mod slots;
 mod target;
 
 use super::{Broker, BrokerStats, Event, Limits, Req};
@@ -44,14 +49,29 @@ const PRESENCE_BATCH: usize = 10_000;
 /// Longest a join may wait for Redis before its subscriber is refused.
 const JOIN_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// A parsed `--broker` URL (and `--broker-ca`).
+/// A parsed `--broker` URL (and `--broker-ca`): one Redis, or a Redis Cluster's seeds.
 #[derive(Debug, Clone)]
-pub struct RedisTarget(io::Target);
+pub enum RedisTarget {
+    Single(Box<io::Target>),
+    Cluster(target::ClusterTarget),
+}
 
 impl RedisTarget {
     pub fn parse(url: &str, ca: Option<&std::path::Path>) -> anyhow::Result<RedisTarget> {
-        target::parse(url, ca).map(RedisTarget)
+        if target::is_cluster(url) {
+            return target::parse_cluster(url, ca).map(RedisTarget::Cluster);
+        }
+        target::parse(url, ca).map(|t| RedisTarget::Single(Box::new(t)))
     }
+}
+
+/// The Redis Cluster hash slot of a key (the tests compare it with `CLUSTER KEYSLOT`).
+pub use slots::key_slot;
+
+/// True when `--broker` names a Redis Cluster, whose ids are per channel: a subscription to
+/// several channels cannot resume from one last id there (see docs/cluster.md).
+pub fn is_cluster(url: &str) -> bool {
+    target::is_cluster(url)
 }
 
 /// A broker URL as it may be printed (password replaced).
@@ -158,27 +178,44 @@ impl RedisBroker {
         limits: Limits,
         waker: mio::Waker,
     ) -> anyhow::Result<RedisBroker> {
-        let target = target.0;
-        io::probe(&target).with_context(|| {
+        let (probed, shown) = match &target {
+            RedisTarget::Single(t) => (&**t, &t.shown),
+            RedisTarget::Cluster(c) => (&c.seeds[0], &c.shown),
+        };
+        io::probe(probed).with_context(|| {
             format!(
-                "--broker {}: redis refused this node (check the URL's user and password, \
-                 the ACL, --broker-ca)",
-                target.shown
+                "--broker {shown}: redis refused this node (check the URL's user and password, \
+                 the ACL, --broker-ca)"
             )
         })?;
         let shared = Arc::new(Shared::new(waker));
         let (to_redis, requests) = std::sync::mpsc::sync_channel(MAX_IN_FLIGHT);
         let (tx, incoming) = std::sync::mpsc::sync_channel(INCOMING_QUEUE);
-        let (t, s, x) = (target.clone(), shared.clone(), tx.clone());
-        std::thread::Builder::new()
-            .name("c1m-redis-cmd".into())
-            .spawn(move || io::command_thread(t, requests, x, s))
-            .context("starting the redis command thread")?;
-        let s = shared.clone();
-        std::thread::Builder::new()
-            .name("c1m-redis-sub".into())
-            .spawn(move || io::pubsub_thread(target, tx, s))
-            .context("starting the redis pub/sub thread")?;
+        let (s, x) = (shared.clone(), tx.clone());
+        let kind = match target {
+            RedisTarget::Single(target) => {
+                let target = *target;
+                let t = target.clone();
+                std::thread::Builder::new()
+                    .name("c1m-redis-cmd".into())
+                    .spawn(move || io::command_thread(t, requests, x, s))
+                    .context("starting the redis command thread")?;
+                let s = shared.clone();
+                std::thread::Builder::new()
+                    .name("c1m-redis-sub".into())
+                    .spawn(move || io::pubsub_thread(target, tx, s))
+                    .context("starting the redis pub/sub thread")?;
+                "redis"
+            }
+            RedisTarget::Cluster(target) => {
+                // Pub/sub threads (one per master with subscribed channels) start as needed.
+                std::thread::Builder::new()
+                    .name("c1m-redis-cmd".into())
+                    .spawn(move || cluster_io::command_thread(target, requests, x, s))
+                    .context("starting the redis cluster command thread")?;
+                "redis-cluster"
+            }
+        };
         Ok(RedisBroker {
             to_redis,
             incoming,
@@ -202,7 +239,7 @@ impl RedisBroker {
             counts: HashMap::new(),
             unreported: HashMap::new(),
             stats: BrokerStats {
-                kind: "redis",
+                kind,
                 ..Default::default()
             },
         })
@@ -406,21 +443,7 @@ impl RedisBroker {
                 // Redis may have lost this node's presence (restart, expiry while down).
                 self.unreported = self.counts.clone();
                 // Syncs that failed while down are sent again.
-                let stuck: Vec<String> = self
-                    .channels
-                    .iter()
-                    .filter(|(_, c)| c.state == State::Syncing)
-                    .map(|(n, _)| n.clone())
-                    .collect();
-                for ch in stuck {
-                    if !self
-                        .pending
-                        .values()
-                        .any(|p| matches!(p, Pending::Sync { channel, .. } if *channel == ch))
-                    {
-                        self.send_sync(ch);
-                    }
-                }
+                self.resend_stuck_syncs();
             }
             Incoming::CommandDown => {}
             Incoming::PubSubUp => {
@@ -433,19 +456,24 @@ impl RedisBroker {
             Incoming::PubSubDown => {
                 self.pubsub_up = false;
                 self.unconfirmed.clear();
-                for chan in self.channels.values_mut() {
-                    chan.generation = self.next_tag;
-                    self.next_tag += 1;
-                    chan.was_live |= chan.state == State::Live;
-                    chan.state = State::Subscribing;
-                    chan.early.clear();
-                    chan.early_lost = None;
+                let names: Vec<String> = self.channels.keys().cloned().collect();
+                for ch in names {
+                    self.unsubscribed(&ch);
                 }
                 // A join cannot be answered exactly without live delivery: its subscriber
                 // is refused and comes back with its last id.
                 let ids: Vec<u64> = self.joins.keys().copied().collect();
                 for id in ids {
                     self.refuse_join(id);
+                }
+            }
+            Incoming::Lost(ch) => {
+                // Redis Cluster: this channel alone lost its subscription (its slot moved or
+                // its master's connection went); subscribed again where the map says, then
+                // caught up from `forwarded` like after an outage.
+                self.unconfirmed.remove(&ch);
+                if self.unsubscribed(&ch) {
+                    self.subscribe(&ch);
                 }
             }
             Incoming::Subscribed(ch) => {
@@ -479,6 +507,43 @@ impl RedisBroker {
                     return;
                 };
                 self.on_answer(what, value);
+            }
+        }
+    }
+
+    /// `channel`'s subscription is gone: it waits for a new one (a new generation, so an
+    /// answer meant for the old one is not taken) and then catches up. False when unknown.
+    fn unsubscribed(&mut self, channel: &str) -> bool {
+        let Some(chan) = self.channels.get_mut(channel) else {
+            return false;
+        };
+        chan.generation = self.next_tag;
+        self.next_tag += 1;
+        if chan.state == State::Live {
+            self.stats.resubscribes += 1;
+        }
+        chan.was_live |= chan.state == State::Live;
+        chan.state = State::Subscribing;
+        chan.early.clear();
+        chan.early_lost = None;
+        true
+    }
+
+    /// Channels whose sync read failed (Redis refused or lost it) and has none on its way.
+    fn resend_stuck_syncs(&mut self) {
+        let stuck: Vec<String> = self
+            .channels
+            .iter()
+            .filter(|(_, c)| c.state == State::Syncing)
+            .map(|(n, _)| n.clone())
+            .collect();
+        for ch in stuck {
+            if !self
+                .pending
+                .values()
+                .any(|p| matches!(p, Pending::Sync { channel, .. } if *channel == ch))
+            {
+                self.send_sync(ch);
             }
         }
     }
@@ -769,6 +834,11 @@ impl Broker for RedisBroker {
                 self.subscribe(&ch);
             }
         }
+        // Syncs that failed while the connection stayed up (under Redis Cluster one master
+        // can refuse while the others answer).
+        if self.shared.command_up.load(Ordering::SeqCst) {
+            self.resend_stuck_syncs();
+        }
     }
 
     fn set_limits(&mut self, limits: Limits) {
@@ -828,6 +898,7 @@ impl Broker for RedisBroker {
             in_flight: self.pending.len() as u64,
             connect_failures: self.shared.connect_failures.load(Ordering::Relaxed),
             auth_failures: self.shared.auth_failures.load(Ordering::Relaxed),
+            pubsub_dead_links: self.shared.dead_links.load(Ordering::Relaxed),
             ..self.stats.clone()
         }
     }

@@ -7,7 +7,7 @@
 use super::target::Target;
 use anyhow::{bail, Context};
 use redis::Value;
-use std::io::{self, BufReader, Read, Write};
+use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -54,6 +54,21 @@ impl Writer {
     }
 }
 
+/// Writes `cmd` to the pub/sub connection's write half, if it is up; a failure shuts the
+/// connection down (its reader sees the end and reconnects, re-subscribing everything).
+/// False when nothing could be written.
+pub fn write_or_shut(writer: &mut Option<Writer>, cmd: &redis::Cmd) -> bool {
+    let Some(stream) = writer.as_mut() else {
+        return false;
+    };
+    if stream.write_all(&cmd.get_packed_command()).is_err() {
+        stream.shutdown();
+        *writer = None;
+        return false;
+    }
+    true
+}
+
 /// The read half.
 pub enum Reader {
     Plain(TcpStream),
@@ -98,7 +113,16 @@ impl Read for Reader {
             }
             // Blocks without the lock, so the command thread can write meanwhile.
             raw.resize(16 * 1024, 0);
-            let n = sock.read(raw)?;
+            let n = match sock.read(raw) {
+                Ok(n) => n,
+                Err(e) => {
+                    // A read timeout (the dead-link watch) must not leave the buffer's zeros
+                    // to be fed to rustls as if read.
+                    raw.clear();
+                    *at = 0;
+                    return Err(e);
+                }
+            };
             raw.truncate(n);
             *at = 0;
             if n == 0 {
@@ -114,9 +138,65 @@ pub struct Conn {
     parser: redis::Parser,
 }
 
+/// Silence on the pub/sub connection after which it is asked for a PING…
+pub const PING_AFTER: Duration = Duration::from_secs(2);
+/// …and silence after that PING after which the link is taken as dead (a Redis that vanished
+/// without closing the socket: stopped, partitioned, its host gone).
+pub const DEAD_AFTER_PING: Duration = Duration::from_secs(5);
+/// The socket's read timeout while waiting for pushes: how often silence is looked at.
+const WATCH_STEP: Duration = Duration::from_millis(500);
+
+/// What [`Conn::next_watched`] found.
+pub enum Next {
+    Value(Value),
+    /// Nothing came, not even the answer to a PING: the caller drops the connection.
+    Dead,
+    /// The connection ended or broke.
+    Closed,
+}
+
 impl Conn {
     pub fn next_value(&mut self) -> redis::RedisResult<Value> {
         self.parser.parse_value(&mut self.reader)
+    }
+
+    /// The next push, watching for a dead link meanwhile: after [`PING_AFTER`] of silence
+    /// `ping` is called (it sends PING; false when it could not), and [`DEAD_AFTER_PING`] more
+    /// of silence is [`Next::Dead`].
+    pub fn next_watched(&mut self, ping: &mut dyn FnMut() -> bool) -> Next {
+        let silent_since = std::time::Instant::now();
+        let mut pinged: Option<std::time::Instant> = None;
+        while self.reader.buffer().is_empty() {
+            match self.reader.fill_buf() {
+                Ok([]) => return Next::Closed,
+                Ok(_) => break,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    match pinged {
+                        None if silent_since.elapsed() >= PING_AFTER => {
+                            if !ping() {
+                                return Next::Closed;
+                            }
+                            pinged = Some(std::time::Instant::now());
+                        }
+                        Some(at) if at.elapsed() >= DEAD_AFTER_PING => return Next::Dead,
+                        _ => {}
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return Next::Closed,
+            }
+        }
+        // A value cut by a read timeout half-way also ends the connection (it is remade and
+        // its channels caught up from history).
+        match self.next_value() {
+            Ok(v) => Next::Value(v),
+            Err(_) => Next::Closed,
+        }
     }
 }
 
@@ -232,6 +312,7 @@ pub fn connect(target: &Target, timeout: Duration) -> anyhow::Result<(Conn, Writ
             other => bail!("unexpected AUTH answer {other:?}"),
         }
     }
-    sock.set_read_timeout(None)?;
+    // From here the reader waits for pushes, looking at the silence every WATCH_STEP.
+    sock.set_read_timeout(Some(WATCH_STEP))?;
     Ok((conn, writer))
 }

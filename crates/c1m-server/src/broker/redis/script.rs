@@ -15,9 +15,10 @@ use crate::hub::ReplayChunk;
 use crate::ipc::Replay;
 use redis::Value;
 
-/// Shared by both scripts: the epoch on first touch, and dropping history older than the age
-/// bound from the front of a channel's stream (remembering the highest id dropped).
-const PRELUDE: &str = r#"
+/// Shared by the scripts of both modes (one Redis, `cluster_script`): the epoch on first touch
+/// (one Redis only), trimming a channel's stream by count and by age (each returning the
+/// highest id dropped, for the caller to record as forgotten), reading entries after an id.
+pub(super) const PRELUDE: &str = r#"
 local function init(start)
   if redis.call('EXISTS', 'c1m:id') == 0 then
     redis.call('SET', 'c1m:id', string.format('%.0f', tonumber(start) - 1))
@@ -28,7 +29,31 @@ local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
-local function trim_age(key, ch, cutoff)
+-- Keeps the newest `maxc` entries of stream `key`; returns the highest id dropped (nil: none).
+local function trim_count(key, maxc)
+  local n = redis.call('XLEN', key)
+  if n <= maxc then return nil end
+  local old = redis.call('XRANGE', key, '-', '+', 'COUNT', n - maxc)
+  redis.call('XTRIM', key, 'MAXLEN', maxc)
+  return string.sub(old[#old][1], 1, -3)
+end
+-- {id, payload, ...} of stream `key`'s entries after id `after`, at most `count`.
+local function read_after(key, after, count)
+  local flat = {}
+  local entries = redis.call('XRANGE', key, '(' .. after .. '-0', '+', 'COUNT', count)
+  for _, e in ipairs(entries) do
+    local fields = e[2]
+    for j = 1, #fields, 2 do
+      if fields[j] == 'p' then
+        table.insert(flat, string.sub(e[1], 1, -3))
+        table.insert(flat, fields[j + 1])
+      end
+    end
+  end
+  return flat
+end
+-- Returns the highest id dropped (nil: none); the caller records it as forgotten.
+local function trim_age(key, cutoff)
   -- Looks at the oldest entry only: in a steady state at most one leaves per publish.
   local dropped = nil
   for _ = 1, 1000 do
@@ -43,9 +68,8 @@ local function trim_age(key, ch, cutoff)
     redis.call('XDEL', key, front[1][1])
     dropped = front[1][1]
   end
-  if dropped ~= nil then
-    redis.call('HSET', 'c1m:forgot', ch, string.sub(dropped, 1, -3))
-  end
+  if dropped ~= nil then return string.sub(dropped, 1, -3) end
+  return nil
 end
 "#;
 
@@ -72,14 +96,10 @@ if redis.call('EXISTS', key) == 0 then
   if last then redis.call('HSET', 'c1m:forgot', ch, last) end
 end
 redis.call('XADD', key, id .. '-0', 'p', ARGV[2], 't', now)
-local maxc = tonumber(ARGV[3])
-local n = redis.call('XLEN', key)
-if n > maxc then
-  local old = redis.call('XRANGE', key, '-', '+', 'COUNT', n - maxc)
-  redis.call('XTRIM', key, 'MAXLEN', maxc)
-  redis.call('HSET', 'c1m:forgot', ch, string.sub(old[#old][1], 1, -3))
-end
-trim_age(key, ch, now - tonumber(ARGV[4]))
+local dropped = trim_count(key, tonumber(ARGV[3]))
+if dropped then redis.call('HSET', 'c1m:forgot', ch, dropped) end
+dropped = trim_age(key, now - tonumber(ARGV[4]))
+if dropped then redis.call('HSET', 'c1m:forgot', ch, dropped) end
 redis.call('HSET', 'c1m:last', ch, id)
 redis.call('PEXPIRE', key, ARGV[4])
 redis.call('PUBLISH', 'c1m:' .. ARGV[6] .. ':p:' .. ch, id .. '\n' .. ARGV[2])
@@ -96,7 +116,8 @@ local cutoff = now_ms() - tonumber(ARGV[3])
 for i = 5, #ARGV do
   local ch = ARGV[i]
   local key = 'c1m:h:' .. ch
-  trim_age(key, ch, cutoff)
+  local dropped = trim_age(key, cutoff)
+  if dropped then redis.call('HSET', 'c1m:forgot', ch, dropped) end
   local forgot
   if redis.call('EXISTS', key) == 1 then
     forgot = redis.call('HGET', 'c1m:forgot', ch)
@@ -105,18 +126,7 @@ for i = 5, #ARGV do
   end
   table.insert(out, forgot or '0')
   local flat = {}
-  if ARGV[1] ~= '' then
-    local entries = redis.call('XRANGE', key, '(' .. ARGV[1] .. '-0', '+', 'COUNT', ARGV[2])
-    for _, e in ipairs(entries) do
-      local fields = e[2]
-      for j = 1, #fields, 2 do
-        if fields[j] == 'p' then
-          table.insert(flat, string.sub(e[1], 1, -3))
-          table.insert(flat, fields[j + 1])
-        end
-      end
-    end
-  end
+  if ARGV[1] ~= '' then flat = read_after(key, ARGV[1], ARGV[2]) end
   table.insert(out, flat)
 end
 return out
@@ -124,11 +134,11 @@ return out
 
 /// Presence: this node's subscriber counts. ARGV: node id, ttl ms, then (channel, count)
 /// pairs (count 0 removes). The node's hash lives `ttl` after its last report, so a node that
-/// died stops counting within it.
-pub const PRESENCE: &str = r#"
+/// died stops counting within it. `@` is the key prefix (see [`presence_script`]).
+const PRESENCE: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local key = 'c1m:subs:' .. ARGV[1]
+local key = '@subs:' .. ARGV[1]
 for i = 3, #ARGV, 2 do
   if ARGV[i + 1] == '0' then
     redis.call('HDEL', key, ARGV[i])
@@ -137,27 +147,54 @@ for i = 3, #ARGV, 2 do
   end
 end
 redis.call('PEXPIRE', key, ARGV[2])
-redis.call('ZADD', 'c1m:nodes', now, ARGV[1])
-redis.call('ZREMRANGEBYSCORE', 'c1m:nodes', '-inf', now - tonumber(ARGV[2]))
+redis.call('ZADD', '@nodes', now, ARGV[1])
+redis.call('ZREMRANGEBYSCORE', '@nodes', '-inf', now - tonumber(ARGV[2]))
 return 1
 "#;
 
 /// Channel info. ARGV: this node's id, ttl ms, channel. Returns {subscribers on the other
-/// live nodes, live nodes (this one included), newest id or ''}.
-pub const INFO: &str = r#"
+/// live nodes, live nodes (this one included), newest id or ''}; `LAST` is how the newest id
+/// is read (see [`info_script`]).
+const INFO: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local nodes = redis.call('ZRANGEBYSCORE', 'c1m:nodes', now - tonumber(ARGV[2]), '+inf')
+local nodes = redis.call('ZRANGEBYSCORE', '@nodes', now - tonumber(ARGV[2]), '+inf')
 local sum = 0
 local live = 1
 for _, n in ipairs(nodes) do
   if n ~= ARGV[1] then
     live = live + 1
-    sum = sum + tonumber(redis.call('HGET', 'c1m:subs:' .. n, ARGV[3]) or '0')
+    sum = sum + tonumber(redis.call('HGET', '@subs:' .. n, ARGV[3]) or '0')
   end
 end
-return {sum, live, redis.call('HGET', 'c1m:last', ARGV[3]) or ''}
+return {sum, live, LAST}
 "#;
+
+/// Where presence lives: `c1m:` in one Redis; under Redis Cluster every presence key shares
+/// the hash tag `{presence}`, so both scripts run on one shard.
+pub fn presence_prefix(cluster: bool) -> &'static str {
+    if cluster {
+        "c1m:{presence}:"
+    } else {
+        "c1m:"
+    }
+}
+
+pub fn presence_script(cluster: bool) -> String {
+    PRESENCE.replace('@', presence_prefix(cluster))
+}
+
+/// In one Redis the newest id comes from the same script; under Redis Cluster it is on the
+/// channel's own shard (a second call, `cluster_script::LAST`), so this script answers ''.
+pub fn info_script(cluster: bool) -> String {
+    let last = if cluster {
+        "''"
+    } else {
+        "redis.call('HGET', 'c1m:last', ARGV[3]) or ''"
+    };
+    INFO.replace('@', presence_prefix(cluster))
+        .replace("LAST", last)
+}
 
 pub fn publish_script() -> String {
     format!("{PRELUDE}{PUBLISH_BODY}")

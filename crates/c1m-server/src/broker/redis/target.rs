@@ -1,11 +1,12 @@
 //! Where Redis is and how to talk to it: the parsed `--broker` URL (`redis://` or `rediss://`,
-//! optional `user:password@`), the `--broker-ca` trust for TLS, and the URL as it may be shown
+//! optional `user:password@`; `redis+cluster://` / `rediss+cluster://` with a list of seed
+//! nodes for Redis Cluster), the `--broker-ca` trust for TLS, and the URL as it may be shown
 //! (password replaced) in logs, errors, `--print-config` and `/status`.
 
 use anyhow::{bail, Context};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// Everything both connections need. `Debug` shows the redacted URL only.
@@ -49,6 +50,81 @@ pub fn redact(url: &str) -> String {
         }
         None => url.to_string(),
     }
+}
+
+/// A Redis Cluster URL: its seed nodes, and how to reach any node the cluster names (same
+/// credentials and TLS trust as the seeds).
+#[derive(Clone)]
+pub struct ClusterTarget {
+    pub seeds: Vec<Target>,
+    /// `redis` or `rediss`.
+    scheme: &'static str,
+    /// `user:password@` as written in the URL, or empty.
+    userinfo: String,
+    ca: Option<PathBuf>,
+    /// The URL with its password replaced, safe to print.
+    pub shown: String,
+}
+
+impl std::fmt::Debug for ClusterTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ClusterTarget({})", self.shown)
+    }
+}
+
+impl ClusterTarget {
+    /// How to reach the node `addr` (`host:port`, as `CLUSTER SLOTS` or `MOVED` named it).
+    pub fn node(&self, addr: &str) -> anyhow::Result<Target> {
+        parse(
+            &format!("{}://{}{addr}", self.scheme, self.userinfo),
+            self.ca.as_deref(),
+        )
+    }
+}
+
+/// True for a `redis+cluster://` or `rediss+cluster://` URL.
+pub fn is_cluster(url: &str) -> bool {
+    url.starts_with("redis+cluster://") || url.starts_with("rediss+cluster://")
+}
+
+/// Parses `redis+cluster://[USER:PASSWORD@]H1:P1,H2:P2,…` (`rediss+cluster://` for TLS). A
+/// cluster has one database, so no `/DB`.
+pub fn parse_cluster(url: &str, ca: Option<&Path>) -> anyhow::Result<ClusterTarget> {
+    let shown = redact(url);
+    let expected = "expected redis+cluster://[USER:PASSWORD@]HOST:PORT,HOST:PORT,… \
+                    or rediss+cluster://…";
+    let (scheme, rest) = match url.split_once("+cluster://") {
+        Some(("redis", rest)) => ("redis", rest),
+        Some(("rediss", rest)) => ("rediss", rest),
+        _ => bail!("--broker {shown:?}: {expected}"),
+    };
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    if rest.contains('/') || rest.contains('?') || rest.contains('#') {
+        bail!(
+            "--broker {shown:?}: a Redis Cluster has one database: no /DB or options; {expected}"
+        );
+    }
+    let (userinfo, hosts) = match rest.rsplit_once('@') {
+        Some((u, h)) => (format!("{u}@"), h),
+        None => (String::new(), rest),
+    };
+    let mut cluster = ClusterTarget {
+        seeds: Vec::new(),
+        scheme,
+        userinfo,
+        ca: ca.map(Path::to_path_buf),
+        shown: shown.clone(),
+    };
+    for host in hosts.split(',') {
+        if host.is_empty() || !host.contains(':') {
+            bail!("--broker {shown:?}: {host:?} is not HOST:PORT; {expected}");
+        }
+        let seed = cluster
+            .node(host)
+            .with_context(|| format!("--broker {shown:?}: seed node {host:?}"))?;
+        cluster.seeds.push(seed);
+    }
+    Ok(cluster)
 }
 
 /// Parses `--broker` (and `--broker-ca`, which only `rediss://` may use).
@@ -177,6 +253,35 @@ mod tests {
         assert!(!format!("{t:?}").contains("s3cret"));
         let e = parse("redis://:s3cret@127.0.0.1:6379/x", None).unwrap_err();
         assert!(!format!("{e:#}").contains("s3cret"), "{e:#}");
+    }
+
+    #[test]
+    fn cluster_urls_name_seeds_and_hide_passwords() {
+        let url = "redis+cluster://alice:s3cret@127.0.0.1:7000,127.0.0.1:7001";
+        assert_eq!(
+            redact(url),
+            "redis+cluster://alice:***@127.0.0.1:7000,127.0.0.1:7001"
+        );
+        assert!(is_cluster(url) && !is_cluster("redis://h:1"));
+        let c = parse_cluster(url, None).unwrap();
+        assert_eq!(c.seeds.len(), 2);
+        assert_eq!(c.seeds[1].addr, "127.0.0.1:7001");
+        assert_eq!(c.seeds[1].password.as_deref(), Some("s3cret"));
+        assert!(!format!("{c:?}").contains("s3cret"));
+        let n = c.node("127.0.0.1:7005").unwrap();
+        assert_eq!(
+            (n.addr.as_str(), n.username.as_deref()),
+            ("127.0.0.1:7005", Some("alice"))
+        );
+        for bad in [
+            "redis+cluster://:pw@127.0.0.1:7000/2",
+            "redis+cluster://:pw@127.0.0.1",
+            "redis+cluster://:pw@",
+            "http+cluster://:pw@127.0.0.1:1",
+        ] {
+            let e = parse_cluster(bad, None).unwrap_err();
+            assert!(!format!("{e:#}").contains("pw@"), "{e:#}");
+        }
     }
 
     #[test]

@@ -13,6 +13,7 @@
 
 mod auth;
 mod broker;
+mod growing_read;
 /// Redis Cluster's hash slot of a key: public so the cluster tests can check it against a live
 /// `CLUSTER KEYSLOT`.
 #[doc(hidden)]

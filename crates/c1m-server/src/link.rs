@@ -8,6 +8,7 @@
 //! reading altogether: `send` fails and the caller treats the peer as dead (loudly), rather
 //! than buffering without end or losing a frame in silence.
 
+use crate::growing_read::GrowingRead;
 use crate::ipc::MAX_FRAME;
 use mio::net::UnixStream;
 use std::io::{self, Read, Write};
@@ -17,18 +18,14 @@ pub const HIGH_WATER: usize = 16 * 1024 * 1024;
 /// Unsent bytes at which the peer counts as stuck (no longer reading).
 pub const STUCK: usize = 256 * 1024 * 1024;
 
-/// The first read asks for one page; each read that fills its request doubles the next one,
-/// up to [`MAX_READ`]. Reads land straight in the input buffer (no stack array: a 64 KiB one was
-/// a resident stack page range in every process for good, issue 16), so a quiet link (stats
-/// and the odd join) never makes it grow.
-const FIRST_READ: usize = 4096;
+/// Largest read of the link (see `growing_read`: a quiet link, stats and the odd join, never
+/// makes its buffer grow).
 const MAX_READ: usize = 64 * 1024;
 
 pub struct Link {
     pub stream: UnixStream,
     inbuf: Vec<u8>,
-    /// Bytes the next read asks for (FIRST_READ ..= MAX_READ).
-    read_size: usize,
+    reads: GrowingRead,
     outbuf: Vec<u8>,
     out_pos: usize,
 }
@@ -38,7 +35,7 @@ impl Link {
         Link {
             stream,
             inbuf: Vec::new(),
-            read_size: FIRST_READ,
+            reads: GrowingRead::new(MAX_READ),
             outbuf: Vec::new(),
             out_pos: 0,
         }
@@ -97,20 +94,13 @@ impl Link {
     pub fn read_frames(&mut self, mut on_frame: impl FnMut(&[u8])) -> io::Result<bool> {
         let mut open = true;
         loop {
-            let old = self.inbuf.len();
-            self.inbuf.resize(old + self.read_size, 0);
-            let got = self.stream.read(&mut self.inbuf[old..]);
-            self.inbuf.truncate(old + got.as_ref().map_or(0, |&n| n));
-            match got {
+            let stream = &mut self.stream;
+            match self.reads.append(&mut self.inbuf, |dst| stream.read(dst)) {
                 Ok(0) => {
                     open = false;
                     break;
                 }
-                Ok(n) => {
-                    if n == self.read_size {
-                        self.read_size = (n * 2).min(MAX_READ);
-                    }
-                }
+                Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
@@ -176,6 +166,10 @@ mod tests {
             .map(|(i, &l)| (l, Some(i as u8)))
             .collect();
         assert_eq!(got, want);
-        assert_eq!(rx.read_size, MAX_READ, "a busy link reads in large steps");
+        assert_eq!(
+            rx.reads.size(),
+            MAX_READ,
+            "a busy link reads in large steps"
+        );
     }
 }

@@ -71,8 +71,7 @@ pub const ENV_MAX_CONNS: &str = "C1M_WORKER_MAX_CONNS";
 /// behind as touched heap (below glibc's mmap threshold) and moved every connection on each
 /// step: ~20 B more per subscriber at 100K (issue 16).
 const SLAB_PRESIZE_MAX: usize = 1 << 20;
-/// Socket reads: the first asks for one page, the largest for 16 KiB (see `Worker::read_size`).
-const FIRST_READ: usize = 4096;
+/// Largest socket read (see `growing_read`).
 const MAX_READ: usize = 16 * 1024;
 pub use handover::{handover_name, ENV_HANDOVER, ENV_HANDOVER_TIMEOUT};
 pub use ip_limits::ENV_IP_TABLE;
@@ -110,9 +109,9 @@ pub struct Worker {
     max_conns: usize,
     /// Per-worker read buffer: every read lands here first, so idle connections own none.
     scratch: Vec<u8>,
-    /// Bytes one socket read asks for: one page at first, doubled by each read that fills it,
-    /// up to [`MAX_READ`] (a worker that only holds idle streams never touches more).
-    read_size: usize,
+    /// Socket reads: one page at first, up to [`MAX_READ`] (a worker that only holds idle
+    /// streams never touches more).
+    reads: crate::growing_read::GrowingRead,
     accept_paused_until: Option<Instant>,
     /// Log lines that could repeat per connection, each at most once per 10 s.
     accept_errors: crate::log::Limited,
@@ -289,7 +288,7 @@ impl Worker {
             counters: Counters::default(),
             max_conns,
             scratch: Vec::with_capacity(64 * 1024),
-            read_size: FIRST_READ,
+            reads: crate::growing_read::GrowingRead::new(MAX_READ),
             accept_paused_until: None,
             accept_errors: crate::log::Limited::every(Duration::from_secs(10)),
             socket_errors: crate::log::Limited::every(Duration::from_secs(10)),
@@ -300,6 +299,11 @@ impl Worker {
             ip_limits: None,
             handover: handover::HandOver::default(),
         })
+    }
+
+    /// One past the highest occupied connection slot: where a periodic pass ends (sweep.rs).
+    fn slots_end(&self) -> usize {
+        self.conns.iter().next_back().map_or(0, |(idx, _)| idx + 1)
     }
 
     fn run(&mut self) -> anyhow::Result<()> {
@@ -399,14 +403,12 @@ impl Worker {
             // Heartbeats and pings go out a slice per turn, spread over their period (sweep.rs);
             // a reload may turn them on, off, or shorten them. Unanswered pings are judged
             // before new ones are sent, so a new ping never hides an unanswered one.
-            let slots_end = || self.conns.iter().next_back().map_or(0, |(idx, _)| idx + 1);
-            let beats = heartbeats.due(self.cfg.sse_heartbeat, now, slots_end);
+            let beats = heartbeats.due(self.cfg.sse_heartbeat, now, || self.slots_end());
             self.send_heartbeats(beats);
             while let Some(slots) = pings.judgement_due(self.cfg.ws_pong_timeout, now) {
                 self.ws_close_unanswered(slots);
             }
-            let slots_end = || self.conns.iter().next_back().map_or(0, |(idx, _)| idx + 1);
-            let due = pings.pings_due(self.cfg.ws_ping_interval, now, slots_end);
+            let due = pings.pings_due(self.cfg.ws_ping_interval, now, || self.slots_end());
             self.ws_ping(due);
             if next_stats <= now {
                 self.push_stats()?;
@@ -624,16 +626,8 @@ impl Worker {
             let Some(conn) = self.conns.get_mut(idx) else {
                 break;
             };
-            // Read straight into the buffer: no stack array (a 16 KiB one stayed resident in
-            // every worker, issue 16), and what a read did not fill is cut off again.
             let old = buf.len();
-            buf.resize(old + self.read_size, 0);
-            let got = conn.read(&mut buf[old..]);
-            buf.truncate(old + got.as_ref().map_or(0, |&n| n));
-            if got.as_ref().is_ok_and(|&n| n == self.read_size) {
-                self.read_size = (self.read_size * 2).min(MAX_READ);
-            }
-            match got {
+            match self.reads.append(&mut buf, |dst| conn.read(dst)) {
                 Ok(0) => {
                     eof = true;
                     break;

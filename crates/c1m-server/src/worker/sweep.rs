@@ -100,17 +100,30 @@ impl Periodic {
         now: Instant,
         slots: impl FnOnce() -> usize,
     ) -> Range<usize> {
+        self.due_below(every, now, slots, |_| usize::MAX).0
+    }
+
+    /// As [`Periodic::due`], never at or past `limit(pass)`; also says which pass (numbered
+    /// from 1) the slots belong to.
+    fn due_below(
+        &mut self,
+        every: Option<Duration>,
+        now: Instant,
+        slots: impl FnOnce() -> usize,
+        limit: impl Fn(u64) -> usize,
+    ) -> (Range<usize>, u64) {
         if every.is_none() {
             self.start_if_due(None, now, slots);
-            return 0..0;
+            return (0..0, self.passes);
         }
         // The pass ending now first, so that the next one can start in the same turn.
-        let ending = self.take(now, usize::MAX);
+        let ending = self.take(now, limit(self.passes));
+        let ending_pass = self.passes;
         self.start_if_due(every, now, slots);
         if !ending.is_empty() {
-            return ending;
+            return (ending, ending_pass);
         }
-        self.take(now, usize::MAX)
+        (self.take(now, limit(self.passes)), self.passes)
     }
 }
 
@@ -141,17 +154,16 @@ impl PingRounds {
         now: Instant,
         slots_end: impl FnOnce() -> usize,
     ) -> Range<usize> {
-        if every.is_none() {
-            self.pings.start_if_due(None, now, slots_end);
-            return 0..0; // pings already sent are still judged
-        }
-        let mut pass = self.pings.passes;
-        let mut slots = self.pings.take(now, self.unjudged_below(pass));
-        self.pings.start_if_due(every, now, slots_end);
-        if slots.is_empty() {
-            pass = self.pings.passes;
-            slots = self.pings.take(now, self.unjudged_below(pass));
-        }
+        // Pings already sent are still judged when pings are turned off.
+        let pending = &self.pending;
+        let (slots, pass) = self.pings.due_below(every, now, slots_end, |pass| {
+            // Where pass `pass` must stop: the lowest slot an earlier pass pinged and is
+            // still to judge.
+            match pending.front() {
+                Some(old) if old.pass < pass => old.slots.start,
+                _ => usize::MAX,
+            }
+        });
         if !slots.is_empty() {
             self.pending.push_back(Pinged {
                 at: now,
@@ -160,14 +172,6 @@ impl PingRounds {
             });
         }
         slots
-    }
-
-    /// Where pass `pass` must stop: the lowest slot an earlier pass pinged and is still to judge.
-    fn unjudged_below(&self, pass: u64) -> usize {
-        match self.pending.front() {
-            Some(old) if old.pass < pass => old.slots.start,
-            _ => usize::MAX,
-        }
     }
 
     /// Slots whose ping is `timeout` old: their peers must have answered. Call until None.

@@ -292,7 +292,6 @@ impl Worker {
         self.arm_timer(idx, SLOW_CLOSE_LINGER);
     }
 
-    /// Pings every live WebSocket; each must answer before the pong deadline.
     /// A keepalive ping to each WebSocket in `slots` (a slice of a pass, see sweep.rs).
     pub(super) fn ws_ping(&mut self, slots: std::ops::Range<usize>) {
         if slots.is_empty() {

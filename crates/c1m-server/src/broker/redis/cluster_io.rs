@@ -731,8 +731,8 @@ impl Subs {
     /// backoff.
     fn node_thread(self: Arc<Subs>, addr: String) {
         let mut delay = io::BACKOFF_MIN;
+        let target = self.target.node(&addr);
         loop {
-            let target = self.target.node(&addr);
             let connected = target
                 .as_ref()
                 .map_err(|e| anyhow::anyhow!("{e:#}"))

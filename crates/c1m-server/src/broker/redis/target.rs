@@ -6,7 +6,7 @@
 use anyhow::{bail, Context};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 /// Everything both connections need. `Debug` shows the redacted URL only.
@@ -61,7 +61,8 @@ pub struct ClusterTarget {
     scheme: &'static str,
     /// `user:password@` as written in the URL, or empty.
     userinfo: String,
-    ca: Option<PathBuf>,
+    /// `--broker-ca`'s PEM, read once at start (nodes named later are reached with it).
+    ca_pem: Option<Vec<u8>>,
     /// The URL with its password replaced, safe to print.
     pub shown: String,
 }
@@ -75,9 +76,9 @@ impl std::fmt::Debug for ClusterTarget {
 impl ClusterTarget {
     /// How to reach the node `addr` (`host:port`, as `CLUSTER SLOTS` or `MOVED` named it).
     pub fn node(&self, addr: &str) -> anyhow::Result<Target> {
-        parse(
+        from_url(
             &format!("{}://{}{addr}", self.scheme, self.userinfo),
-            self.ca.as_deref(),
+            self.ca_pem.as_deref(),
         )
     }
 }
@@ -112,7 +113,7 @@ pub fn parse_cluster(url: &str, ca: Option<&Path>) -> anyhow::Result<ClusterTarg
         seeds: Vec::new(),
         scheme,
         userinfo,
-        ca: ca.map(Path::to_path_buf),
+        ca_pem: read_ca(ca)?,
         shown: shown.clone(),
     };
     for host in hosts.split(',') {
@@ -129,21 +130,28 @@ pub fn parse_cluster(url: &str, ca: Option<&Path>) -> anyhow::Result<ClusterTarg
 
 /// Parses `--broker` (and `--broker-ca`, which only `rediss://` may use).
 pub fn parse(url: &str, ca: Option<&Path>) -> anyhow::Result<Target> {
+    from_url(url, read_ca(ca)?.as_deref())
+}
+
+/// `--broker-ca`'s contents.
+fn read_ca(ca: Option<&Path>) -> anyhow::Result<Option<Vec<u8>>> {
+    ca.map(|path| {
+        std::fs::read(path)
+            .with_context(|| format!("--broker-ca {}: reading the CA file", path.display()))
+    })
+    .transpose()
+}
+
+/// [`parse`] with the CA's PEM already read.
+fn from_url(url: &str, ca_pem: Option<&[u8]>) -> anyhow::Result<Target> {
     let shown = redact(url);
     let expected = "expected redis://[USER:PASSWORD@]HOST:PORT[/DB] or rediss://…";
     let info = redis::IntoConnectionInfo::into_connection_info(url)
         .map_err(|e| anyhow::anyhow!("{e}"))
         .with_context(|| format!("--broker {shown:?}: {expected}"))?;
-    let ca_pem = match ca {
-        Some(path) => Some(
-            std::fs::read(path)
-                .with_context(|| format!("--broker-ca {}: reading the CA file", path.display()))?,
-        ),
-        None => None,
-    };
     let (addr, tls) = match info.addr() {
         redis::ConnectionAddr::Tcp(host, port) => {
-            if ca.is_some() {
+            if ca_pem.is_some() {
                 bail!("--broker-ca needs a rediss:// (TLS) broker URL, not {shown:?}");
             }
             (format!("{host}:{port}"), None)
@@ -163,7 +171,7 @@ pub fn parse(url: &str, ca: Option<&Path>) -> anyhow::Result<Target> {
             let name = ServerName::try_from(host.clone()).with_context(|| {
                 format!("--broker {shown:?}: {host:?} is not a TLS server name")
             })?;
-            let config = tls_config(ca_pem.as_deref())
+            let config = tls_config(ca_pem)
                 .with_context(|| format!("--broker {shown:?}: setting up TLS"))?;
             (format!("{host}:{port}"), Some((config, name)))
         }
@@ -175,12 +183,12 @@ pub fn parse(url: &str, ca: Option<&Path>) -> anyhow::Result<Target> {
     let username = settings.username().map(str::to_string);
     let password = settings.password().map(str::to_string);
     let db = settings.db();
-    let client = match &ca_pem {
+    let client = match ca_pem {
         Some(pem) => redis::Client::build_with_tls(
             info.clone(),
             redis::TlsCertificates {
                 client_tls: None,
-                root_cert: Some(pem.clone()),
+                root_cert: Some(pem.to_vec()),
             },
         ),
         None => redis::Client::open(info.clone()),

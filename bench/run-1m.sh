@@ -37,8 +37,10 @@
 #
 # Usage: bench/run-1m.sh [N] [RATE]   (defaults 1000000, 40000)
 # Env: TAG (suffix for the output names), PUBLISHER (curl|bench), MSGS (3, curl mode), HOLD (180s), EVERY (30s), DRAIN (70s: publishing stops this long before the hold
-#      ends; the socket timing runs in that quiet window), MAX_CONNS (1500000: serve's
-#      per-worker share must leave room for SO_REUSEPORT's uneven spread), PORT (18480), C1M,
+#      ends; the socket timing runs in that quiet window), MAX_CONNS (1000000, serve's own
+#      default: 53 workers of 19,812 here, whose 5 % spread slack held 1M with no refusal on
+#      2026-11-22; 1500000 forced 80 workers, 27 more processes' fixed cost, ~8 B per
+#      connection at 1M: BENCHMARKS.md "Issue 16 (branch fixedmem)"), PORT (18480), C1M,
 #      SERVE_ARGS (more flags for c1m serve, e.g. "--sse-heartbeat 0").
 # Writes bench/out/sse-N.{json,svg,txt} and bench/out/run-N.txt (settings, timings, memory).
 set -euo pipefail
@@ -47,7 +49,7 @@ RATE=${2:-40000}
 HOLD=${HOLD:-180s}
 EVERY=${EVERY:-30s}
 DRAIN=${DRAIN:-70s}
-MAX_CONNS=${MAX_CONNS:-1500000}
+MAX_CONNS=${MAX_CONNS:-1000000}
 PUBLISHER=${PUBLISHER:-curl}
 MSGS=${MSGS:-3}
 PORT=${PORT:-18480}

@@ -13,7 +13,8 @@
 # Env: PROTOS ("sse poll tcp"), MAX_CONNS (serve --max-conns; default: serve's default,
 #      1,000,000), WORKERS (serve --workers; default auto), RATE (bench --rate, 20000),
 #      PORT (18280), C1M (binary; default: cargo build --release), SERVE_FLAGS (extra serve
-#      flags), SETTLE (seconds held before measuring, 3).
+#      flags), SETTLE (seconds held before measuring, 3; ≥ 16 lets the head-timeout entries of
+#      the ramp fire (10 s) and a worker's periodic heap trim (5 s) run before the sample).
 # Writes bench/out/serve-memory-N.json and prints a summary. Every step is time-bounded.
 set -euo pipefail
 N=${1:-100000}
@@ -75,8 +76,8 @@ for PROTO in $PROTOS; do
     sleep 3   # let every worker start and push its first figures
     read -r P0 NP0 < <(pss_sum)
     S0=$(status)
-    # Hold long enough for the ramp plus the measurement; nothing is published (idle).
-    HOLD=$(( N / RATE + 30 ))
+    # Hold long enough for the ramp, the settle and the measurement; nothing is published (idle).
+    HOLD=$(( N / RATE + 30 + SETTLE ))
     timeout $((HOLD * 3 + 120)) "$C1M" bench "http://127.0.0.1:$PORT/sub/mem" --proto "$PROTO" \
         --tcp "127.0.0.1:$((PORT + 1))" --conns "$N" --rate "$RATE" --hold "${HOLD}s" \
         --interval 5s --report "$TMP/bench-$PROTO.json" >"$TMP/bench-$PROTO.txt" 2>&1 &

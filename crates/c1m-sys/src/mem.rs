@@ -72,13 +72,10 @@ const STACK_MARGIN: usize = 16 * 1024;
 /// nothing is lost, which is why this is safe at any time. Issue 16: fixed cost per process.
 #[inline(never)]
 pub fn release_idle_memory() -> Released {
-    let mut released = Released::default();
-    #[cfg(target_env = "gnu")]
-    {
-        // SAFETY: malloc_trim only walks and releases glibc's own free lists; it takes the
-        // allocator's lock and has no precondition on the caller.
-        released.heap_trimmed = unsafe { libc::malloc_trim(0) } == 1;
-    }
+    let mut released = Released {
+        heap_trimmed: trim_heap(),
+        ..Released::default()
+    };
     let marker = 0u8;
     let here = std::hint::black_box(&marker) as *const u8 as usize;
     let Some((low, _)) = stack_mapping_of(here) else {
@@ -99,6 +96,25 @@ pub fn release_idle_memory() -> Released {
         released.stack_bytes = top - low;
     }
     released
+}
+
+/// Hands free heap pages back to the kernel (glibc's `malloc_trim(0)`: the free top of the heap
+/// and every whole page inside a free chunk, with `MADV_DONTNEED`); true when any went back.
+/// Without it, memory a burst used and freed (a ramp's pending head timeouts, the outgrown
+/// copies of a growing member list) stays resident for good: glibc only trims the heap's top,
+/// and only above its trim threshold. Cost: one walk of the free lists, plus a page fault later
+/// for each page given back and used again. A no-op (false) off glibc.
+pub fn trim_heap() -> bool {
+    #[cfg(target_env = "gnu")]
+    {
+        // SAFETY: malloc_trim only walks and releases glibc's own free lists; it takes the
+        // allocator's lock and has no precondition on the caller.
+        unsafe { libc::malloc_trim(0) == 1 }
+    }
+    #[cfg(not(target_env = "gnu"))]
+    {
+        false
+    }
 }
 
 /// The private, writable, anonymous mapping that holds `addr` (a thread's stack when `addr`

@@ -49,6 +49,11 @@ use timers::Wheel;
 
 /// How often a worker pushes its figures to the master.
 pub const STATS_EVERY: Duration = Duration::from_millis(250);
+/// How often an idle worker hands freed heap pages back (`c1m_sys::mem::trim_heap`): a ramp
+/// leaves its head-timeout entries and outgrown member-list copies behind as freed but resident
+/// heap, ~9 B per subscriber at 15K per worker (issue 16, BENCHMARKS "Issue 16 (branch
+/// fixedmem)"). Skipped while a fan-out is queued, so it never runs inside one.
+const TRIM_EVERY: Duration = Duration::from_secs(5);
 /// How long accept() pauses after EMFILE/ENFILE (no busy spin; existing connections go on).
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
@@ -326,6 +331,7 @@ impl Worker {
         let tick = Duration::from_millis(timers::TICK_MS);
         let mut next_tick = Instant::now() + tick;
         let mut next_stats = Instant::now();
+        let mut next_trim = Instant::now() + TRIM_EVERY;
         let mut heartbeats = sweep::Periodic::default();
         let mut pings = sweep::PingRounds::default();
         loop {
@@ -413,6 +419,10 @@ impl Worker {
             if next_stats <= now {
                 self.push_stats()?;
                 next_stats = now + STATS_EVERY;
+            }
+            if next_trim <= now && self.fan_outs.is_empty() {
+                next_trim = now + TRIM_EVERY;
+                c1m_sys::mem::trim_heap();
             }
             if let Some(deadline) = self.shutdown_deadline {
                 if self.conns.is_empty() || deadline <= now {

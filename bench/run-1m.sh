@@ -85,6 +85,10 @@ cleanup() {
 trap cleanup EXIT
 
 c1m_binary
+# bench runs from its own copy of the binary, so it takes no PSS share of serve's text pages
+# (that lowered serve's per-connection figure; see bench/serve-memory.sh).
+BENCH_C1M="$TMP/c1m-bench"
+cp "$C1M" "$BENCH_C1M"
 secs() { local d=$1; case $d in *ms) echo 0 ;; *s) echo "${d%s}" ;; *m) echo $(( ${d%m} * 60 )) ;; *) echo "$d" ;; esac; }
 log() { echo "$*" | tee -a "$LOG"; }
 
@@ -204,7 +208,7 @@ S0=$(status)
 W=$(echo "$S0" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["workers"]))' 2>/dev/null || echo "?")
 log "serve: c1m serve --listen 127.0.0.1:$PORT --max-conns $MAX_CONNS $SERVE_ARGS: $W workers, $NP0 processes; PSS at 0 connections: ours $P0 B, /status $(echo "$S0" | jget memory.pss_bytes) B"
 log "meminfo before: $(awk '/MemAvailable|^Slab/ {printf "%s %d MiB; ", $1, $2/1024}' /proc/meminfo)"
-BCMD=("$C1M" bench "http://127.0.0.1:$PORT/sub/news" --proto sse --conns "$N" --rate "$RATE" \
+BCMD=("$BENCH_C1M" bench "http://127.0.0.1:$PORT/sub/news" --proto sse --conns "$N" --rate "$RATE" \
       --channels 1 --hold "$HOLD" --interval 10s --duration "${DURATION:-900s}" --report "$OUT/sse-$N$TAG.json" --plot "$OUT/sse-$N$TAG.svg")
 if [ "$PUBLISHER" = bench ]; then BCMD+=(--publish-every "$EVERY" --drain "$DRAIN"); fi
 log "bench: ${BCMD[*]}"

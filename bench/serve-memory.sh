@@ -25,6 +25,11 @@ WORKERS=${WORKERS:-auto}
 MAX_CONNS=${MAX_CONNS:-}
 SETTLE=${SETTLE:-3}
 source "$(dirname "$0")/lib.sh" # BENCH_DIR, ROOT, OUT, c1m_binary
+# bench runs from its own copy of the binary: PSS splits a shared page among all its mappers,
+# so a bench started from the same file took a share of serve's ~5 MB of text and cut serve's
+# figure at N by up to 30 B per subscriber at 100K with 7 serve processes (2026-11-26).
+BENCH_C1M="$TMP/c1m-bench"
+cp "$C1M" "$BENCH_C1M"
 HERE=$BENCH_DIR
 TMP=$(mktemp -d)
 SPID=""
@@ -78,7 +83,7 @@ for PROTO in $PROTOS; do
     S0=$(status)
     # Hold long enough for the ramp, the settle and the measurement; nothing is published (idle).
     HOLD=$(( N / RATE + 30 + SETTLE ))
-    timeout $((HOLD * 3 + 120)) "$C1M" bench "http://127.0.0.1:$PORT/sub/mem" --proto "$PROTO" \
+    timeout $((HOLD * 3 + 120)) "$BENCH_C1M" bench "http://127.0.0.1:$PORT/sub/mem" --proto "$PROTO" \
         --tcp "127.0.0.1:$((PORT + 1))" --conns "$N" --rate "$RATE" --hold "${HOLD}s" \
         --interval 5s --report "$TMP/bench-$PROTO.json" >"$TMP/bench-$PROTO.txt" 2>&1 &
     BPID=$!

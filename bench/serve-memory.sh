@@ -25,11 +25,6 @@ WORKERS=${WORKERS:-auto}
 MAX_CONNS=${MAX_CONNS:-}
 SETTLE=${SETTLE:-3}
 source "$(dirname "$0")/lib.sh" # BENCH_DIR, ROOT, OUT, c1m_binary
-# bench runs from its own copy of the binary: PSS splits a shared page among all its mappers,
-# so a bench started from the same file took a share of serve's ~5 MB of text and cut serve's
-# figure at N by up to 30 B per subscriber at 100K with 7 serve processes (2026-11-26).
-BENCH_C1M="$TMP/c1m-bench"
-cp "$C1M" "$BENCH_C1M"
 HERE=$BENCH_DIR
 TMP=$(mktemp -d)
 SPID=""
@@ -51,6 +46,12 @@ cleanup() {
 trap cleanup EXIT
 
 c1m_binary
+# bench runs from its own copy of the binary: PSS splits a shared page among all its mappers,
+# so a bench started from the same file took a share of serve's ~5 MB of text and lowered
+# serve's figure at N (growth below the slab's own 32 B per subscriber at 100K with 7 serve
+# processes, 2026-11-26T02:21Z).
+BENCH_C1M="$TMP/c1m-bench"
+cp "$C1M" "$BENCH_C1M"
 
 # pss_sum: Σ Pss (bytes) over the serve master and its children, and the process count.
 pss_sum() {

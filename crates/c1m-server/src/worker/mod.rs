@@ -51,7 +51,7 @@ use timers::Wheel;
 pub const STATS_EVERY: Duration = Duration::from_millis(250);
 /// How often an idle worker hands freed heap pages back (`c1m_sys::mem::trim_heap`): a ramp
 /// leaves its head-timeout entries and outgrown member-list copies behind as freed but resident
-/// heap, ~9 B per subscriber at 15K per worker (issue 16, BENCHMARKS "Issue 16 (branch
+/// heap, ~8 B per subscriber at 15K per worker (issue 16, BENCHMARKS "Issue 16 (branch
 /// fixedmem)"). Skipped while a fan-out is queued, so it never runs inside one.
 const TRIM_EVERY: Duration = Duration::from_secs(5);
 /// How long accept() pauses after EMFILE/ENFILE (no busy spin; existing connections go on).

@@ -92,6 +92,10 @@ struct Counters {
     client_ignored: u64,
     refused: Refused,
     subscribes: u64,
+    /// SSE heartbeats written, and skipped because the stream had other bytes since the
+    /// sweep's last visit (streams.rs `send_heartbeats`).
+    heartbeats_sent: u64,
+    heartbeats_skipped: u64,
     latency: crate::histogram::Latencies,
 }
 
@@ -958,6 +962,8 @@ impl Worker {
         s.refused = self.counters.refused;
         s.tls = tls_session::stats();
         s.subscribes = self.counters.subscribes;
+        s.heartbeats_sent = self.counters.heartbeats_sent;
+        s.heartbeats_skipped = self.counters.heartbeats_skipped;
         s.latency = self.counters.latency;
         s.latency.tls_handshake = tls_session::handshake_histogram();
         s.rss_bytes = c1m_sys::mem::own_rss_bytes().unwrap_or(0);

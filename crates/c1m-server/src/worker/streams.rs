@@ -533,7 +533,12 @@ impl Worker {
         self.resume_input(idx);
     }
 
-    /// A heartbeat to each idle SSE stream in `slots` (a slice of a pass, see sweep.rs).
+    /// A heartbeat to each idle SSE stream in `slots` (a slice of a pass, see sweep.rs). A
+    /// stream sent anything since the sweep's last visit (its response head, a message, a
+    /// replay, a gap: [`super::conn::WROTE`]) is skipped: those bytes fed the proxies' idle
+    /// timers and the client's dead-connection check as well as a heartbeat would, and at 1M
+    /// streams each heartbeat is a write and a client-side wake-up. So a stream gets one only
+    /// when nothing went out for a whole sweep interval (docs/PROTOCOL.md says the bound).
     pub(super) fn send_heartbeats(&mut self, slots: Range<usize>) {
         if slots.is_empty() {
             return;
@@ -545,12 +550,22 @@ impl Worker {
             let Some(conn) = self.conns.get_mut(idx) else {
                 continue;
             };
-            if conn.kind == Kind::Sse
-                && !conn.has_out()
-                && conn.send_shared(&beat, max) != Sent::Done
-            {
-                failed.push(idx);
+            if conn.kind != Kind::Sse {
+                continue;
             }
+            // Owed bytes: not idle either (and a heartbeat would only queue behind them).
+            if conn.take_wrote() || conn.has_out() {
+                self.counters.heartbeats_skipped += 1;
+                continue;
+            }
+            if conn.send_shared(&beat, max) != Sent::Done {
+                failed.push(idx);
+                continue;
+            }
+            // The heartbeat itself does not count as traffic: otherwise a silent stream
+            // would get one only every other visit.
+            conn.take_wrote();
+            self.counters.heartbeats_sent += 1;
         }
         for idx in failed {
             self.close(idx);

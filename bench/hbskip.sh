@@ -17,7 +17,8 @@
 # Env: BASE (the binary to compare with, default /tmp/c1m-main), C1M (ours: built if unset),
 #      HB (5s), ROUNDS (2), RATE (0 = closed loop, as bench/run-1m.sh), HOLD (15s),
 #      SCENARIOS ("quiet busy"), PORT (18580).
-# Writes bench/out/hbskip-N.json and prints a markdown table.
+# Writes bench/out/hbskip-N.json (figures), bench/out/hbskip-N.txt (raw: each run's bench
+# summary and /status) and prints a markdown table.
 set -euo pipefail
 N=${1:-200000}
 BASE=${BASE:-/tmp/c1m-main}
@@ -30,6 +31,7 @@ PORT=${PORT:-18580}
 source "$(dirname "$0")/lib.sh" # BENCH_DIR, ROOT, OUT, c1m_binary
 c1m_binary
 TMP=$(mktemp -d)
+: >"$OUT/hbskip-$N.txt" # every run's bench summary and final /status, appended
 SPID=""
 on_exit 'stop_pid "$SPID" 10; rm -rf "$TMP"'
 
@@ -57,7 +59,9 @@ run() { # $1 scenario, $2 label (base|ours), $3 binary, $4 round
     echo "$load $(awk -F, '/sendto/ { print $1 }' "$TMP/$name.perf")" >"$TMP/$name.extra"
     stop_pid "$SPID" 10
     SPID=""
-    echo "$name: $(grep -E 'ramp|online' "$TMP/$name.txt" | head -3 | tr '\n' ' ')"
+    { echo "== $name ($bin, load before: $load)"; sed -n '/^c1m bench/,$p' "$TMP/$name.txt" | grep -v '^ *[0-9.]*s '
+      echo "status: $(cat "$TMP/$name.status.json")"; } >>"$OUT/hbskip-$N.txt"
+    echo "$name: $(grep -E 'ramp [0-9]' "$TMP/$name.txt" | head -1)"
     sleep 3
 }
 
@@ -93,6 +97,7 @@ for scen in scens:
                          "hb_sent": hbs.get("sent"), "hb_skipped": hbs.get("skipped"),
                          "sendto_calls": int(writes), "load_before": load,
                          "delivered": (st.get("messages") or {}).get("delivered"),
+                         "published": (st.get("messages") or {}).get("published"),
                          "command": r.get("command")})
 doc = {"date_utc": datetime.datetime.utcnow().strftime("%Y-%m-%dT%H:%M:%SZ"), "n": n,
        "serve_command": f"c1m serve --listen 127.0.0.1:PORT --max-conns {n * 3 // 2} --sse-heartbeat {hb}",
@@ -100,12 +105,12 @@ doc = {"date_utc": datetime.datetime.utcnow().strftime("%Y-%m-%dT%H:%M:%SZ"), "n
 json.dump(doc, open(out, "w"), indent=1)
 print(f"\n# heartbeat skipping, {n:,} SSE subscribers, --sse-heartbeat {hb} ({doc['date_utc']})")
 print(f"bench: {next((r['command'] for r in rows if r['command']), '?')}")
-print("| scenario | round | binary | ramp | ramp time | online | errors | heartbeats sent / skipped (/status) | serve sendto() calls | serve delivered | load before |")
+print("| scenario | round | binary | ramp | ramp time | online | errors | heartbeats sent / skipped (/status) | serve sendto() calls | serve published / delivered | load before |")
 print("|---|---|---|---|---|---|---|---|---|---|---|")
 f = lambda x, fmt="{:,.0f}": "–" if x is None else fmt.format(x)
 for r in rows:
     print(f"| {r['scenario']} | {r['round']} | {r['binary']} | {f(r['rate'])}/s | {f(r['ramp_s'], '{:.1f}')} s | {f(r['online'])} | {f(r['errors'])} "
-          f"| {f(r['hb_sent'])} / {f(r['hb_skipped'])} | {r['sendto_calls']:,} | {f(r['delivered'])} | {r['load_before']} |")
+          f"| {f(r['hb_sent'])} / {f(r['hb_skipped'])} | {r['sendto_calls']:,} | {f(r['published'])} / {f(r['delivered'])} | {r['load_before']} |")
 for scen in scens:
     for rnd in range(1, rounds + 1):
         b = next(r for r in rows if (r["scenario"], r["round"], r["binary"]) == (scen, rnd, "base"))

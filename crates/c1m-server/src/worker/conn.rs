@@ -181,8 +181,11 @@ pub const ADMIN: u8 = 1;
 pub const EXPIRES: u8 = 2;
 /// Bytes were handed to this connection since the heartbeat sweep's last visit: set by every
 /// send ([`Conn::send_shared`], [`Conn::send_owned`], [`Conn::batch_sent`]), taken by the
-/// sweep (`Conn::take_wrote`), which then skips the heartbeat: the stream is not idle.
+/// sweep ([`Conn::take_wrote`]), which then skips the heartbeat: the stream is not idle.
 pub const WROTE: u8 = 4;
+/// The heartbeat sweep's previous visit (half an interval ago) found the stream sent nothing:
+/// the next visit that finds it silent too writes the heartbeat (streams.rs).
+pub const QUIET: u8 = 8;
 
 /// Outcome of a send.
 #[derive(Debug, PartialEq, Eq)]
@@ -648,6 +651,21 @@ mod tests {
         c.add_sub(7, 2);
         assert_eq!(c.take_subs().collect::<Vec<_>>(), vec![(7, 2)]);
         assert_eq!(c.take_subs().count(), 0);
+    }
+
+    #[test]
+    fn every_send_marks_the_stream_written_until_the_sweep_takes_it() {
+        let (mut c, _peer) = conn();
+        assert!(!c.take_wrote(), "a new connection has sent nothing");
+        assert_eq!(c.send_owned(b"head".to_vec(), 1 << 20), Sent::Done);
+        assert!(c.take_wrote());
+        assert!(!c.take_wrote(), "taken: clear until the next send");
+        let data: Rc<[u8]> = Rc::from(&b"message"[..]);
+        assert_eq!(c.send_shared(&data, 1 << 20), Sent::Done);
+        assert!(c.take_wrote());
+        assert_eq!(c.batch_sent(&data, data.len() as i32), Sent::Done);
+        assert!(c.take_wrote());
+        assert_eq!(c.edge, 0, "no other edge bit touched");
     }
 
     #[test]

@@ -50,9 +50,15 @@ run() { # $1 scenario, $2 label (base|ours), $3 binary, $4 round
     pids=$(echo "$SPID" $(pgrep -P "$SPID") | tr ' ' ,)
     perf stat -x, -e syscalls:sys_enter_sendto -p "$pids" -o "$TMP/$name.perf" &
     ppid=$!
+    # /status every second: heartbeats counted while messages were still being published
+    # (after the last one every stream falls silent and rightly gets heartbeats again).
+    (while :; do echo "$(timeout 2 curl -s "http://127.0.0.1:$PORT/status")"; sleep 1; done) >"$TMP/$name.polls" 2>/dev/null &
+    local poller=$!
     timeout 600 "$C1M" bench "http://127.0.0.1:$PORT/sub/news" --proto sse --conns "$N" \
         --rate "$RATE" --channels 1 --hold "$HOLD" "${pub[@]}" --interval 5s \
         --report "$TMP/$name.json" >"$TMP/$name.txt" 2>&1 || true
+    kill "$poller" 2>/dev/null || true
+    wait "$poller" 2>/dev/null || true
     kill -INT "$ppid" 2>/dev/null || true
     wait "$ppid" 2>/dev/null || true
     timeout 5 curl -s "http://127.0.0.1:$PORT/status" >"$TMP/$name.status.json" || echo '{}' >"$TMP/$name.status.json"
@@ -90,11 +96,23 @@ for scen in scens:
                 st = {}
             load, writes = open(f"{tmp}/{name}.extra").read().strip().rsplit(" ", 1)
             hbs = st.get("heartbeats") or {}
+            # The first poll that saw the last message published and delivered to all: the
+            # heartbeats counted up to then were written while the streams were busy.
+            polls = []
+            for line in open(f"{tmp}/{name}.polls"):
+                try:
+                    polls.append(json.loads(line))
+                except Exception:
+                    pass
+            pub_final = (st.get("messages") or {}).get("published") or 0
+            at_last = next((p for p in polls if pub_final and (p.get("messages") or {}).get("published") == pub_final), None)
+            hb_busy = ((at_last or {}).get("heartbeats") or {}).get("sent") if at_last else None
             res = r["result"]
             rows.append({"scenario": scen, "round": rnd, "binary": label,
                          "rate": res.get("open_rate_avg"), "ramp_s": res.get("ramp_s"),
                          "online": res.get("online_at_end"), "errors": r.get("errors_total"),
                          "hb_sent": hbs.get("sent"), "hb_skipped": hbs.get("skipped"),
+                         "hb_sent_until_last_publish": hb_busy,
                          "sendto_calls": int(writes), "load_before": load,
                          "delivered": (st.get("messages") or {}).get("delivered"),
                          "published": (st.get("messages") or {}).get("published"),
@@ -105,12 +123,12 @@ doc = {"date_utc": datetime.datetime.utcnow().strftime("%Y-%m-%dT%H:%M:%SZ"), "n
 json.dump(doc, open(out, "w"), indent=1)
 print(f"\n# heartbeat skipping, {n:,} SSE subscribers, --sse-heartbeat {hb} ({doc['date_utc']})")
 print(f"bench: {next((r['command'] for r in rows if r['command']), '?')}")
-print("| scenario | round | binary | ramp | ramp time | online | errors | heartbeats sent / skipped (/status) | serve sendto() calls | serve published / delivered | load before |")
-print("|---|---|---|---|---|---|---|---|---|---|---|")
+print("| scenario | round | binary | ramp | ramp time | online | errors | heartbeats sent / skipped (/status, end) | heartbeats sent until the last publish | serve sendto() calls | serve published / delivered | load before |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 f = lambda x, fmt="{:,.0f}": "–" if x is None else fmt.format(x)
 for r in rows:
     print(f"| {r['scenario']} | {r['round']} | {r['binary']} | {f(r['rate'])}/s | {f(r['ramp_s'], '{:.1f}')} s | {f(r['online'])} | {f(r['errors'])} "
-          f"| {f(r['hb_sent'])} / {f(r['hb_skipped'])} | {r['sendto_calls']:,} | {f(r['published'])} / {f(r['delivered'])} | {r['load_before']} |")
+          f"| {f(r['hb_sent'])} / {f(r['hb_skipped'])} | {f(r['hb_sent_until_last_publish'])} | {r['sendto_calls']:,} | {f(r['published'])} / {f(r['delivered'])} | {r['load_before']} |")
 for scen in scens:
     for rnd in range(1, rounds + 1):
         b = next(r for r in rows if (r["scenario"], r["round"], r["binary"]) == (scen, rnd, "base"))

@@ -34,8 +34,8 @@ pub struct WorkerStats {
     pub rss_bytes: u64,
     /// Open `/dashboard/events` streams: the master builds snapshots only while some exist.
     pub dashboard_viewers: u64,
-    /// SSE heartbeats written, and skipped because the stream had sent other bytes within the
-    /// interval. `/status` `heartbeats`.
+    /// SSE heartbeats written, and skipped because the stream was sent other bytes within the
+    /// interval (or has bytes queued). `/status` `heartbeats`.
     pub heartbeats_sent: u64,
     pub heartbeats_skipped: u64,
     pub latency: Latencies,

@@ -419,7 +419,7 @@ impl Report {
         metric(
             "heartbeats_skipped_total",
             "counter",
-            "SSE heartbeats not written: the stream had sent other bytes within the interval.",
+            "SSE heartbeats not written: the stream was sent other bytes within the interval.",
             &[("", self.heartbeats_skipped)],
         );
         let u = &self.upgrades;

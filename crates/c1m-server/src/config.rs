@@ -251,9 +251,11 @@ impl Default for Config {
             max_payload: 64 * 1024,
             publish_key: None,
             poll_timeout: Duration::from_secs(30),
-            // On by default: a heartbeat every 30 s keeps the stream under the 60 s idle
-            // timeout common to proxies and load balancers (nginx, ALB) and makes a dead peer's
-            // unacknowledged bytes trip TCP_USER_TIMEOUT; 30 s costs one small write per stream.
+            // On by default: a heartbeat every 30 s feeds the 60 s idle timeout common to
+            // proxies and load balancers (nginx, ALB) and makes a dead peer's unacknowledged
+            // bytes trip TCP_USER_TIMEOUT; 30 s costs one small write per silent stream. A
+            // stream sent other bytes within the interval is skipped, so a stream's gap after
+            // a message reaches 1.5 intervals (45 s; docs/PROTOCOL.md: the bounds).
             sse_heartbeat: Some(Duration::from_secs(30)),
             head_timeout: Duration::from_secs(10),
             max_unsent: 1024 * 1024,

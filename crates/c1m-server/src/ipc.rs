@@ -34,6 +34,10 @@ pub struct WorkerStats {
     pub rss_bytes: u64,
     /// Open `/dashboard/events` streams: the master builds snapshots only while some exist.
     pub dashboard_viewers: u64,
+    /// SSE heartbeats written, and skipped because the stream was sent other bytes within the
+    /// interval (or has bytes queued). `/status` `heartbeats`.
+    pub heartbeats_sent: u64,
+    pub heartbeats_skipped: u64,
     pub latency: Latencies,
 }
 
@@ -487,7 +491,9 @@ impl ToMaster {
                 w.u64(s.subscribes)
                     .u64(s.unsent_bytes)
                     .u64(s.rss_bytes)
-                    .u64(s.dashboard_viewers);
+                    .u64(s.dashboard_viewers)
+                    .u64(s.heartbeats_sent)
+                    .u64(s.heartbeats_skipped);
                 for (_, _, h) in s.latency.fields() {
                     for v in h.to_values() {
                         w.u64(v);
@@ -587,7 +593,7 @@ impl ToMaster {
                 for slot in &mut tls {
                     *slot = r.u64()?;
                 }
-                let mut more = [0u64; 4];
+                let mut more = [0u64; 6];
                 for slot in &mut more {
                     *slot = r.u64()?;
                 }
@@ -615,6 +621,8 @@ impl ToMaster {
                     unsent_bytes: more[1],
                     rss_bytes: more[2],
                     dashboard_viewers: more[3],
+                    heartbeats_sent: more[4],
+                    heartbeats_skipped: more[5],
                     latency,
                 }))
             }
@@ -876,6 +884,8 @@ pub fn examples() -> (Vec<ToMaster>, Vec<ToWorker>) {
             unsent_bytes: 7,
             rss_bytes: 4096,
             dashboard_viewers: 1,
+            heartbeats_sent: 11,
+            heartbeats_skipped: 12,
             latency: {
                 let mut l = Latencies::default();
                 l.publish_to_write.record(120);

@@ -34,6 +34,7 @@ mod serve_cors_admin;
 mod serve_dashboard;
 mod serve_edge;
 mod serve_fixed_cost;
+mod serve_heartbeat_skip;
 mod serve_heartbeat_sweep;
 mod serve_http_framing;
 mod serve_io_uring;

@@ -51,6 +51,8 @@ pub struct Report {
     pub(super) latency: Latencies,
     pub(super) gauges: Vec<WorkerGauges>,
     pub(super) subscribes: u64,
+    heartbeats_sent: u64,
+    heartbeats_skipped: u64,
     upgrades: super::upgrade::Counters,
     /// `--io` as asked, and each worker's send path (index, report).
     io_mode: crate::config::IoMode,
@@ -85,6 +87,8 @@ impl Report {
             latency: Latencies::default(),
             gauges: Vec::new(),
             subscribes: 0,
+            heartbeats_sent: 0,
+            heartbeats_skipped: 0,
             io_mode: m.cfg.io,
             io: m.slots.iter().map(|s| s.io.clone()).enumerate().collect(),
         };
@@ -106,6 +110,8 @@ impl Report {
             r.latency.add(&s.latency);
             r.latency.add(&slot.retired.latency);
             r.subscribes += s.subscribes + slot.retired.subscribes;
+            r.heartbeats_sent += s.heartbeats_sent + slot.retired.heartbeats_sent;
+            r.heartbeats_skipped += s.heartbeats_skipped + slot.retired.heartbeats_skipped;
             r.sse += s.conns_sse;
             r.ws += s.conns_ws;
             r.longpoll += s.conns_longpoll;
@@ -224,6 +230,7 @@ impl Report {
                 "resubscribes": self.broker.resubscribes,
             },
             "subscribes": self.subscribes,
+            "heartbeats": {"sent": self.heartbeats_sent, "skipped": self.heartbeats_skipped},
             "version": crate::build_info().0,
             "commit": crate::build_info().1,
             "upgrades": {
@@ -403,6 +410,18 @@ impl Report {
             "Subscriptions taken (one per channel a connection joins).",
             &[("", self.subscribes)],
         );
+        metric(
+            "heartbeats_sent_total",
+            "counter",
+            "SSE heartbeat comments written.",
+            &[("", self.heartbeats_sent)],
+        );
+        metric(
+            "heartbeats_skipped_total",
+            "counter",
+            "SSE heartbeats not written: the stream was sent other bytes within the interval.",
+            &[("", self.heartbeats_skipped)],
+        );
         let u = &self.upgrades;
         metric(
             "upgrades_attempted_total",
@@ -550,6 +569,8 @@ pub fn retire(retired: &mut WorkerStats, last: &WorkerStats) {
     retired.refused.add(&last.refused);
     retired.tls.add(&last.tls);
     retired.subscribes += last.subscribes;
+    retired.heartbeats_sent += last.heartbeats_sent;
+    retired.heartbeats_skipped += last.heartbeats_skipped;
     retired.latency.add(&last.latency);
 }
 

@@ -173,11 +173,19 @@ pub const WS_MAY_PUBLISH: u8 = 64;
 /// must not count it a second time.
 pub const COUNTED_SLOW: u8 = 128;
 
-/// `Conn::edge` bits (auth, CORS and the admin listener; `flags` has no bit left).
+/// `Conn::edge` bits (auth, CORS, the admin listener, heartbeat skipping; `flags` has no bit
+/// left).
 /// The connection came in on `--admin-listen`.
 pub const ADMIN: u8 = 1;
 /// The stream's `deadline` is its token's expiry (it ends with `event: expired` / close 4001).
 pub const EXPIRES: u8 = 2;
+/// Bytes were handed to this connection since the heartbeat sweep's last visit: set by every
+/// send ([`Conn::send_shared`], [`Conn::send_owned`], [`Conn::batch_sent`]), taken by the
+/// sweep ([`Conn::take_wrote`]), which then skips the heartbeat: the stream is not idle.
+pub const WROTE: u8 = 4;
+/// The heartbeat sweep's previous visit (half an interval ago) found the stream sent nothing:
+/// the next visit that finds it silent too writes the heartbeat (streams.rs).
+pub const QUIET: u8 = 8;
 
 /// Outcome of a send.
 #[derive(Debug, PartialEq, Eq)]
@@ -432,6 +440,7 @@ impl Conn {
     /// is a slow reader and gets nothing more, while one that is keeping up can always take
     /// the next message or replay chunk whole, however large (each is bounded on its own).
     pub fn send_shared(&mut self, data: &Rc<[u8]>, max_unsent: usize) -> Sent {
+        self.edge |= WROTE;
         if let Some(q) = self.side.as_mut().and_then(|s| s.out.as_mut()) {
             if q.bytes > max_unsent {
                 return Sent::Overflow;
@@ -463,6 +472,7 @@ impl Conn {
     /// The outcome of a batched (io_uring) send of `data`: `result` is the kernel's (bytes
     /// taken, or -errno). What the socket did not take is queued exactly as `send_shared` would.
     pub fn batch_sent(&mut self, data: &Rc<[u8]>, result: i32) -> Sent {
+        self.edge |= WROTE;
         let taken = match result {
             n if n >= 0 => (n as usize).min(data.len()),
             n if n == -libc::EAGAIN || n == -libc::EINTR => 0,
@@ -478,6 +488,7 @@ impl Conn {
 
     /// Sends bytes owned by this connection alone (responses, replays).
     pub fn send_owned(&mut self, data: Vec<u8>, max_unsent: usize) -> Sent {
+        self.edge |= WROTE;
         if !self.has_out() {
             match write_some(&mut self.stream, &data) {
                 Ok(n) if n == data.len() && !tls_session::owes_bytes(&self.stream) => {
@@ -488,6 +499,14 @@ impl Conn {
             }
         }
         self.send_shared(&Rc::from(data), max_unsent)
+    }
+
+    /// Whether anything was sent since the last call (the heartbeat sweep's question), and
+    /// starts over.
+    pub fn take_wrote(&mut self) -> bool {
+        let wrote = self.edge & WROTE != 0;
+        self.edge &= !WROTE;
+        wrote
     }
 
     /// Writes queued bytes; frees the queue once empty. Ok(true) when nothing is left.
@@ -632,6 +651,21 @@ mod tests {
         c.add_sub(7, 2);
         assert_eq!(c.take_subs().collect::<Vec<_>>(), vec![(7, 2)]);
         assert_eq!(c.take_subs().count(), 0);
+    }
+
+    #[test]
+    fn every_send_marks_the_stream_written_until_the_sweep_takes_it() {
+        let (mut c, _peer) = conn();
+        assert!(!c.take_wrote(), "a new connection has sent nothing");
+        assert_eq!(c.send_owned(b"head".to_vec(), 1 << 20), Sent::Done);
+        assert!(c.take_wrote());
+        assert!(!c.take_wrote(), "taken: clear until the next send");
+        let data: Rc<[u8]> = Rc::from(&b"message"[..]);
+        assert_eq!(c.send_shared(&data, 1 << 20), Sent::Done);
+        assert!(c.take_wrote());
+        assert_eq!(c.batch_sent(&data, data.len() as i32), Sent::Done);
+        assert!(c.take_wrote());
+        assert_eq!(c.edge, 0, "no other edge bit touched");
     }
 
     #[test]

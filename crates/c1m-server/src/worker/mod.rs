@@ -97,6 +97,10 @@ struct Counters {
     client_ignored: u64,
     refused: Refused,
     subscribes: u64,
+    /// SSE heartbeats written, and skipped because the stream was sent other bytes within the
+    /// interval (streams.rs `send_heartbeats`).
+    heartbeats_sent: u64,
+    heartbeats_skipped: u64,
     latency: crate::histogram::Latencies,
 }
 
@@ -409,8 +413,11 @@ impl Worker {
             // Heartbeats and pings go out a slice per turn, spread over their period (sweep.rs);
             // a reload may turn them on, off, or shorten them. Unanswered pings are judged
             // before new ones are sent, so a new ping never hides an unanswered one.
-            let beats = heartbeats.due(self.cfg.sse_heartbeat, now, || self.slots_end());
-            self.send_heartbeats(beats);
+            // The heartbeat pass runs every half interval: a stream gets a heartbeat at the
+            // second visit in a row that finds it sent nothing (streams.rs `send_heartbeats`).
+            let half = self.cfg.sse_heartbeat.map(|i| i / 2);
+            let (beats, pass) = heartbeats.due_in_pass(half, now, || self.slots_end());
+            self.send_heartbeats(beats, pass);
             while let Some(slots) = pings.judgement_due(self.cfg.ws_pong_timeout, now) {
                 self.ws_close_unanswered(slots);
             }
@@ -968,6 +975,8 @@ impl Worker {
         s.refused = self.counters.refused;
         s.tls = tls_session::stats();
         s.subscribes = self.counters.subscribes;
+        s.heartbeats_sent = self.counters.heartbeats_sent;
+        s.heartbeats_skipped = self.counters.heartbeats_skipped;
         s.latency = self.counters.latency;
         s.latency.tls_handshake = tls_session::handshake_histogram();
         s.rss_bytes = c1m_sys::mem::own_rss_bytes().unwrap_or(0);

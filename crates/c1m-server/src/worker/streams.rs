@@ -2,7 +2,7 @@
 //! needed), fan-out of published messages to live subscribers, long-poll answers and heartbeats
 //! (shutdown goodbyes live in `shutdown`).
 
-use super::conn::{Kind, Sent, WS_ENVELOPE};
+use super::conn::{Kind, Sent, QUIET, WS_ENVELOPE};
 use super::message::{Message, POLL_HEADERS};
 use super::requests::Transport;
 use super::Joined;
@@ -533,8 +533,18 @@ impl Worker {
         self.resume_input(idx);
     }
 
-    /// A heartbeat to each idle SSE stream in `slots` (a slice of a pass, see sweep.rs).
-    pub(super) fn send_heartbeats(&mut self, slots: Range<usize>) {
+    /// A heartbeat to each idle SSE stream in `slots` (a slice of pass `pass` over the
+    /// connections, see sweep.rs; a pass every half interval). Any bytes sent to a stream (its
+    /// response head, a message, a replay, a gap: [`super::conn::WROTE`]) feed proxies' idle
+    /// timers and the client's dead-connection check as well as a heartbeat would, and at 1M
+    /// streams each heartbeat is a write and a client-side wake-up; so a stream gets one only
+    /// at the second visit in a row that finds it sent nothing since the visit before
+    /// ([`super::conn::QUIET`]): one interval of silence, and a silent stream one per interval.
+    /// Visits half an interval apart (not one visit an interval that skips a stream written to
+    /// since the last) keep a silent stream's gap after its last byte at most 1.5 intervals
+    /// while the visits are evenly spaced and 2 when the worker's slot count moves them
+    /// (docs/PROTOCOL.md), instead of 2 and 3.
+    pub(super) fn send_heartbeats(&mut self, slots: Range<usize>, pass: u64) {
         if slots.is_empty() {
             return;
         }
@@ -545,12 +555,29 @@ impl Worker {
             let Some(conn) = self.conns.get_mut(idx) else {
                 continue;
             };
-            if conn.kind == Kind::Sse
-                && !conn.has_out()
-                && conn.send_shared(&beat, max) != Sent::Done
-            {
-                failed.push(idx);
+            if conn.kind != Kind::Sse {
+                continue;
             }
+            // Owed bytes: not idle either (and a heartbeat would only queue behind them).
+            if conn.take_wrote() || conn.has_out() {
+                conn.edge &= !QUIET;
+                // Counted in every other pass: one skipped heartbeat per interval a busy
+                // stream is visited through, as many as a silent one is sent.
+                self.counters.heartbeats_skipped += pass % 2;
+                continue;
+            }
+            if conn.edge & QUIET == 0 {
+                conn.edge |= QUIET;
+                continue;
+            }
+            conn.edge &= !QUIET;
+            if conn.send_shared(&beat, max) != Sent::Done {
+                failed.push(idx);
+                continue;
+            }
+            // The heartbeat itself is not other traffic.
+            conn.take_wrote();
+            self.counters.heartbeats_sent += 1;
         }
         for idx in failed {
             self.close(idx);

@@ -92,19 +92,18 @@ impl Periodic {
         slots
     }
 
-    /// The slots to visit now (often empty). `slots()` is one past the highest occupied slot,
-    /// asked only when a pass starts.
-    pub fn due(
+    /// The slots to visit now (often empty) and which pass (numbered from 1) they belong to.
+    /// `slots()` is one past the highest occupied slot, asked only when a pass starts.
+    pub fn due_in_pass(
         &mut self,
         every: Option<Duration>,
         now: Instant,
         slots: impl FnOnce() -> usize,
-    ) -> Range<usize> {
-        self.due_below(every, now, slots, |_| usize::MAX).0
+    ) -> (Range<usize>, u64) {
+        self.due_below(every, now, slots, |_| usize::MAX)
     }
 
-    /// As [`Periodic::due`], never at or past `limit(pass)`; also says which pass (numbered
-    /// from 1) the slots belong to.
+    /// As [`Periodic::due_in_pass`], never at or past `limit(pass)`.
     fn due_below(
         &mut self,
         every: Option<Duration>,
@@ -186,6 +185,17 @@ impl PingRounds {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl Periodic {
+        fn due(
+            &mut self,
+            every: Option<Duration>,
+            now: Instant,
+            end: impl FnOnce() -> usize,
+        ) -> Range<usize> {
+            self.due_in_pass(every, now, end).0
+        }
+    }
 
     const SEC: Duration = Duration::from_secs(1);
 

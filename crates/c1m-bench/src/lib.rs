@@ -131,6 +131,11 @@ pub struct BenchOptions {
     /// queues SYNs in the kernel (measured: same rate, p50 connect 1.6 ms at 16, 230 ms at 2000).
     #[arg(long, default_value_t = 256)]
     pub max_inflight: usize,
+    /// Lower the CPU priority of the connection-holding worker processes by N nice steps
+    /// (0-19), so the coordinator (publisher, publish-ack timing) is not starved by its own
+    /// load on a saturated box; pair with `c1m serve --worker-nice` at the same N.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(i32).range(0..=19))]
+    pub load_nice: i32,
     /// Reconnect closed or failed connections with exponential backoff and jitter.
     #[arg(long)]
     pub reconnect: bool,

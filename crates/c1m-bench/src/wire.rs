@@ -54,6 +54,9 @@ pub struct WorkerConfig {
     pub storm: bool,
     /// The worker exits by itself this long after start even if never told to stop.
     pub max_runtime_ms: u64,
+    /// Nice steps the worker adds to its own CPU priority at start (`--load-nice`).
+    #[serde(default)]
+    pub nice: i32,
 }
 
 impl WorkerConfig {

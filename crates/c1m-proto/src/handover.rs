@@ -47,6 +47,10 @@ pub enum Control {
         listen: String,
         tcp_listen: Option<String>,
         admin_listen: Option<String>,
+        /// The last of the `workers` is the control worker (it alone serves the admin
+        /// listener). Sent as one trailing byte only when true, so a binary from before the
+        /// control worker still reads every hello that does not have one.
+        control_worker: bool,
     },
     /// New → old: format understood; this binary's pid and version.
     Accept { pid: u32, version: String },
@@ -283,12 +287,16 @@ impl Control {
                 listen,
                 tcp_listen,
                 admin_listen,
+                control_worker,
             } => {
                 let mut w = Writer::tag(1);
                 w.u32(*format).u32(*old_pid).u32(*workers);
                 w.bytes(listen.as_bytes())
                     .opt_bytes(tcp_listen.as_deref().map(str::as_bytes))
                     .opt_bytes(admin_listen.as_deref().map(str::as_bytes));
+                if *control_worker {
+                    w.u8(1);
+                }
                 w.0
             }
             Control::Accept { pid, version } => {
@@ -347,6 +355,7 @@ impl Control {
                     listen: r.string("listen")?,
                     tcp_listen: r.opt_string("tcp listen")?,
                     admin_listen: r.opt_string("admin listen")?,
+                    control_worker: !r.0.is_empty() && r.bool("control worker")?,
                 }
             }
             2 => Control::Accept {
@@ -579,6 +588,16 @@ mod tests {
                 listen: "127.0.0.1:80".into(),
                 tcp_listen: Some("127.0.0.1:81".into()),
                 admin_listen: None,
+                control_worker: false,
+            },
+            Control::Hello {
+                format: FORMAT_VERSION,
+                old_pid: 42,
+                workers: 4,
+                listen: "127.0.0.1:80".into(),
+                tcp_listen: None,
+                admin_listen: Some("127.0.0.1:82".into()),
+                control_worker: true,
             },
             Control::Accept {
                 pid: 7,
@@ -726,8 +745,17 @@ mod tests {
         let mut all: Vec<Vec<u8>> = controls().iter().map(Control::encode).collect();
         all.extend(pairs().iter().map(Pair::encode));
         for msg in &all {
+            // A hello without its trailing control-worker byte is an older binary's hello.
+            let optional_tail = matches!(
+                Control::decode(msg),
+                Ok(Control::Hello {
+                    control_worker: true,
+                    ..
+                })
+            );
             for cut in 0..msg.len() {
-                assert!(Control::decode(&msg[..cut]).is_err() || cut == 1);
+                let older_hello = optional_tail && cut == msg.len() - 1;
+                assert!(Control::decode(&msg[..cut]).is_err() || cut == 1 || older_hello);
                 let _ = Pair::decode(&msg[..cut]);
             }
         }

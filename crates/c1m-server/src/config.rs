@@ -88,6 +88,9 @@ pub struct Config {
     pub grace: Duration,
     /// listen() backlog (the kernel caps it at net.core.somaxconn).
     pub backlog: i32,
+    /// Nice steps the subscriber workers add to their own CPU priority, so the master and the
+    /// control worker go first on a saturated box.
+    pub worker_nice: i32,
     /// WebSocket Origin allow-list (comma-separated); none = any Origin.
     pub ws_origins: Option<String>,
     /// Largest WebSocket message a client may send (larger: close 1009).
@@ -261,6 +264,7 @@ impl Default for Config {
             max_unsent: 1024 * 1024,
             grace: Duration::from_secs(5),
             backlog: 65535,
+            worker_nice: 0,
             ws_origins: None,
             ws_max_message: 64 * 1024,
             // Same 30 s as the SSE heartbeat (proxies' idle timeouts); a pong has 10 s, far
@@ -379,6 +383,11 @@ pub struct ServeArgs {
     /// listen() backlog [default: 65535, capped by net.core.somaxconn].
     #[arg(long, env = "C1M_BACKLOG")]
     pub backlog: Option<i32>,
+    /// Lower the subscriber workers' CPU priority by N nice steps (0-19), so that on a
+    /// saturated box the master and the control worker (--admin-listen: publish acks, /status)
+    /// run before fan-out work [default: 0].
+    #[arg(long, env = "C1M_WORKER_NICE", value_parser = clap::value_parser!(i32).range(0..=19))]
+    pub worker_nice: Option<i32>,
     /// WebSocket Origins allowed, comma-separated (others get 403); the same list as
     /// --cors-origins, which sets it too [default: any].
     #[arg(long, env = "C1M_WS_ORIGINS")]
@@ -562,6 +571,7 @@ impl ServeArgs {
             max_unsent,
             grace,
             backlog,
+            worker_nice,
             ws_origins,
             ws_max_message,
             ws_ping_interval,
@@ -653,6 +663,11 @@ impl Config {
         }
         if self.max_conns == 0 {
             problem!("--max-conns must be at least 1");
+        }
+        if !(0..=19).contains(&self.worker_nice) {
+            problem!(
+                "--worker-nice must be from 0 to 19 (nice steps the workers add to their own)"
+            );
         }
         if !self.uring_entries.is_power_of_two() || self.uring_entries > 32768 {
             problem!("--uring-entries must be a power of two from 1 to 32768 (the kernel's limit)");

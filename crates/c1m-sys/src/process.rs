@@ -29,3 +29,45 @@ pub fn available_cpus() -> usize {
         .map(|n| n.get())
         .unwrap_or(1)
 }
+
+/// Lowers the calling thread's CPU priority by `by` nice steps (capped at 19) and returns the
+/// nice value it now has. Threads it starts later inherit it. Raising a nice value needs no
+/// privilege; nothing here ever lowers one.
+pub fn lower_priority(by: i32) -> io::Result<i32> {
+    let current = nice_value()?;
+    let wanted = (current + by.max(0)).min(19);
+    // SAFETY: setpriority takes plain integers and touches no memory; who = 0 is this thread.
+    cvt(unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, wanted) })?;
+    nice_value()
+}
+
+/// The calling thread's nice value.
+pub fn nice_value() -> io::Result<i32> {
+    // getpriority may legitimately return -1, so errno is cleared first and read after.
+    // SAFETY: __errno_location returns this thread's errno slot, valid for the thread's life.
+    unsafe { *libc::__errno_location() = 0 };
+    // SAFETY: getpriority takes plain integers and touches no memory.
+    let value = unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
+    let err = io::Error::last_os_error();
+    if value == -1 && err.raw_os_error() != Some(0) {
+        return Err(err);
+    }
+    Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn lowering_priority_raises_the_nice_value_and_caps_it() {
+        // In a thread of its own: nice values are per thread, the test harness's stay as they are.
+        std::thread::spawn(|| {
+            let before = super::nice_value().unwrap();
+            let after = super::lower_priority(3).unwrap();
+            assert_eq!(after, (before + 3).min(19));
+            assert_eq!(super::lower_priority(100).unwrap(), 19);
+            assert_eq!(super::lower_priority(-5).unwrap(), 19, "never raised back");
+        })
+        .join()
+        .unwrap();
+    }
+}

@@ -5,7 +5,7 @@ use crate::auth;
 use crate::common;
 
 use auth::{curl_answer, curl_status};
-use common::Server;
+use common::{Server, Sse};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
@@ -297,4 +297,87 @@ fn admin_publish_moves_pub_to_the_admin_listener() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--admin-listen"));
+}
+
+#[test]
+fn one_control_worker_alone_serves_the_admin_listener() {
+    // Two subscriber workers and the control worker: the admin listener is one socket, held by
+    // the control worker, and no subscriber lands there, so a publish or /status never waits
+    // behind a fan-out (issue 16).
+    let (server, admin) = start_with_admin(&["--workers", "2", "--admin-publish"]);
+    assert_eq!(
+        common::listening_sockets(admin.port()),
+        1,
+        "admin listening sockets"
+    );
+    assert_eq!(
+        common::listening_sockets(server.http.port()),
+        2,
+        "public listening sockets"
+    );
+    let subscribers: Vec<Sse> = (0..20)
+        .map(|_| Sse::connect(server.http, "/sub/ctl", ""))
+        .collect();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let status = loop {
+        let answer = curl_answer(&[&format!("http://{admin}/status")]);
+        let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+        let s: serde_json::Value = serde_json::from_str(body).unwrap();
+        let on_subscriber_workers: u64 = s["workers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|w| w["role"] == "subscribers")
+            .map(|w| w["connections"].as_u64().unwrap())
+            .sum();
+        if on_subscriber_workers == 20 {
+            break s;
+        }
+        assert!(std::time::Instant::now() < deadline, "{s}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let workers = status["workers"].as_array().unwrap();
+    assert_eq!(workers.len(), 3, "{status}");
+    let control: Vec<_> = workers.iter().filter(|w| w["role"] == "control").collect();
+    assert_eq!(control.len(), 1, "{status}");
+    assert_eq!(control[0]["index"], 2, "{status}");
+    // Published on the admin listener (served by the control worker), delivered by the others.
+    assert_eq!(
+        curl_status(&["-d", "hello", &format!("http://{admin}/pub/ctl")]),
+        200
+    );
+    for mut sse in subscribers {
+        assert_eq!(sse.next().data, "hello");
+    }
+}
+
+/// The nice value of a process (/proc/PID/stat field 19).
+fn nice_of(pid: u64) -> i64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command name (which may hold spaces) start after the last ')'.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    rest.split_whitespace().nth(16).unwrap().parse().unwrap()
+}
+
+#[test]
+fn worker_nice_lowers_the_subscriber_workers_only() {
+    let (server, admin) = start_with_admin(&["--workers", "2", "--worker-nice", "4"]);
+    let answer = curl_answer(&[&format!("http://{admin}/status")]);
+    let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    let status: serde_json::Value = serde_json::from_str(body).unwrap();
+    let master = nice_of(u64::from(server.child.id()));
+    for w in status["workers"].as_array().unwrap() {
+        let want = if w["role"] == "control" {
+            master
+        } else {
+            (master + 4).min(19)
+        };
+        assert_eq!(nice_of(w["pid"].as_u64().unwrap()), want, "{w}");
+    }
+    // Out of range is refused at start (exit 2), by the flag's parser.
+    let out = common::c1m()
+        .args(["serve", "--listen", "127.0.0.1:0", "--worker-nice", "20"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
 }

@@ -506,3 +506,90 @@ fn half_read_requests_and_frames_finish_in_the_new_binary() {
     }
     assert_eq!(seen, ["abcde", "hello ws"]);
 }
+
+/// GET `path` on `addr` with a fresh connection; the JSON body, or None when not answered.
+fn json_at(addr: std::net::SocketAddr, path: &str) -> Option<serde_json::Value> {
+    TcpStream::connect(addr).ok()?; // raw_exchange panics when nothing listens
+    let answer = common::raw_exchange(
+        addr,
+        format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+    );
+    serde_json::from_str(answer.split_once("\r\n\r\n")?.1).ok()
+}
+
+fn control_pid(status: &serde_json::Value) -> Option<u64> {
+    status["workers"]
+        .as_array()?
+        .iter()
+        .find(|w| w["role"] == "control")?["pid"]
+        .as_u64()
+}
+
+#[test]
+fn the_control_worker_hands_the_admin_listener_to_its_successor() {
+    let scratch = Scratch::new("admin");
+    let mut cmd = Command::new(scratch.exe());
+    cmd.args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--admin-listen",
+        "127.0.0.1:0",
+        "--admin-publish",
+        "--workers",
+        "2",
+        "--upgrade-timeout",
+        "15s",
+    ])
+    .stdout(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut banner = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut banner)
+        .unwrap();
+    let (http, _) = common::parse_banner(&banner).expect("banner");
+    let admin: std::net::SocketAddr = banner
+        .rsplit_once("; admin http ")
+        .and_then(|(_, a)| a.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no admin address in {banner:?}"));
+    let mut server = Server {
+        child,
+        http,
+        tcp: None,
+    };
+    let old_pid = server.child.id();
+    wait_until("the control worker", Duration::from_secs(10), || {
+        json_at(admin, "/status").is_some_and(|s| control_pid(&s).is_some_and(|p| p != 0))
+    });
+    let old_control = control_pid(&json_at(admin, "/status").unwrap()).unwrap();
+    let mut sse = Sse::connect(http, "/sub/up", "");
+    scratch.install_patched();
+    server.signal(libc::SIGUSR2);
+    assert!(server.wait_exit(Duration::from_secs(20)).success());
+    let new_pid = std::cell::Cell::new(0);
+    wait_until(
+        "the new master's control worker",
+        Duration::from_secs(10),
+        || {
+            json_at(admin, "/status").is_some_and(|s| {
+                new_pid.set(s["pid"].as_u64().unwrap_or(0));
+                new_pid.get() != u64::from(old_pid)
+                    && control_pid(&s).is_some_and(|p| p != old_control)
+            })
+        },
+    );
+    let _new = KillOnDrop(new_pid.get() as u32);
+    // One admin listening socket still (handed over, not bound twice), and the old control
+    // worker is gone with its generation.
+    wait_until("one admin listener", Duration::from_secs(10), || {
+        common::listening_sockets(admin.port()) == 1
+    });
+    let status = json_at(admin, "/status").unwrap();
+    assert_eq!(status["workers"].as_array().unwrap().len(), 3, "{status}");
+    let publish = common::raw_exchange(
+        admin,
+        b"POST /pub/up HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nConnection: close\r\n\r\nafter",
+    );
+    assert_eq!(common::status_code(&publish), 200, "{publish}");
+    assert_eq!(sse.next().data, "after");
+}

@@ -191,6 +191,7 @@ pub(super) fn plan_run(
             churn_rate: args.churn_rate * n as f64 / args.conns as f64,
             storm: args.scenario == Some(crate::scenario::Scenario::ReconnectStorm),
             max_runtime_ms: (duration + Duration::from_secs(30)).as_millis() as u64,
+            nice: args.load_nice,
         })
         .collect();
     let command = std::env::args().collect::<Vec<_>>().join(" ");

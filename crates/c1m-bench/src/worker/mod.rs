@@ -147,6 +147,9 @@ pub fn run_from_env() -> anyhow::Result<u8> {
         .context("tie worker to coordinator")?;
     c1m_sys::bench_sys::ignore_sigint().context("ignore SIGINT")?;
     c1m_sys::rlimit::raise_nofile_to_hard().context("raise RLIMIT_NOFILE")?;
+    if cfg.nice > 0 {
+        c1m_sys::process::lower_priority(cfg.nice).context("lowering priority (--load-nice)")?;
+    }
     let mut w = Worker::new(cfg)?;
     w.run()?;
     Ok(0)

@@ -135,11 +135,21 @@ pub struct Master {
     upgrades: upgrade::Counters,
     /// A hand-over in progress (old master): publishing is paused.
     handover: Option<upgrade::Progress>,
-    /// New master, until committed: (old master's pid, deadline) for the workers it starts.
-    handover_from: Option<(u32, Instant)>,
+    /// New master, until committed: the old master and what its workers hand over.
+    handover_from: Option<HandoverFrom>,
     /// The port reservations (socket, claim descriptors), passed on to a new master.
     reserved_fds: Vec<std::os::fd::RawFd>,
     reserved_env: Option<String>,
+}
+
+/// A new master's predecessor during a live upgrade.
+#[derive(Debug, Clone, Copy)]
+pub struct HandoverFrom {
+    pub old_pid: u32,
+    pub deadline: Instant,
+    /// The old master's worker slots: slot i takes over from old slot i when i is below this
+    /// (a control worker the old generation did not have starts fresh).
+    pub old_slots: usize,
 }
 
 impl Master {
@@ -198,9 +208,23 @@ impl Master {
         Ok(master)
     }
 
+    /// The slot of the control worker: with `--admin-listen`, one worker more than the plan
+    /// serves the admin listener and nothing else, so publish acks and /status never wait for
+    /// CPU behind a fan-out (on a box where every subscriber worker is busy delivering, a
+    /// request to one of them waits its turn among all of them: 110 ms mean at 150K over 53
+    /// workers, BENCHMARKS.md "control worker").
+    pub fn control_slot(&self) -> Option<usize> {
+        self.cfg.admin_listen.map(|_| self.plan.workers)
+    }
+
+    /// Subscriber workers, and the control worker when there is one.
+    fn slot_count(&self) -> usize {
+        self.plan.workers + usize::from(self.control_slot().is_some())
+    }
+
     fn spawn_all(&mut self) -> anyhow::Result<()> {
         let master = self;
-        for i in 0..master.plan.workers {
+        for i in 0..master.slot_count() {
             master.slots.push(Slot {
                 child: None,
                 link: None,
@@ -247,10 +271,13 @@ impl Master {
             &mut command,
             std::env::args_os().next().unwrap_or_else(|| "c1m".into()),
         );
-        if let Some((old_master, deadline)) = self.handover_from {
-            let left = deadline.saturating_duration_since(Instant::now());
+        if self.control_slot() == Some(i) {
+            command.env(worker::ENV_ROLE, worker::ROLE_CONTROL);
+        }
+        if let Some(from) = self.handover_from.filter(|f| i < f.old_slots) {
+            let left = from.deadline.saturating_duration_since(Instant::now());
             command
-                .env(worker::ENV_HANDOVER, worker::handover_name(old_master, i))
+                .env(worker::ENV_HANDOVER, worker::handover_name(from.old_pid, i))
                 .env(
                     worker::ENV_HANDOVER_TIMEOUT,
                     left.as_millis().max(1).to_string(),
@@ -304,7 +331,7 @@ impl Master {
     /// per-IP limit is on.
     fn ip_table(&mut self) -> anyhow::Result<Option<&crate::ip_table::IpTable>> {
         if self.ip_table.is_none() && self.cfg.per_ip_limits() {
-            let table = crate::ip_table::IpTable::create(self.plan.workers)?;
+            let table = crate::ip_table::IpTable::create(self.slot_count())?;
             c1m_sys::fd::set_inheritable(table.fd()).context("passing the per-IP table on")?;
             self.ip_table = Some(table);
         }

@@ -17,6 +17,8 @@ const RESTART_KEYS: &[&str] = &[
     "workers",
     "max_conns",
     "backlog",
+    // Workers set their priority once, at start.
+    "worker_nice",
     // Workers read the per-IP limits once at start (the shared table is sized then).
     "max_conns_per_ip",
     "max_new_conns_per_ip_per_sec",

@@ -30,6 +30,8 @@ pub struct Report {
     pid: u32,
     uptime_s: u64,
     workers: Vec<(usize, u32, u64, u64, bool)>, // index, pid, connections, restarts, answering
+    /// The worker that alone serves the admin listener (`--admin-listen`).
+    control_worker: Option<usize>,
     sse: u64,
     ws: u64,
     longpoll: u64,
@@ -65,6 +67,7 @@ impl Report {
             pid: std::process::id(),
             uptime_s: m.started.elapsed().as_secs(),
             workers: Vec::new(),
+            control_worker: m.control_slot(),
             sse: 0,
             ws: 0,
             longpoll: 0,
@@ -199,6 +202,7 @@ impl Report {
             "workers": self.workers.iter().map(|(index, pid, connections, restarts, answering)| json!({
                 "index": index, "pid": pid, "connections": connections, "restarts": restarts,
                 "answering": answering,
+                "role": if self.control_worker == Some(*index) { "control" } else { "subscribers" },
             })).collect::<Vec<_>>(),
             "connections": {
                 "total": self.total(), "sse": self.sse, "websocket": self.ws,

@@ -177,6 +177,7 @@ impl Master {
             listen: self.cfg.listen.to_string(),
             tcp_listen: self.cfg.tcp_listen.map(|a| a.to_string()),
             admin_listen: self.cfg.admin_listen.map(|a| a.to_string()),
+            control_worker: self.control_slot().is_some(),
         };
         write_msg(ctl, &hello)?;
         match Control::decode(&read_msg(ctl)?)? {
@@ -368,19 +369,26 @@ pub fn take_over(args: ServeArgs, mut cfg: Config, fd: i32) -> anyhow::Result<u8
     let deadline = Instant::now() + cfg.upgrade_timeout;
     bound(&ctl, deadline)?;
     let hello = read_msg(&mut ctl)?;
-    let (old_pid, workers) = match Control::decode(&hello) {
+    let (old_pid, old_slots, workers) = match Control::decode(&hello) {
         Ok(Control::Hello {
             old_pid,
             workers,
             listen,
             tcp_listen,
             admin_listen,
+            control_worker,
             ..
         }) => {
             cfg.listen = listen.parse().context("listen address")?;
             cfg.tcp_listen = tcp_listen.map(|a| a.parse()).transpose()?;
             cfg.admin_listen = admin_listen.map(|a| a.parse()).transpose()?;
-            (old_pid, workers as usize)
+            let slots = workers as usize;
+            // The subscriber workers: all the old slots but its control worker, if it had one.
+            (
+                old_pid,
+                slots,
+                slots - usize::from(control_worker && slots > 0),
+            )
         }
         Ok(other) => bail!("expected hello, got {other:?}"),
         Err(e) => {
@@ -417,7 +425,12 @@ pub fn take_over(args: ServeArgs, mut cfg: Config, fd: i32) -> anyhow::Result<u8
         }
         other => bail!("expected the hub, got {other:?}"),
     };
-    let mut master = match start_workers(cfg, plan, *hub, old_pid, deadline) {
+    let from = super::HandoverFrom {
+        old_pid,
+        deadline,
+        old_slots,
+    };
+    let mut master = match start_workers(cfg, plan, *hub, from) {
         Ok(m) => m,
         Err(e) => {
             let reason = format!("{e:#}");
@@ -455,10 +468,10 @@ fn start_workers(
     cfg: Config,
     plan: Plan,
     hub: HubState,
-    old_pid: u32,
-    deadline: Instant,
+    from: super::HandoverFrom,
 ) -> anyhow::Result<Master> {
     let mut master = Master::build(cfg, plan)?;
+    let slots = master.slot_count();
     let history = (hub.last_id, hub.forgotten_through, hub.channels);
     if !master.broker.import_history(history, Instant::now()) {
         bail!("this master's broker cannot take the hub");
@@ -467,7 +480,7 @@ fn start_workers(
         let ws = workers
             .into_iter()
             .map(|w| w as usize)
-            .filter(|&w| w < plan.workers)
+            .filter(|&w| w < slots)
             .collect();
         master.interest.insert(channel, ws);
     }
@@ -478,7 +491,7 @@ fn start_workers(
         completed: hub.upgrades_completed,
         failed: hub.upgrades_failed,
     };
-    master.handover_from = Some((old_pid, deadline));
+    master.handover_from = Some(from);
     master.spawn_all()?;
     Ok(master)
 }

@@ -69,6 +69,9 @@ pub const ENV_INDEX: &str = "C1M_WORKER_INDEX";
 pub const ENV_CONFIG: &str = "C1M_WORKER_CONFIG";
 pub const ENV_MASTER_PID: &str = "C1M_MASTER_PID";
 pub const ENV_MAX_CONNS: &str = "C1M_WORKER_MAX_CONNS";
+/// Set to [`ROLE_CONTROL`] for the control worker (see `Master::control_slot`).
+pub const ENV_ROLE: &str = "C1M_WORKER_ROLE";
+pub const ROLE_CONTROL: &str = "control";
 
 /// The connection slab is sized for this worker's share of `--max-conns` up front (at most
 /// this many slots, 64 MiB of address space). The allocation is mmapped and untouched, so an
@@ -184,8 +187,14 @@ pub fn run_from_env() -> anyhow::Result<u8> {
     link.set_nonblocking(true)?;
     let link = UnixStream::from_std(link);
     let ip_limits = ip_limits::IpLimits::from_env(&cfg, index)?;
+    let control = std::env::var(ENV_ROLE).is_ok_and(|r| r == ROLE_CONTROL);
+    if !control && cfg.worker_nice > 0 {
+        let nice = c1m_sys::process::lower_priority(cfg.worker_nice)
+            .context("lowering the worker's CPU priority (--worker-nice)")?;
+        tracing::debug!(nice, "subscriber worker priority lowered");
+    }
     let Ok(name) = std::env::var(handover::ENV_HANDOVER) else {
-        let mut worker = Worker::new(cfg, link, max_conns, &mut Vec::new())?;
+        let mut worker = Worker::new(cfg, link, max_conns, control, &mut Vec::new())?;
         worker.ip_limits = ip_limits;
         worker.run()?;
         return Ok(0);
@@ -201,7 +210,7 @@ pub fn run_from_env() -> anyhow::Result<u8> {
         took_ms = started.elapsed().as_millis() as u64,
         "upgrade: connections received; waiting for commit"
     );
-    let mut worker = Worker::new(cfg, link, max_conns, &mut taken.listeners)?;
+    let mut worker = Worker::new(cfg, link, max_conns, control, &mut taken.listeners)?;
     worker.ip_limits = ip_limits;
     worker.restore(std::mem::take(&mut taken.conns))?;
     if !handover::await_commit(&taken.pair, timeout)? {
@@ -233,18 +242,26 @@ fn listen(
 }
 
 impl Worker {
+    /// A subscriber worker listens on the public addresses; the `control` worker (one, with
+    /// `--admin-listen`) on the admin address alone.
     fn new(
         cfg: Config,
         link: UnixStream,
         max_conns: usize,
+        control: bool,
         taken: &mut Vec<(u8, std::os::fd::OwnedFd)>,
     ) -> anyhow::Result<Worker> {
         use c1m_proto::handover::{LISTENER_ADMIN, LISTENER_HTTP, LISTENER_TCP};
         let poll = Poll::new()?;
-        let mut http = listen(&cfg, cfg.listen, taken, LISTENER_HTTP)?;
-        poll.registry()
-            .register(&mut http, HTTP_LISTENER, Interest::READABLE)?;
-        let tcp = match cfg.tcp_listen {
+        let http = if control {
+            None
+        } else {
+            let mut l = listen(&cfg, cfg.listen, taken, LISTENER_HTTP)?;
+            poll.registry()
+                .register(&mut l, HTTP_LISTENER, Interest::READABLE)?;
+            Some(l)
+        };
+        let tcp = match cfg.tcp_listen.filter(|_| !control) {
             Some(addr) => {
                 let mut l = listen(&cfg, addr, taken, LISTENER_TCP)?;
                 poll.registry()
@@ -259,15 +276,20 @@ impl Worker {
             MASTER_LINK,
             Interest::READABLE | Interest::WRITABLE,
         )?;
+        // A subscriber worker keeps an admin listener handed over by a predecessor from before
+        // the control worker (closing it would reset the connections in its queue).
         let admin = match cfg.admin_listen {
-            Some(addr) => {
-                let mut l = listen(&cfg, addr, taken, LISTENER_ADMIN)?;
-                poll.registry()
-                    .register(&mut l, ADMIN_LISTENER, Interest::READABLE)?;
-                Some(l)
-            }
+            Some(addr) if control => Some(listen(&cfg, addr, taken, LISTENER_ADMIN)?),
+            Some(_) => handover::take_listener(taken, LISTENER_ADMIN),
             None => None,
         };
+        let admin = admin
+            .map(|mut l| {
+                poll.registry()
+                    .register(&mut l, ADMIN_LISTENER, Interest::READABLE)
+                    .map(|()| l)
+            })
+            .transpose()?;
         let ws_policy = reload::origin_policy(&cfg);
         let auth = crate::auth::Auth::from_config(&cfg)?;
         if let (Some(cert), Some(key)) = (&cfg.tls_cert, &cfg.tls_key) {
@@ -287,7 +309,7 @@ impl Worker {
             ws_policy,
             cfg,
             poll,
-            http_listener: Some(http),
+            http_listener: http,
             tcp_listener: tcp,
             link,
             conns: Slab::with_capacity(max_conns.min(SLAB_PRESIZE_MAX)),

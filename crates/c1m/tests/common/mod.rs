@@ -301,6 +301,20 @@ pub fn raw_exchange(addr: SocketAddr, request: &[u8]) -> String {
     String::from_utf8_lossy(&out).to_string()
 }
 
+/// Listening sockets on `port` (IPv4, /proc/net/tcp state 0A = LISTEN).
+pub fn listening_sockets(port: u16) -> usize {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    let want = format!(":{port:04X}");
+    table
+        .lines()
+        .skip(1)
+        .filter(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 3 && f[1].ends_with(&want) && f[3] == "0A"
+        })
+        .count()
+}
+
 /// Status line code of a raw HTTP answer.
 pub fn status_code(answer: &str) -> u16 {
     answer

@@ -41,7 +41,11 @@
 #      default: 53 workers of 19,812 here, whose 5 % spread slack held 1M with no refusal on
 #      2026-11-22; 1500000 forced 80 workers, 27 more processes' fixed cost, ~8 B per
 #      connection at 1M: BENCHMARKS.md "Issue 16 (branch fixedmem)"), PORT (18480), C1M,
-#      SERVE_ARGS (more flags for c1m serve, e.g. "--sse-heartbeat 0").
+#      SERVE_ARGS (more flags for c1m serve, e.g. "--sse-heartbeat 0"),
+#      CONTROL (1: serve with --admin-listen PORT+2 --admin-publish, so publishes and /status
+#      go to the control worker, which holds no subscriber; 0: everything on PORT),
+#      NICE (5 with CONTROL=1: serve --worker-nice and bench --load-nice, so the control path
+#      and bench's publisher run first on the saturated box; BENCHMARKS "control worker").
 # Writes bench/out/sse-N.{json,svg,txt} and bench/out/run-N.txt (settings, timings, memory).
 set -euo pipefail
 N=${1:-1000000}
@@ -54,6 +58,16 @@ PUBLISHER=${PUBLISHER:-curl}
 MSGS=${MSGS:-3}
 PORT=${PORT:-18480}
 SERVE_ARGS=${SERVE_ARGS:-}
+CONTROL=${CONTROL:-1}
+NICE=${NICE:-5}
+CTL_ARGS=""
+BENCH_NICE=()
+API=127.0.0.1:$PORT # where /status and /pub are served
+if [ "$CONTROL" = 1 ]; then
+    API=127.0.0.1:$((PORT + 2))
+    CTL_ARGS="--admin-listen $API --admin-publish --worker-nice $NICE"
+    BENCH_NICE=(--load-nice "$NICE")
+fi
 source "$(dirname "$0")/lib.sh" # BENCH_DIR, ROOT, OUT, c1m_binary
 HERE=$BENCH_DIR
 TMP=$(mktemp -d)
@@ -180,8 +194,8 @@ fi
 
 log ""
 log "## run"
-# shellcheck disable=SC2086 # SERVE_ARGS is a list of flags
-"$C1M" serve --listen "127.0.0.1:$PORT" --max-conns "$MAX_CONNS" $SERVE_ARGS >"$TMP/serve.log" 2>&1 &
+# shellcheck disable=SC2086 # SERVE_ARGS and CTL_ARGS are lists of flags
+"$C1M" serve --listen "127.0.0.1:$PORT" --max-conns "$MAX_CONNS" $CTL_ARGS $SERVE_ARGS >"$TMP/serve.log" 2>&1 &
 SPID=$!
 for _ in $(seq 1 300); do
     if (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; then break; fi
@@ -197,7 +211,7 @@ pss_sum() {
     done
     echo "$total $n"
 }
-status() { timeout 10 curl -s "http://127.0.0.1:$PORT/status" || echo '{}'; }
+status() { timeout 10 curl -s "http://$API/status" || echo '{}'; }
 jget() { python3 -c "import json,sys
 try: d=json.load(sys.stdin)
 except Exception: d={}
@@ -206,11 +220,12 @@ print(d if d!={} else -1)"; }
 read -r P0 NP0 < <(pss_sum)
 S0=$(status)
 W=$(echo "$S0" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["workers"]))' 2>/dev/null || echo "?")
-log "serve: c1m serve --listen 127.0.0.1:$PORT --max-conns $MAX_CONNS $SERVE_ARGS: $W workers, $NP0 processes; PSS at 0 connections: ours $P0 B, /status $(echo "$S0" | jget memory.pss_bytes) B"
+log "serve: c1m serve --listen 127.0.0.1:$PORT --max-conns $MAX_CONNS $CTL_ARGS $SERVE_ARGS: $W workers, $NP0 processes; PSS at 0 connections: ours $P0 B, /status $(echo "$S0" | jget memory.pss_bytes) B"
 log "meminfo before: $(awk '/MemAvailable|^Slab/ {printf "%s %d MiB; ", $1, $2/1024}' /proc/meminfo)"
 BCMD=("$BENCH_C1M" bench "http://127.0.0.1:$PORT/sub/news" --proto sse --conns "$N" --rate "$RATE" \
-      --channels 1 --hold "$HOLD" --interval 10s --duration "${DURATION:-900s}" --report "$OUT/sse-$N$TAG.json" --plot "$OUT/sse-$N$TAG.svg")
-if [ "$PUBLISHER" = bench ]; then BCMD+=(--publish-every "$EVERY" --drain "$DRAIN"); fi
+      --channels 1 --hold "$HOLD" --interval 10s --duration "${DURATION:-900s}" --report "$OUT/sse-$N$TAG.json" --plot "$OUT/sse-$N$TAG.svg" \
+      "${BENCH_NICE[@]}")
+if [ "$PUBLISHER" = bench ]; then BCMD+=(--publish-every "$EVERY" --drain "$DRAIN" --publish-url "http://$API/pub/{ch}"); fi
 log "bench: ${BCMD[*]}"
 T0=$(date +%s)
 log "serve ramp load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -243,7 +258,7 @@ if [ $reached = 1 ]; then
             t=$(date +%s)
             body="c1mb 0 $m $(date +%s%6N)"
             r=$(timeout 130 curl -s -m 120 -o "$TMP/pub.out" -w '%{http_code} %{time_total}' \
-                --data-binary "$body" "http://127.0.0.1:$PORT/pub/news" || true)
+                --data-binary "$body" "http://$API/pub/news" || true)
             log "publish $m at $(date -u +%H:%M:%S): HTTP/time ${r:-none} answer $(cat "$TMP/pub.out" 2>/dev/null)"
             [ "$m" = "$MSGS" ] || sleep $(( $(secs "$EVERY") - ($(date +%s) - t) > 0 ? $(secs "$EVERY") - ($(date +%s) - t) : 0 ))
         done

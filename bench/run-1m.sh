@@ -135,6 +135,12 @@ log "## settings for the run (restored on exit)"
 raise net.core.somaxconn 16384
 raise net.ipv4.tcp_max_syn_backlog 16384
 raise net.ipv4.tcp_mem "750000 1000000 1500000"
+# Loopback hands every packet to the per-CPU input backlog. Keepalive timers of connections
+# accepted in the same second fire in the same timer-wheel tick: at 1M idle connections
+# (--sse-heartbeat 0) bursts of probes overflowed the default 1000, every probe of ~336K
+# connections was dropped and serve's TCP_USER_TIMEOUT declared them dead (2026-11-26T02:58Z,
+# softnet_stat column 2 +6M, TCPAbortOnTimeout 335,983; BENCHMARKS.md "1M with the control worker").
+raise net.core.netdev_max_backlog 65536
 if [ -e /proc/sys/net/netfilter/nf_conntrack_max ]; then
     log "nf_conntrack_count before: $(cat /proc/sys/net/netfilter/nf_conntrack_count)"
     raise net.netfilter.nf_conntrack_max 1250000

@@ -211,8 +211,8 @@ impl Master {
     /// The slot of the control worker: with `--admin-listen`, one worker more than the plan
     /// serves the admin listener and nothing else, so publish acks and /status never wait for
     /// CPU behind a fan-out (on a box where every subscriber worker is busy delivering, a
-    /// request to one of them waits its turn among all of them: 110 ms mean at 150K over 53
-    /// workers, BENCHMARKS.md "control worker").
+    /// request to one of them waits its turn among all of them: serve's ack mean 134 ms at
+    /// 150K over 53 workers; BENCHMARKS.md "publish acks from a control worker").
     pub fn control_slot(&self) -> Option<usize> {
         self.cfg.admin_listen.map(|_| self.plan.workers)
     }

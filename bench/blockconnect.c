@@ -1,13 +1,18 @@
 /* blockconnect: the floor for connection-open rate. PROCS processes each open their share of
  * N connections with plain blocking connect() (one at a time, no event loop), bound to source
  * addresses 127.0.X.Y from a range with IP_BIND_ADDRESS_NO_PORT like c1m bench, and hold them.
+ * With PATH (the subscribe floor), each connection then sends the SSE request c1m bench sends
+ * (GET PATH, Accept: text/event-stream) and reads until the end of the response head, one
+ * request and one response more per connection, like a subscribe: pair with `holdlisten ... sse`.
  * Prints connections opened, failures, and the wall time until the last process finished.
- * Usage: blockconnect DST_IP PORT N PROCS SRC_FIRST SRC_COUNT   (SRC_FIRST e.g. 127.0.1.1) */
+ * Usage: blockconnect DST_IP PORT N PROCS SRC_FIRST SRC_COUNT [PATH]   (SRC_FIRST e.g. 127.0.1.1) */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -21,11 +26,36 @@ static double now(void) {
     return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+/* Sends the subscribe request and reads up to the blank line ending the response head
+ * (10 s receive timeout, as bench's connect+subscribe bound). 0 on success. */
+static int subscribe(int s, const char *req, size_t req_len) {
+    struct timeval tv = {.tv_sec = 10};
+    setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (write(s, req, req_len) != (ssize_t)req_len) return -1;
+    char buf[1024];
+    size_t have = 0;
+    for (;;) {
+        ssize_t n = read(s, buf + have, sizeof buf - 1 - have);
+        if (n <= 0) return -1;
+        have += (size_t)n;
+        buf[have] = 0;
+        if (strstr(buf, "\r\n\r\n")) return 0;
+        if (have == sizeof buf - 1) return -1;
+    }
+}
+
 int main(int argc, char **argv) {
-    if (argc != 7) {
-        fprintf(stderr, "usage: blockconnect DST_IP PORT N PROCS SRC_FIRST SRC_COUNT\n");
+    if (argc != 7 && argc != 8) {
+        fprintf(stderr, "usage: blockconnect DST_IP PORT N PROCS SRC_FIRST SRC_COUNT [PATH]\n");
         return 2;
     }
+    char req[512];
+    int req_len = 0;
+    if (argc == 8)
+        req_len = snprintf(req, sizeof req,
+                           "GET %s HTTP/1.1\r\nHost: %s:%s\r\nAccept: text/event-stream\r\n"
+                           "Cache-Control: no-cache\r\n\r\n",
+                           argv[7], argv[1], argv[2]);
     long n = atol(argv[3]);
     int procs = atoi(argv[4]), nsrc = atoi(argv[6]);
     struct sockaddr_in dst = {.sin_family = AF_INET, .sin_port = htons(atoi(argv[2]))};
@@ -53,7 +83,8 @@ int main(int argc, char **argv) {
                 struct sockaddr_in src = {.sin_family = AF_INET};
                 src.sin_addr.s_addr = htonl(ntohl(src0.s_addr) + (uint32_t)(g % nsrc));
                 if (bind(s, (struct sockaddr *)&src, sizeof src) ||
-                    connect(s, (struct sockaddr *)&dst, sizeof dst)) {
+                    connect(s, (struct sockaddr *)&dst, sizeof dst) ||
+                    (req_len > 0 && subscribe(s, req, (size_t)req_len))) {
                     fail++;
                     close(s);
                     continue;

@@ -24,9 +24,11 @@
 # Floor (FLOOR=1, the default): before serve starts, the same N connections are opened with
 # bench/blockconnect.c (plain blocking connect() in PROCS processes) against bench/holdlisten.c
 # (accept-and-hold, SO_REUSEPORT), in the same run and at the same scale: serve's subscribe
-# ramp is quoted as a ratio to that rate. PERF=1 records a system-wide profile (perf record
+# ramp is quoted as a ratio to that rate. The subscribe floor (SUBFLOOR=1, the default) then
+# does the same with one request and one response head per connection (blockconnect PATH ->
+# holdlisten sse): the naive-C cost of a subscribe's wire work, a second ratio. PERF=1 records a system-wide profile (perf record
 # -a -g, PERF_SECS s from 5 s into each ramp) of both ramps and draws flame graphs
-# (bench/flamegraph.py) to bench/out/ramp-{floor,serve}-N.svg.
+# (bench/flamegraph.py) to bench/out/ramp-{floor-connect,floor-subscribe,serve}-N.svg.
 # serve's own publish_ack / fan_out histograms (/status, server side) are logged beside
 # bench's publish_ack (client side), to tell the server's share of an ack from the box's.
 #
@@ -166,10 +168,38 @@ perf_done() {
             --collapsed "$OUT/ramp-$1-$N$TAG.collapsed.txt" | tee -a "$LOG"
 }
 
-FLOOR_RATE=""
-if [ "${FLOOR:-1}" = 1 ]; then
+# One floor run: KIND connect (blocking connect+accept, holdlisten never reads) or subscribe
+# (the same plus c1m bench's SSE request and serve's 124-byte response head per connection:
+# the naive-C cost of what a subscribe does on the wire). Sets FLOOR_OUT to its rate.
+floor_run() {
+    local kind=$1 path="" mode=""
+    if [ "$kind" = subscribe ]; then path=/sub/news; mode=sse; fi
     log ""
-    log "## floor: bench/blockconnect.c -> bench/holdlisten.c, $N connections, same run"
+    log "## floor ($kind): bench/blockconnect.c -> bench/holdlisten.c, $N connections, same run"
+    setsid "$TMP/holdlisten" 127.0.0.1 "$FPORT" "$LPROCS" $mode &
+    LPID=$!
+    sleep 1
+    log "floor load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+    perf_start "floor-$kind"
+    timeout 300 "$TMP/blockconnect" 127.0.0.1 "$FPORT" "$N" "$CPROCS" 127.0.1.1 "$SRCS" $path >"$TMP/floor.txt" 2>&1 || true
+    log "floor ($kind): blockconnect 127.0.0.1 $FPORT $N $CPROCS 127.0.1.1 $SRCS $path (holdlisten $LPROCS processes $mode): $(cat "$TMP/floor.txt")"
+    FLOOR_OUT=$(awk '/rate/ {print $NF}' "$TMP/floor.txt")
+    kill -- -"$LPID" 2>/dev/null || true
+    wait "$LPID" 2>/dev/null || true
+    LPID=""
+    perf_done "floor-$kind"
+    # Let the 2N sockets go before the next ramp (bounded wait).
+    for _ in $(seq 1 120); do
+        inuse=$(awk '/^TCP:/ {print $3}' /proc/net/sockstat)
+        [ "$inuse" -lt 20000 ] && break
+        sleep 1
+    done
+    log "sockstat after the floor: $(grep TCP: /proc/net/sockstat)"
+}
+
+FLOOR_RATE=""
+SUB_FLOOR_RATE=""
+if [ "${FLOOR:-1}" = 1 ]; then
     gcc -O2 -Wall -o "$TMP/holdlisten" "$HERE/holdlisten.c"
     gcc -O2 -Wall -o "$TMP/blockconnect" "$HERE/blockconnect.c"
     HARD=$(ulimit -Hn)
@@ -177,25 +207,12 @@ if [ "${FLOOR:-1}" = 1 ]; then
     CPROCS=$(( (N + HARD - 101) / (HARD - 100) ))
     SRCS=$(( (N + 11999) / 12000 ))
     FPORT=$((PORT + 1)) # not serve's port: the floor's closing sockets must not hold it
-    setsid "$TMP/holdlisten" 127.0.0.1 "$FPORT" "$LPROCS" &
-    LPID=$!
-    sleep 1
-    log "floor load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
-    perf_start floor
-    timeout 300 "$TMP/blockconnect" 127.0.0.1 "$FPORT" "$N" "$CPROCS" 127.0.1.1 "$SRCS" >"$TMP/floor.txt" 2>&1 || true
-    log "floor: blockconnect 127.0.0.1 $FPORT $N $CPROCS 127.0.1.1 $SRCS (holdlisten $LPROCS processes): $(cat "$TMP/floor.txt")"
-    FLOOR_RATE=$(awk '/rate/ {print $NF}' "$TMP/floor.txt")
-    kill -- -"$LPID" 2>/dev/null || true
-    wait "$LPID" 2>/dev/null || true
-    LPID=""
-    perf_done floor
-    # Let the 2N sockets go before serve's ramp (bounded wait).
-    for _ in $(seq 1 120); do
-        inuse=$(awk '/^TCP:/ {print $3}' /proc/net/sockstat)
-        [ "$inuse" -lt 20000 ] && break
-        sleep 1
-    done
-    log "sockstat after the floor: $(grep TCP: /proc/net/sockstat)"
+    floor_run connect
+    FLOOR_RATE=$FLOOR_OUT
+    if [ "${SUBFLOOR:-1}" = 1 ]; then
+        floor_run subscribe
+        SUB_FLOOR_RATE=$FLOOR_OUT
+    fi
 fi
 
 log ""
@@ -321,7 +338,7 @@ S2=$(status)
 log "serve latency histograms at the end (server side, /status): publish_ack $(echo "$S2" | jget latency.publish_ack); fan_out $(echo "$S2" | jget latency.fan_out)"
 sed -n '/^c1m bench/,$p' "$TMP/bench.txt" >"$OUT/sse-$N$TAG.txt" || true
 cat "$OUT/sse-$N$TAG.txt" | tee -a "$LOG"
-python3 - "$OUT/sse-$N$TAG.json" "$N" "$MSGS" "$PUBLISHER" "$FLOOR_RATE" <<'PY' | tee -a "$LOG"
+python3 - "$OUT/sse-$N$TAG.json" "$N" "$MSGS" "$PUBLISHER" "$FLOOR_RATE" "$SUB_FLOOR_RATE" <<'PY' | tee -a "$LOG"
 import json, sys
 r = json.load(open(sys.argv[1])); n, msgs, pub = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 t = r["delivery"]["totals"]; d = r["latency_us"]["delivery"]
@@ -335,6 +352,9 @@ print(f"ramp: {res['ramp_s'] or 0:.1f} s, {res['open_rate_avg'] or 0:,.0f} subsc
 floor = sys.argv[5] if len(sys.argv) > 5 else ""
 if floor and res["open_rate_avg"]:
     print(f"ramp vs floor (same run): {res['open_rate_avg']:,.0f} / {float(floor):,.0f} = {res['open_rate_avg'] / float(floor):.2f}x")
+sub = sys.argv[6] if len(sys.argv) > 6 else ""
+if sub and res["open_rate_avg"]:
+    print(f"ramp vs subscribe floor (same run): {res['open_rate_avg']:,.0f} / {float(sub):,.0f} = {res['open_rate_avg'] / float(sub):.2f}x")
 if pub == "curl":
     ok = (t["received"] == t["received_in_window"] == msgs * n and t["duplicates"] == 0
           and t["reordered"] == 0 and t["wrong_channel"] == 0 and t["server_gaps"] == 0

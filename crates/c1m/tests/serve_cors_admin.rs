@@ -233,20 +233,14 @@ fn start_with_admin(args: &[&str]) -> (Server, std::net::SocketAddr) {
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut banner)
         .unwrap();
-    let http = banner
-        .strip_prefix("c1m serve: listening on http ")
-        .and_then(|r| r.split(';').next())
-        .and_then(|a| a.parse().ok());
-    let admin = banner
-        .rsplit_once("; admin http ")
-        .and_then(|(_, a)| a.trim().parse().ok());
+    let (http, _) = common::parse_banner(&banner).expect("http address in banner");
+    let admin = common::parse_banner_admin(&banner);
     let server = Server {
         child,
-        http: http.expect("http address in banner"),
+        http,
         tcp: None,
     };
-    let admin: std::net::SocketAddr =
-        admin.unwrap_or_else(|| panic!("no admin address in {banner:?}"));
+    let admin = admin.unwrap_or_else(|| panic!("no admin address in {banner:?}"));
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while curl_status(&[&format!("http://{admin}/healthz")]) != 200 {
         assert!(

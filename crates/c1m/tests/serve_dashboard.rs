@@ -242,14 +242,8 @@ fn dashboard_events_stream_json_snapshots_and_admin_listener_moves_them() {
         &mut banner,
     )
     .unwrap();
-    let http: std::net::SocketAddr = banner
-        .strip_prefix("c1m serve: listening on http ")
-        .and_then(|r| r.split(';').next())
-        .and_then(|a| a.parse().ok())
-        .expect("http address in banner");
-    let admin: std::net::SocketAddr = banner
-        .rsplit_once("; admin http ")
-        .and_then(|(_, a)| a.trim().parse().ok())
+    let (http, _) = common::parse_banner(&banner).expect("http address in banner");
+    let admin = common::parse_banner_admin(&banner)
         .unwrap_or_else(|| panic!("no admin address in {banner:?}"));
     let _server = Server {
         child,

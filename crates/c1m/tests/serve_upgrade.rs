@@ -548,9 +548,7 @@ fn the_control_worker_hands_the_admin_listener_to_its_successor() {
         .read_line(&mut banner)
         .unwrap();
     let (http, _) = common::parse_banner(&banner).expect("banner");
-    let admin: std::net::SocketAddr = banner
-        .rsplit_once("; admin http ")
-        .and_then(|(_, a)| a.trim().parse().ok())
+    let admin = common::parse_banner_admin(&banner)
         .unwrap_or_else(|| panic!("no admin address in {banner:?}"));
     let mut server = Server {
         child,

@@ -186,6 +186,12 @@ impl LogLines {
     }
 }
 
+/// The admin address the banner ends with (`…; admin http ADDR`, with `--admin-listen`).
+pub fn parse_banner_admin(line: &str) -> Option<SocketAddr> {
+    line.rsplit_once("; admin http ")
+        .and_then(|(_, a)| a.trim().parse().ok())
+}
+
 /// `c1m serve: listening on http ADDR[, tcp ADDR]; …` → (http, tcp).
 pub fn parse_banner(line: &str) -> Option<(SocketAddr, Option<SocketAddr>)> {
     let rest = line.strip_prefix("c1m serve: listening on http ")?;

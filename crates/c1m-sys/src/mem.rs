@@ -3,11 +3,14 @@
 
 use std::io;
 
-/// Resident and proportional set size of one process, in bytes.
+/// Resident, proportional and private set size of one process, in bytes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ProcessMemory {
     pub rss_bytes: u64,
     pub pss_bytes: u64,
+    /// Pages mapped by this process alone (Private_Clean + Private_Dirty): unlike PSS, it does
+    /// not move when other processes map or unmap the same binary.
+    pub private_bytes: u64,
 }
 
 /// Reads /proc/PID/smaps_rollup.
@@ -44,6 +47,7 @@ pub fn parse_smaps_rollup(text: &str) -> ProcessMemory {
         match key {
             "Rss:" => mem.rss_bytes = kb * 1024,
             "Pss:" => mem.pss_bytes = kb * 1024,
+            "Private_Clean:" | "Private_Dirty:" => mem.private_bytes += kb * 1024,
             _ => {}
         }
     }
@@ -177,12 +181,13 @@ mod tests {
 
     #[test]
     fn parses_rollup_fields() {
-        let text = "55d0-7ffd ---p 00000000 00:00 0  [rollup]\nRss:                1234 kB\nPss:                 800 kB\nPss_Anon:            600 kB\n";
+        let text = "55d0-7ffd ---p 00000000 00:00 0  [rollup]\nRss:                1234 kB\nPss:                 800 kB\nPss_Anon:            600 kB\nShared_Clean:        500 kB\nPrivate_Clean:       100 kB\nPrivate_Dirty:       634 kB\n";
         assert_eq!(
             parse_smaps_rollup(text),
             ProcessMemory {
                 rss_bytes: 1234 * 1024,
-                pss_bytes: 800 * 1024
+                pss_bytes: 800 * 1024,
+                private_bytes: 734 * 1024,
             }
         );
     }

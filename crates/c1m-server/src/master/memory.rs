@@ -79,6 +79,7 @@ fn sample(worker_pids: &[u32]) -> (ProcessMemory, u64) {
         if let Ok(mem) = process_memory(pid) {
             total.rss_bytes += mem.rss_bytes;
             total.pss_bytes += mem.pss_bytes;
+            total.private_bytes += mem.private_bytes;
             processes += 1;
         }
     }

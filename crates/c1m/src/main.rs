@@ -43,30 +43,43 @@ enum Command {
     Sockets(c1m_kernel::SocketsArgs),
     /// Live view of sockets, TCP counters, memory, fd use and doctor findings.
     Top(c1m_kernel::TopArgs),
-    /// Internal: one serve worker process, started by the serve master.
-    #[command(name = "__serve-worker", hide = true)]
-    ServeWorker,
-    /// Internal: one bench worker process, started by `c1m bench`.
-    #[command(name = "__bench-worker", hide = true)]
-    BenchWorker,
 }
 
 fn main() -> ExitCode {
     c1m_server::set_build_info(env!("CARGO_PKG_VERSION"), env!("C1M_GIT_COMMIT"));
+    // Worker processes (53 of them at 1M) take no arguments: building clap's command tree
+    // first would cost each ~120 KiB of heap at its peak and leave the heap fragmented
+    // (issue 16, memory per connection). They are hidden: clap never sees them.
+    if let Some(result) = run_internal(std::env::args_os().nth(1).as_deref()) {
+        return exit_code(result);
+    }
     // Parsed in two steps so `serve --print-config` can ask clap where each value came from.
     let matches = Cli::command().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let result = match cli.command {
         Command::Serve(args) => c1m_server::run(*args, matches.subcommand_matches("serve")),
-        Command::ServeWorker => c1m_server::run_worker_from_env(),
         Command::Upgrade(args) => c1m_server::run_upgrade(args),
         Command::Bench(args) => c1m_bench::run(args),
-        Command::BenchWorker => c1m_bench::run_worker_from_env(),
         Command::Tune(args) => c1m_kernel::run_tune(args),
         Command::Doctor(args) => c1m_kernel::run_doctor(args),
         Command::Sockets(args) => c1m_kernel::run_sockets(args),
         Command::Top(args) => c1m_kernel::run_top(args),
     };
+    exit_code(result)
+}
+
+/// Runs an internal command named by the first argument without parsing anything else: `c1m
+/// __serve-worker` (started by the serve master) and `c1m __bench-worker` (started by `c1m
+/// bench`), configured through their environment. None for every other command.
+fn run_internal(first: Option<&std::ffi::OsStr>) -> Option<anyhow::Result<u8>> {
+    match first?.to_str()? {
+        "__serve-worker" => Some(c1m_server::run_worker_from_env()),
+        "__bench-worker" => Some(c1m_bench::run_worker_from_env()),
+        _ => None,
+    }
+}
+
+fn exit_code(result: anyhow::Result<u8>) -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code),
         Err(err) => {

@@ -3,7 +3,8 @@
 //! relocating ~200 KiB of them (issue 16, BENCHMARKS.md "Issue 16 (branch lean)"). Checked on
 //! the ELF header, then on a running worker: its mappings of the binary hold no dirty page
 //! beyond `.data`/`.bss`. And a worker hands back the heap a burst of subscribers used once
-//! they are gone (BENCHMARKS.md "Issue 16 (branch fixedmem)").
+//! they are gone (BENCHMARKS.md "Issue 16 (branch fixedmem)"), and starts with a small heap
+//! (no clap command tree, no tracing span registry, no malloc tcache in a worker).
 
 use crate::common;
 
@@ -84,6 +85,23 @@ fn heap_rss_kb(pid: u32) -> u64 {
         }
     }
     panic!("worker {pid} has no [heap] mapping");
+}
+
+#[test]
+fn an_idle_worker_starts_with_a_small_heap() {
+    // Each of the ~53 workers of a 1M box pays its idle heap: 116-120 kB before (clap's
+    // command tree parsed and freed, tracing-subscriber's 32 KiB span table, chunks parked in
+    // glibc's tcache that malloc_trim cannot give back), 28 kB after, at serve's 1M plan.
+    let server = common::Server::start(&["--workers", "1"]);
+    let worker = server.worker_pids()[0];
+    // The worker trims its heap once right before its loop starts.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut heap = heap_rss_kb(worker);
+    while heap > 64 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(250));
+        heap = heap_rss_kb(worker);
+    }
+    assert!(heap <= 64, "an idle worker's heap is {heap} kB resident");
 }
 
 #[test]

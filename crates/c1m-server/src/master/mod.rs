@@ -901,9 +901,13 @@ mod tests {
 /// next tables grow on the brk heap and every outgrown copy stays behind as touched, unusable
 /// memory. A fixed threshold keeps blocks of 64 KiB and more in mmap, where growing is an
 /// mremap and freeing gives the pages back; a fixed trim threshold returns freed heap tops.
-/// One arena: the worker is single-threaded. (issue 16: memory per idle subscriber.)
+/// One arena: the worker is single-threaded. No per-thread cache (tcache): the chunks it keeps
+/// count as in use, so `malloc_trim` cannot give back the pages they sit on (measured at serve's
+/// 1M plan, 54 idle workers: heap 120 → 68 KiB each, Σ PSS −2.8 MiB, i.e. −3 B per connection
+/// at 1M); what it saves is a few ns per malloc, and a worker mallocs per publish and per
+/// connection, not per delivered message. (issue 16: memory per idle subscriber.)
 pub fn worker_malloc_tunables(existing: Option<&str>) -> String {
-    const OURS: &str = "glibc.malloc.mmap_threshold=65536:glibc.malloc.trim_threshold=131072:glibc.malloc.arena_max=1";
+    const OURS: &str = "glibc.malloc.mmap_threshold=65536:glibc.malloc.trim_threshold=131072:glibc.malloc.arena_max=1:glibc.malloc.tcache_count=0";
     match existing {
         Some(theirs) if !theirs.trim().is_empty() => format!("{OURS}:{theirs}"),
         _ => OURS.to_string(),
@@ -918,6 +922,7 @@ mod malloc_tests {
     fn operator_tunables_are_kept_and_win() {
         let ours = worker_malloc_tunables(None);
         assert!(ours.contains("glibc.malloc.mmap_threshold=65536"));
+        assert!(ours.contains("glibc.malloc.tcache_count=0"));
         assert_eq!(worker_malloc_tunables(Some("  ")), ours);
         let both = worker_malloc_tunables(Some("glibc.malloc.mmap_threshold=1048576"));
         // glibc applies the tunables in order: the operator's (last) setting wins.

@@ -173,10 +173,9 @@ pub fn run_from_env() -> anyhow::Result<u8> {
             .with_context(|| format!("{name} not set (workers are started by `c1m serve`)"))
     };
     let cfg: Config = serde_json::from_str(&var(ENV_CONFIG)?).context("worker config")?;
-    crate::log::init(&cfg);
     let index: usize = var(ENV_INDEX)?.parse().context("worker index")?;
     // Every line this worker writes carries its index and pid.
-    let _span = tracing::info_span!("worker", n = index, pid = std::process::id()).entered();
+    crate::log::init_worker(&cfg, index);
     let fd: i32 = var(ENV_FD)?.parse().context("worker fd")?;
     let master_pid: u32 = var(ENV_MASTER_PID)?.parse().context("master pid")?;
     let max_conns: usize = var(ENV_MAX_CONNS)?.parse().context("worker max conns")?;

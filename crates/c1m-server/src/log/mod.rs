@@ -8,6 +8,8 @@
 //! [`REFUSAL_SUMMARY_EVERY`] ([`RefusalSummary`]), and a worker's own error paths that can
 //! repeat per connection go through [`Limited`].
 
+mod worker_lines;
+
 use crate::config::{Config, LogFormat};
 use crate::ipc::Refused;
 use std::io::IsTerminal;
@@ -25,8 +27,22 @@ pub fn filter(level: &str) -> Result<EnvFilter, String> {
         .map_err(|e| e.to_string())
 }
 
-/// Installs the process's subscriber. Called once, first thing, in the master and in each
-/// worker; a second call (tests in one process) is ignored.
+/// Installs a worker's subscriber ([`worker_lines`]): the same lines as the master's, each
+/// naming the worker by index and pid, without tracing-subscriber's span registry.
+pub fn init_worker(cfg: &Config, index: usize) {
+    use tracing_subscriber::layer::SubscriberExt;
+    let filter = filter(&cfg.log_level).unwrap_or_else(|_| EnvFilter::new("info"));
+    let lines = worker_lines::WorkerLines {
+        index,
+        pid: std::process::id(),
+        json: matches!(cfg.log_format, LogFormat::Json),
+        ansi: std::io::stderr().is_terminal(),
+    };
+    let _ = tracing::subscriber::set_global_default(lines.with(filter));
+}
+
+/// Installs the master's subscriber. Called once, first thing; a second call (tests in one
+/// process) is ignored.
 pub fn init(cfg: &Config) {
     let filter = filter(&cfg.log_level).unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()

@@ -58,9 +58,9 @@ impl WorkerLines {
         } else {
             let _ = write!(line, "{level:>5}");
         }
-        let _ = write!(
+        let _ = writeln!(
             line,
-            " worker{{n={} pid={}}}: {}{}\n",
+            " worker{{n={} pid={}}}: {}{}",
             self.index, self.pid, text.message, text.rest
         );
         line

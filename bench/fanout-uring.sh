@@ -12,7 +12,7 @@
 # bench (sched autogroup; see fanout.sh).
 #
 # Above 200,000 subscribers the kernel limits a 1M run needs are raised as run-1m.sh does
-# (somaxconn, tcp_max_syn_backlog, tcp_mem, fs.file-max, nf_conntrack_max) and restored on
+# (somaxconn, tcp_max_syn_backlog, tcp_mem, netdev_max_backlog, fs.file-max, nf_conntrack_max) and restored on
 # exit. Take the box-wide lock for such runs: flock /work/locks/bench.lock bench/fanout-uring.sh 1000000
 #
 # Usage: bench/fanout-uring.sh [N]   (default 190000)
@@ -58,6 +58,9 @@ if [ "$N" -gt 200000 ]; then
     raise net.core.somaxconn 16384
     raise net.ipv4.tcp_max_syn_backlog 16384
     raise net.ipv4.tcp_mem "750000 1000000 1500000"
+    # Keepalive probes of connections accepted in the same tick arrive together; on loopback
+    # they overflow the default 1000-packet input backlog (see run-1m.sh).
+    raise net.core.netdev_max_backlog 65536
     [ -e /proc/sys/net/netfilter/nf_conntrack_max ] && raise net.netfilter.nf_conntrack_max 1250000
     raise fs.file-max $((N * 2 + 100000))
 fi

@@ -26,9 +26,11 @@
 # (accept-and-hold, SO_REUSEPORT), in the same run and at the same scale: serve's subscribe
 # ramp is quoted as a ratio to that rate. The subscribe floor (SUBFLOOR=1, the default) then
 # does the same with one request and one response head per connection (blockconnect PATH ->
-# holdlisten sse): the naive-C cost of a subscribe's wire work, a second ratio. PERF=1 records a system-wide profile (perf record
+# holdlisten sse): the naive-C cost of a subscribe's wire work, a second ratio. SERVEFLOOR=1
+# (the default) then runs that same naive client against c1m serve (its own instance): serve's
+# accept path without bench, a third ratio. PERF=1 records a system-wide profile (perf record
 # -a -g, PERF_SECS s from 5 s into each ramp) of both ramps and draws flame graphs
-# (bench/flamegraph.py) to bench/out/ramp-{floor-connect,floor-subscribe,serve}-N.svg.
+# (bench/flamegraph.py) to bench/out/ramp-{floor-connect,floor-subscribe,serve-naive,serve}-N.svg.
 # serve's own publish_ack / fan_out histograms (/status, server side) are logged beside
 # bench's publish_ack (client side), to tell the server's share of an ack from the box's.
 #
@@ -197,8 +199,41 @@ floor_run() {
     log "sockstat after the floor: $(grep TCP: /proc/net/sockstat)"
 }
 
+# Serve's own accept path (SERVEFLOOR=1, the default with FLOOR=1): the subscribe floor's
+# naive-C client (blockconnect PATH) against c1m serve itself, the same flags as the run's but
+# on FPORT, in an instance of its own stopped afterwards. Beside the subscribe floor it is the
+# server-only ratio: the same client, so neither bench's user-space work nor its 50-odd
+# processes are in it. Sets SERVE_NAIVE_RATE.
+serve_naive_run() {
+    log ""
+    log "## serve's accept path: bench/blockconnect.c /sub/news -> c1m serve, $N connections, same run"
+    # shellcheck disable=SC2086 # SERVE_ARGS is a list of flags
+    "$C1M" serve --listen "127.0.0.1:$FPORT" --max-conns "$MAX_CONNS" $SERVE_ARGS >"$TMP/serve-naive.log" 2>&1 &
+    SPID=$!
+    wait_port 127.0.0.1 "$FPORT" 30
+    sleep 5
+    log "serve (naive client) load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+    perf_start serve-naive
+    timeout 300 "$TMP/blockconnect" 127.0.0.1 "$FPORT" "$N" "$CPROCS" 127.0.1.1 "$SRCS" /sub/news >"$TMP/floor.txt" 2>&1 || true
+    log "serve (naive client): blockconnect 127.0.0.1 $FPORT $N $CPROCS 127.0.1.1 $SRCS /sub/news -> c1m serve --max-conns $MAX_CONNS $SERVE_ARGS: $(cat "$TMP/floor.txt")"
+    SERVE_NAIVE_RATE=$(awk '/rate/ {print $NF}' "$TMP/floor.txt")
+    perf_done serve-naive
+    kill -TERM "$SPID" 2>/dev/null || true
+    for _ in $(seq 1 300); do kill -0 "$SPID" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$SPID" 2>/dev/null || true
+    wait "$SPID" 2>/dev/null || true
+    SPID=""
+    for _ in $(seq 1 120); do
+        inuse=$(awk '/^TCP:/ {print $3}' /proc/net/sockstat)
+        [ "$inuse" -lt 20000 ] && break
+        sleep 1
+    done
+    log "sockstat after serve (naive client): $(grep TCP: /proc/net/sockstat)"
+}
+
 FLOOR_RATE=""
 SUB_FLOOR_RATE=""
+SERVE_NAIVE_RATE=""
 if [ "${FLOOR:-1}" = 1 ]; then
     gcc -O2 -Wall -o "$TMP/holdlisten" "$HERE/holdlisten.c"
     gcc -O2 -Wall -o "$TMP/blockconnect" "$HERE/blockconnect.c"
@@ -213,6 +248,7 @@ if [ "${FLOOR:-1}" = 1 ]; then
         floor_run subscribe
         SUB_FLOOR_RATE=$FLOOR_OUT
     fi
+    if [ "${SERVEFLOOR:-1}" = 1 ]; then serve_naive_run; fi
 fi
 
 log ""
@@ -338,7 +374,7 @@ S2=$(status)
 log "serve latency histograms at the end (server side, /status): publish_ack $(echo "$S2" | jget latency.publish_ack); fan_out $(echo "$S2" | jget latency.fan_out)"
 sed -n '/^c1m bench/,$p' "$TMP/bench.txt" >"$OUT/sse-$N$TAG.txt" || true
 cat "$OUT/sse-$N$TAG.txt" | tee -a "$LOG"
-python3 - "$OUT/sse-$N$TAG.json" "$N" "$MSGS" "$PUBLISHER" "$FLOOR_RATE" "$SUB_FLOOR_RATE" <<'PY' | tee -a "$LOG"
+python3 - "$OUT/sse-$N$TAG.json" "$N" "$MSGS" "$PUBLISHER" "$FLOOR_RATE" "$SUB_FLOOR_RATE" "$SERVE_NAIVE_RATE" <<'PY' | tee -a "$LOG"
 import json, sys
 r = json.load(open(sys.argv[1])); n, msgs, pub = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 t = r["delivery"]["totals"]; d = r["latency_us"]["delivery"]
@@ -355,6 +391,10 @@ if floor and res["open_rate_avg"]:
 sub = sys.argv[6] if len(sys.argv) > 6 else ""
 if sub and res["open_rate_avg"]:
     print(f"ramp vs subscribe floor (same run): {res['open_rate_avg']:,.0f} / {float(sub):,.0f} = {res['open_rate_avg'] / float(sub):.2f}x")
+naive = sys.argv[7] if len(sys.argv) > 7 else ""
+if naive and sub:
+    print(f"serve's accept path, naive client (same run): {float(naive):,.0f} / subscribe floor {float(sub):,.0f} = {float(naive) / float(sub):.2f}x"
+          + (f", / connect floor {float(floor):,.0f} = {float(naive) / float(floor):.2f}x" if floor else ""))
 if pub == "curl":
     ok = (t["received"] == t["received_in_window"] == msgs * n and t["duplicates"] == 0
           and t["reordered"] == 0 and t["wrong_channel"] == 0 and t["server_gaps"] == 0

@@ -170,6 +170,15 @@ perf_done() {
             --collapsed "$OUT/ramp-$1-$N$TAG.collapsed.txt" | tee -a "$LOG"
 }
 
+# Lets the 2N sockets of a finished ramp go before the next one (bounded wait).
+wait_sockets_gone() {
+    for _ in $(seq 1 120); do
+        inuse=$(awk '/^TCP:/ {print $3}' /proc/net/sockstat)
+        [ "$inuse" -lt 20000 ] && break
+        sleep 1
+    done
+}
+
 # One floor run: KIND connect (blocking connect+accept, holdlisten never reads) or subscribe
 # (the same plus c1m bench's SSE request and serve's 124-byte response head per connection:
 # the naive-C cost of what a subscribe does on the wire). Sets FLOOR_OUT to its rate.
@@ -190,12 +199,7 @@ floor_run() {
     wait "$LPID" 2>/dev/null || true
     LPID=""
     perf_done "floor-$kind"
-    # Let the 2N sockets go before the next ramp (bounded wait).
-    for _ in $(seq 1 120); do
-        inuse=$(awk '/^TCP:/ {print $3}' /proc/net/sockstat)
-        [ "$inuse" -lt 20000 ] && break
-        sleep 1
-    done
+    wait_sockets_gone
     log "sockstat after the floor: $(grep TCP: /proc/net/sockstat)"
 }
 
@@ -223,11 +227,7 @@ serve_naive_run() {
     kill -KILL "$SPID" 2>/dev/null || true
     wait "$SPID" 2>/dev/null || true
     SPID=""
-    for _ in $(seq 1 120); do
-        inuse=$(awk '/^TCP:/ {print $3}' /proc/net/sockstat)
-        [ "$inuse" -lt 20000 ] && break
-        sleep 1
-    done
+    wait_sockets_gone
     log "sockstat after serve (naive client): $(grep TCP: /proc/net/sockstat)"
 }
 

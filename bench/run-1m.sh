@@ -48,8 +48,10 @@
 #      SERVE_ARGS (more flags for c1m serve, e.g. "--sse-heartbeat 0"),
 #      CONTROL (1: serve with --admin-listen PORT+2 --admin-publish, so publishes and /status
 #      go to the control worker, which holds no subscriber; 0: everything on PORT),
-#      NICE (5 with CONTROL=1: serve --worker-nice and bench --load-nice, so the control path
-#      and bench's publisher run first on the saturated box; BENCHMARKS "control worker").
+#      NICE (19 with CONTROL=1: serve --worker-nice and bench --load-nice, so the control path
+#      and bench's publisher run first on the saturated box. At 1M, 5 left the master and the
+#      control worker ~6 % of the CPU against ~100 runnable processes: publish acks p99 18.6 and
+#      199.9 ms; 19: 2.0 ms. BENCHMARKS "1M end to end with the smaller workers").
 # Writes bench/out/sse-N.{json,svg,txt} and bench/out/run-N.txt (settings, timings, memory).
 set -euo pipefail
 N=${1:-1000000}
@@ -63,7 +65,7 @@ MSGS=${MSGS:-3}
 PORT=${PORT:-18480}
 SERVE_ARGS=${SERVE_ARGS:-}
 CONTROL=${CONTROL:-1}
-NICE=${NICE:-5}
+NICE=${NICE:-19}
 CTL_ARGS=""
 BENCH_NICE=()
 API=127.0.0.1:$PORT # where /status and /pub are served

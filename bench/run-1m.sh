@@ -285,7 +285,7 @@ log "serve: c1m serve --listen 127.0.0.1:$PORT --max-conns $MAX_CONNS $CTL_ARGS 
 log "meminfo before: $(awk '/MemAvailable|^Slab/ {printf "%s %d MiB; ", $1, $2/1024}' /proc/meminfo)"
 BCMD=("$BENCH_C1M" bench "http://127.0.0.1:$PORT/sub/news" --proto sse --conns "$N" --rate "$RATE" \
       --channels 1 --hold "$HOLD" --interval 10s --duration "${DURATION:-900s}" --report "$OUT/sse-$N$TAG.json" --plot "$OUT/sse-$N$TAG.svg" \
-      "${BENCH_NICE[@]}")
+      --status-url "http://$API/status" "${BENCH_NICE[@]}")
 if [ "$PUBLISHER" = bench ]; then BCMD+=(--publish-every "$EVERY" --drain "$DRAIN" --publish-url "http://$API/pub/{ch}"); fi
 log "bench: ${BCMD[*]}"
 T0=$(date +%s)

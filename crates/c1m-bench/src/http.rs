@@ -175,11 +175,19 @@ pub struct ServerStatus {
     pub rss_bytes: u64,
 }
 
-/// GET /status; None when the target is not c1m serve (or does not answer in time).
-pub fn fetch_status(addr: SocketAddr, host: &str) -> Option<ServerStatus> {
-    let mut c = Client::new(addr, host, Duration::from_secs(2));
+/// Where c1m's `/status` is read: the target's address, or `--status-url`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusSource {
+    pub addr: SocketAddr,
+    pub host: String,
+    pub path: String,
+}
+
+/// GET the status page; None when the server is not c1m serve (or does not answer in time).
+pub fn fetch_status(src: &StatusSource) -> Option<ServerStatus> {
+    let mut c = Client::new(src.addr, &src.host, Duration::from_secs(2));
     let r = c
-        .request("GET", "/status", "Connection: close\r\n", b"")
+        .request("GET", &src.path, "Connection: close\r\n", b"")
         .ok()?;
     if r.status != 200 {
         return None;

@@ -230,6 +230,10 @@ pub struct BenchOptions {
     /// HTTP method of each publish.
     #[arg(long, default_value = "POST")]
     pub publish_method: String,
+    /// Read the server's figures (c1m's `/status`: connections, memory) from this URL instead
+    /// of `/status` on the target: `c1m serve --admin-listen` answers `/status` only there.
+    #[arg(long, value_name = "URL")]
+    pub status_url: Option<String>,
     /// Extra publish header `Name: value` ({ch} expands); repeatable. Default Content-Type is
     /// text/plain unless one is given here.
     #[arg(long, value_name = "NAME: VALUE")]

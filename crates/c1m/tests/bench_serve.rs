@@ -132,3 +132,55 @@ fn poll_against_serve() {
 fn tcp_against_serve() {
     run_and_check("tcp", 400);
 }
+
+#[test]
+fn status_url_reads_the_server_figures_where_serve_answers_them() {
+    // With --admin-listen serve answers /status only on the admin address. Bench asked the
+    // target's public port: a 404 that serve counts as refused.not_found, and a report without
+    // the server's figures. --status-url names where to ask.
+    let (server, admin) = crate::serve_cors_admin::start_with_admin(&["--workers", "1"]);
+    let status_url = format!("http://{admin}/status");
+    let run = |extra: &[&str]| {
+        let url = server.url("/sub/st");
+        let mut args = vec![
+            url.as_str(),
+            "--proto",
+            "sse",
+            "--conns",
+            "50",
+            "--rate",
+            "1000",
+            "--hold",
+            "1s",
+        ];
+        args.extend_from_slice(extra);
+        let (code, report, out) = common::run_bench(&args);
+        assert_eq!(code, 0, "{out}");
+        report
+    };
+    let not_found = || {
+        let answer = common::raw_exchange(
+            admin,
+            b"GET /status HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+        );
+        let body = answer.split_once("\r\n\r\n").expect("a head").1;
+        let v: Value = serde_json::from_str(body).expect("JSON status");
+        v["refused"]["not_found"].as_u64().unwrap()
+    };
+    let with = run(&["--status-url", &status_url]);
+    let server_figures = &with["memory"]["server"];
+    assert!(
+        server_figures["peak"]["connections"].as_u64().unwrap() >= 50,
+        "{server_figures}"
+    );
+    assert!(server_figures["pss_bytes_per_connection"].as_f64().unwrap() > 0.0);
+    assert_eq!(not_found(), 0, "bench asked a path serve does not answer");
+    // Without it: no figures, one 404 per fetch (the behaviour --status-url exists for).
+    let without = run(&[]);
+    assert!(
+        without["memory"]["server"].is_null(),
+        "{}",
+        without["memory"]
+    );
+    assert!(not_found() >= 1);
+}

@@ -216,7 +216,7 @@ fn a_wildcard_allows_any_origin_without_credentials() {
 /// Starts `c1m serve` with `--admin-listen 127.0.0.1:0`; returns the server (its drop guard
 /// kills it) and the admin address read from the banner's last field (`; admin http ADDR`).
 /// The harness's own start waits on the public /status, which is 404 here.
-fn start_with_admin(args: &[&str]) -> (Server, std::net::SocketAddr) {
+pub fn start_with_admin(args: &[&str]) -> (Server, std::net::SocketAddr) {
     let mut child = common::c1m()
         .args([
             "serve",

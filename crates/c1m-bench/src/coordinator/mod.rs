@@ -11,7 +11,7 @@
 use crate::delivery::DeliveryTotals;
 use crate::errors::{merge, ErrorCounts};
 use crate::hist::{add_pairs, new_hist, percentiles, record};
-use crate::http::{fetch_status, ServerStatus};
+use crate::http::{fetch_status, ServerStatus, StatusSource};
 use crate::plan::Target;
 use crate::publish::{self, PublishPlan, Published};
 use crate::report::{self, Sample};
@@ -79,6 +79,8 @@ pub struct Run {
     pub ramp_secs: Option<f64>,
     pub elapsed_secs: f64,
     pub stop_reason: String,
+    /// Where the server's figures are read (None: not an http target and no --status-url).
+    pub status_source: Option<StatusSource>,
     pub server_before: Option<ServerStatus>,
     pub server_peak: Option<ServerStatus>,
     pub publishing: bool,
@@ -133,8 +135,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
     let nofile = c1m_sys::rlimit::raise_nofile_to_hard().context("raise RLIMIT_NOFILE")?;
     let (mut run, configs) = setup::plan_run(args, nofile.hard)?;
     let (tx, rx) = mpsc::channel();
-    if run.target.http {
-        run.server_before = fetch_status(run.target.addr, &run.target.host_header);
+    if let Some(src) = &run.status_source {
+        run.server_before = fetch_status(src);
     }
     run.coordinator_pss.0 = own_pss();
     // The clock starts before the workers do: their start-up is part of the ramp.
@@ -469,8 +471,12 @@ fn drive(
     run.stop_reason = reason.to_string();
     run.elapsed_secs = t0.elapsed().as_secs_f64();
     run.coordinator_pss.1 = own_pss();
-    if run.target.http && run.totals().online > 0 {
-        run.server_peak = fetch_status(run.target.addr, &run.target.host_header);
+    if let Some(src) = run
+        .status_source
+        .as_ref()
+        .filter(|_| run.totals().online > 0)
+    {
+        run.server_peak = fetch_status(src);
     }
     pub_stop.store(true, Ordering::SeqCst);
     stop_restart_cmd(run);

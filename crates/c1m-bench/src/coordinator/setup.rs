@@ -5,6 +5,7 @@
 use super::Run;
 use crate::errors::ErrorCounts;
 use crate::hist::new_hist;
+use crate::http::StatusSource;
 use crate::plan;
 use crate::proto::Proto;
 use crate::publish::PublishTarget;
@@ -64,6 +65,7 @@ pub(super) fn plan_run(
         bail!("publishing needs an http:// URL and a subscribing protocol (not connect)");
     }
     let publish_target = publish_target(&args, &target)?;
+    let status_source = status_source(&args, &target)?;
     if let Some(r) = args.publish_rate {
         if !(r > 0.0 && r <= 1e6) {
             bail!("--publish-rate must be in (0, 1e6]");
@@ -223,6 +225,7 @@ pub(super) fn plan_run(
         ramp_secs: None,
         elapsed_secs: 0.0,
         stop_reason: String::new(),
+        status_source,
         server_before: None,
         server_peak: None,
         publishing,
@@ -255,6 +258,30 @@ fn subscribe_headers(args: &BenchArgs) -> anyhow::Result<String> {
 
 /// Where publishes go: `--publish-cmd`, `--publish-url`, or c1m's `POST /pub/{ch}` on the
 /// target. Templates and headers are checked here, once.
+/// Where c1m's `/status` is read: `--status-url`, else `/status` on an http target.
+fn status_source(args: &BenchArgs, target: &plan::Target) -> anyhow::Result<Option<StatusSource>> {
+    let Some(url) = &args.status_url else {
+        return Ok(target.http.then(|| StatusSource {
+            addr: target.addr,
+            host: target.host_header.clone(),
+            path: "/status".to_string(),
+        }));
+    };
+    let rest = url
+        .strip_prefix("http://")
+        .with_context(|| format!("--status-url {url:?} must start with http://"))?;
+    let (authority, addr) = plan::parse_authority(rest)?;
+    let path = rest.find('/').map(|i| &rest[i..]).unwrap_or("/status");
+    if path.contains([' ', '\r', '\n']) {
+        bail!("--status-url path {path:?} contains a space or line break");
+    }
+    Ok(Some(StatusSource {
+        addr,
+        host: authority.to_string(),
+        path: path.to_string(),
+    }))
+}
+
 fn publish_target(args: &BenchArgs, target: &plan::Target) -> anyhow::Result<PublishTarget> {
     let body_template = args.publish_body.clone();
     template::check("--publish-body", &body_template, &["payload", "ch"])?;

@@ -1,6 +1,7 @@
 //! Logging for the master and the workers: `tracing` events on stderr, as text or one JSON
 //! object per line, with RFC 3339 timestamps and levels. Every line of a worker carries its
-//! index and pid (a span entered for the process's life), the master's its pid.
+//! index and pid (written by [`worker_lines`], which the workers use instead of
+//! tracing-subscriber's `fmt`), the master's its pid (a span entered for its life).
 //!
 //! What is logged at `info`: lifecycle events (start, worker exit and restart, reload,
 //! shutdown), never a line per message or per connection. Refusals and disconnections that an

@@ -256,8 +256,6 @@ fn subscribe_headers(args: &BenchArgs) -> anyhow::Result<String> {
     Ok(out)
 }
 
-/// Where publishes go: `--publish-cmd`, `--publish-url`, or c1m's `POST /pub/{ch}` on the
-/// target. Templates and headers are checked here, once.
 /// Where c1m's `/status` is read: `--status-url`, else `/status` on an http target.
 fn status_source(args: &BenchArgs, target: &plan::Target) -> anyhow::Result<Option<StatusSource>> {
     let Some(url) = &args.status_url else {
@@ -267,11 +265,8 @@ fn status_source(args: &BenchArgs, target: &plan::Target) -> anyhow::Result<Opti
             path: "/status".to_string(),
         }));
     };
-    let rest = url
-        .strip_prefix("http://")
-        .with_context(|| format!("--status-url {url:?} must start with http://"))?;
-    let (authority, addr) = plan::parse_authority(rest)?;
-    let path = rest.find('/').map(|i| &rest[i..]).unwrap_or("/status");
+    let (authority, addr, path) = split_http_url("--status-url", url)?;
+    let path = path.unwrap_or("/status");
     if path.contains([' ', '\r', '\n']) {
         bail!("--status-url path {path:?} contains a space or line break");
     }
@@ -282,6 +277,21 @@ fn status_source(args: &BenchArgs, target: &plan::Target) -> anyhow::Result<Opti
     }))
 }
 
+/// An `http://AUTHORITY[/PATH]` given to FLAG: the authority (the Host header), its address,
+/// and the path when there is one.
+fn split_http_url<'a>(
+    flag: &str,
+    url: &'a str,
+) -> anyhow::Result<(&'a str, std::net::SocketAddr, Option<&'a str>)> {
+    let rest = url
+        .strip_prefix("http://")
+        .with_context(|| format!("{flag} {url:?} must start with http://"))?;
+    let (authority, addr) = plan::parse_authority(rest)?;
+    Ok((authority, addr, rest.find('/').map(|i| &rest[i..])))
+}
+
+/// Where publishes go: `--publish-cmd`, `--publish-url`, or c1m's `POST /pub/{ch}` on the
+/// target. Templates and headers are checked here, once.
 fn publish_target(args: &BenchArgs, target: &plan::Target) -> anyhow::Result<PublishTarget> {
     let body_template = args.publish_body.clone();
     template::check("--publish-body", &body_template, &["payload", "ch"])?;
@@ -315,11 +325,8 @@ fn publish_target(args: &BenchArgs, target: &plan::Target) -> anyhow::Result<Pub
     }
     let (addr, host, path_template) = match &args.publish_url {
         Some(url) => {
-            let rest = url
-                .strip_prefix("http://")
-                .with_context(|| format!("--publish-url {url:?} must start with http://"))?;
-            let (authority, addr) = plan::parse_authority(rest)?;
-            let path = rest.find('/').map(|i| &rest[i..]).unwrap_or("/");
+            let (authority, addr, path) = split_http_url("--publish-url", url)?;
+            let path = path.unwrap_or("/");
             template::check("--publish-url", path, &["ch"])?;
             if path.contains([' ', '\r', '\n']) {
                 bail!("--publish-url path {path:?} contains a space or line break");

@@ -92,12 +92,7 @@ restore() {
 cleanup() {
     if [ -n "$LPID" ]; then kill -- -"$LPID" 2>/dev/null || true; wait "$LPID" 2>/dev/null || true; fi
     if [ -n "$BPID" ]; then kill -TERM "$BPID" 2>/dev/null || true; wait "$BPID" 2>/dev/null || true; fi
-    if [ -n "$SPID" ]; then
-        kill -TERM "$SPID" 2>/dev/null || true
-        for _ in $(seq 1 300); do kill -0 "$SPID" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$SPID" 2>/dev/null || true
-        wait "$SPID" 2>/dev/null || true
-    fi
+    stop_pid "$SPID" 30
     restore
     echo "restored: $(for k in "${!BEFORE[@]}"; do printf '%s=%s; ' "$k" "$(sysctl -n "$k" | tr '\t' ' ')"; done)" >>"$LOG"
     rm -rf "$TMP"
@@ -224,10 +219,7 @@ serve_naive_run() {
     log "serve (naive client): blockconnect 127.0.0.1 $FPORT $N $CPROCS 127.0.1.1 $SRCS /sub/news -> c1m serve --max-conns $MAX_CONNS $SERVE_ARGS: $(cat "$TMP/floor.txt")"
     SERVE_NAIVE_RATE=$(awk '/rate/ {print $NF}' "$TMP/floor.txt")
     perf_done serve-naive
-    kill -TERM "$SPID" 2>/dev/null || true
-    for _ in $(seq 1 300); do kill -0 "$SPID" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$SPID" 2>/dev/null || true
-    wait "$SPID" 2>/dev/null || true
+    stop_pid "$SPID" 30
     SPID=""
     wait_sockets_gone
     log "sockstat after serve (naive client): $(grep TCP: /proc/net/sockstat)"

@@ -1,12 +1,14 @@
 //! All Linux specifics behind safe functions: rlimits, socket options, process control,
-//! /proc readers, netlink sock_diag and the io_uring send ring. The only crate allowed `unsafe`; every block carries a
-//! `// SAFETY:` note, and every libc call goes through [`cvt`] so errors become `io::Error`.
+//! /proc, /sys and /etc readers under a chosen root ([`procfs`]), netlink sock_diag and the
+//! io_uring send ring. The only crate allowed `unsafe`; every block carries a `// SAFETY:`
+//! note, and every libc call goes through [`cvt`] so errors become `io::Error`.
 
 pub mod bench_sys;
 pub mod fd;
 pub mod fd_passing;
 pub mod mem;
 pub mod process;
+pub mod procfs;
 pub mod rlimit;
 pub mod shm;
 pub mod sock_diag;

@@ -12,7 +12,7 @@
 //! coded body ≤ [`wire_limit`] (else 413: framing overhead is bounded too), a size line
 //! ≤ [`MAX_SIZE_LINE`], the trailer section ≤ [`MAX_TRAILERS`] bytes.
 
-use crate::http_framing::is_tchar;
+use crate::token::is_tchar;
 
 /// Longest chunk-size line (size and extensions, without CRLF).
 pub const MAX_SIZE_LINE: usize = 1024;

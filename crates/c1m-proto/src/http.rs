@@ -81,7 +81,7 @@ impl<'a> Request<'a> {
     pub fn body_framing(
         &self,
     ) -> Result<crate::http_framing::BodyFraming, crate::http_framing::FramingError> {
-        crate::http_framing::body_framing(self)
+        crate::http_framing::body_framing(&self.headers, self.minor_version)
     }
 }
 

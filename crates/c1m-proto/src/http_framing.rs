@@ -13,7 +13,7 @@
 //!   fields). `chunked` twice, or not last, or a malformed element (`xchunked` is not chunked): 400.
 //!   Other codings before a final `chunked` (`gzip, chunked`): 501, we decode none.
 
-use crate::http::Request;
+use crate::token::{is_tchar, trim_ows};
 
 /// How a request's body is delimited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,10 +41,15 @@ fn bad(reason: &'static str) -> FramingError {
     }
 }
 
-/// Decides the body framing of `req`, strictly (see the module doc).
-pub fn body_framing(req: &Request<'_>) -> Result<BodyFraming, FramingError> {
-    let mut lengths = req
-        .headers
+/// Decides the body framing of a request head from its header fields (name, value) and its
+/// HTTP/1.x minor version, strictly (see the module doc). Takes the fields rather than a parsed
+/// request, so this module does not depend on the head parser; `Request::body_framing` in the
+/// `http` module is the usual entry point.
+pub fn body_framing(
+    headers: &[(&str, &[u8])],
+    minor_version: u8,
+) -> Result<BodyFraming, FramingError> {
+    let mut lengths = headers
         .iter()
         .filter(|(n, _)| n.eq_ignore_ascii_case("Content-Length"))
         .map(|(_, v)| *v);
@@ -52,18 +57,17 @@ pub fn body_framing(req: &Request<'_>) -> Result<BodyFraming, FramingError> {
     if lengths.next().is_some() {
         return Err(bad("more than one Content-Length"));
     }
-    let has_te = req
-        .headers
+    let has_te = headers
         .iter()
         .any(|(n, _)| n.eq_ignore_ascii_case("Transfer-Encoding"));
     if has_te {
         if length.is_some() {
             return Err(bad("both Transfer-Encoding and Content-Length"));
         }
-        if req.minor_version == 0 {
+        if minor_version == 0 {
             return Err(bad("Transfer-Encoding in an HTTP/1.0 request"));
         }
-        return transfer_coding(req);
+        return transfer_coding(headers);
     }
     match length {
         None => Ok(BodyFraming::None),
@@ -84,9 +88,8 @@ pub fn parse_content_length(value: &[u8]) -> Result<u64, FramingError> {
 }
 
 /// Every Transfer-Encoding field, read as one comma-separated list, must be exactly `chunked`.
-fn transfer_coding(req: &Request<'_>) -> Result<BodyFraming, FramingError> {
-    let values = req
-        .headers
+fn transfer_coding(headers: &[(&str, &[u8])]) -> Result<BodyFraming, FramingError> {
+    let values = headers
         .iter()
         .filter(|(n, _)| n.eq_ignore_ascii_case("Transfer-Encoding"))
         .map(|(_, v)| *v);
@@ -123,22 +126,6 @@ fn transfer_coding(req: &Request<'_>) -> Result<BodyFraming, FramingError> {
     Ok(BodyFraming::Chunked)
 }
 
-/// Strips optional whitespace (SP / HTAB) from both ends.
-fn trim_ows(mut s: &[u8]) -> &[u8] {
-    while let [b' ' | b'\t', rest @ ..] = s {
-        s = rest;
-    }
-    while let [rest @ .., b' ' | b'\t'] = s {
-        s = rest;
-    }
-    s
-}
-
-/// RFC 9110 §5.6.2 `tchar`.
-pub fn is_tchar(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -146,7 +133,9 @@ mod tests {
 
     fn framing(head: &str) -> Result<BodyFraming, FramingError> {
         let raw = format!("POST /pub/a HTTP/1.1\r\nHost: x\r\n{head}\r\n");
-        body_framing(&parse_request(raw.as_bytes()).expect("head parses"))
+        parse_request(raw.as_bytes())
+            .expect("head parses")
+            .body_framing()
     }
 
     fn status(head: &str) -> u16 {
@@ -240,7 +229,7 @@ mod tests {
     #[test]
     fn transfer_encoding_in_http10_is_400() {
         let raw = b"POST /pub/a HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n";
-        let err = body_framing(&parse_request(raw).unwrap()).unwrap_err();
+        let err = parse_request(raw).unwrap().body_framing().unwrap_err();
         assert_eq!(err.status, 400);
     }
 }

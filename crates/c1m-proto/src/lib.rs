@@ -18,4 +18,5 @@ pub mod line;
 pub mod longpoll;
 pub mod ports;
 pub mod sse;
+pub mod token;
 pub mod ws;

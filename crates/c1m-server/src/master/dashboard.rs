@@ -8,8 +8,7 @@ use super::status::Report;
 use super::Master;
 use crate::histogram::BOUNDS_US;
 use crate::ipc::ToWorker;
-use c1m_kernel::doctor::sample::{parse_paired, parse_sockstat, read_rel, sysctl_nums};
-use c1m_kernel::root::Root;
+use c1m_sys::procfs::{parse_paired, parse_sockstat, read_rel, sysctl_nums, Root};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 

@@ -8,12 +8,13 @@ set -euo pipefail
 # openssl: `openssl s_client`, the raw-TCP-over-TLS client of crates/c1m/tests/serve_tls.rs
 # (curl there is the HTTPS client); it also generates keys and signs RS256/ES256/EdDSA tokens for crates/c1m/tests/serve_auth.rs
 # (with python3, through tests/auth/mint.py: an implementation independent of the server's).
-# systemd (systemd-analyze verify), dpkg-dev (cargo-deb's dpkg-shlibdeps): the packaging tests of
+# systemd (systemd-analyze verify), dpkg-dev (cargo-deb's dpkg-shlibdeps), binutils (readelf, and
+# objcopy for the -dbgsym package): the packaging tests of
 # crates/c1m/tests/serve_packaging.rs; nodejs (node 20 + npm): clients/js unit tests and build,
 # whose output crates/c1m/tests/serve_js_client.rs loads into chromium.
 # libnss3-tools (certutil): the test CA goes into Chromium's NSS database in
 # crates/c1m/tests/serve_browser_auth.rs (TLS case), as a user's browser would trust a CA.
-needed=(curl iproute2 util-linux procps tmux python3 gcc chromium haproxy openssl systemd dpkg-dev nodejs libnss3-tools)
+needed=(curl iproute2 util-linux procps tmux python3 gcc binutils chromium haproxy openssl systemd dpkg-dev nodejs libnss3-tools)
 # nginx-light + libnginx-mod-nchan: the peer server that crates/c1m/tests/bench_nchan.rs and
 # bench/peers.sh measure c1m bench against (nginx is started from a temp prefix, never the service).
 needed+=(nginx-light libnginx-mod-nchan)
@@ -39,7 +40,8 @@ if ! command -v npm >/dev/null; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null
 fi
 
-# cargo-deb builds the .deb that crates/c1m/tests/serve_packaging.rs installs and removes.
+# cargo-deb builds the .deb that crates/c1m/tests/serve_packaging.rs checks extracted into a temp
+# directory (never installed on the host).
 # Installed once per machine (skipped when present, like cargo-fuzz in scripts/fuzz.sh);
 # measured: 11m05s to compile its 69 crates on the shared 2-core dev box (load average ~27:
 # five engineers building); not measured on an idle box. The packaging tests then take ~7 s.

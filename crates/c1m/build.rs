@@ -2,15 +2,16 @@
 //! environment variable of that name when set (container builds without .git pass it as a build
 //! argument), else from `git`, else "unknown" (a source tarball builds fine).
 //!
-//! Also links the `c1m` executable as non-PIE (`-no-pie`). A position-independent executable
-//! has its ~200 KiB of pointer tables (vtables, static string tables: `.data.rel.ro`)
-//! patched by the dynamic loader at every start, which makes those pages private and dirty in
-//! each process; `c1m serve` execs one process per worker (54 at the default
-//! `--max-conns 1000000`), so that was ~11 MB of the fixed cost, ~11 B per subscriber at 1M
-//! (issue 16; BENCHMARKS.md "Memory per idle subscriber at 1M"). Linked at a fixed address
-//! those tables are resolved by the linker and stay clean pages of the file, shared by all
-//! processes. The cost is that the executable's own image is not randomized (libraries,
-//! heap, stack and mmap still are).
+//! The executable is linked as a position-independent executable (rustc's default), so its own
+//! image is randomized (ASLR) like its libraries, heap and stack: `c1m serve` parses untrusted
+//! input from the network. The price is memory: the loader patches the ~235 KiB of pointer
+//! tables (`.data.rel.ro` vtables and static string tables, `.got`) in each process at start,
+//! which makes those pages private and dirty, and `c1m serve --max-conns 1000000` runs one
+//! process per ~19,000 connections where the hard fd limit is 20,000 (54 processes). Measured
+//! (BENCHMARKS.md, "Linked as PIE: the fixed cost"; `bench/pie-cost.sh`): Σ PSS of that idle
+//! server 29.2 MiB as PIE vs 17.4 MiB linked `-no-pie`, 11.8 MiB more, ~12 B per connection at
+//! 1M; a host whose fd limit allows one worker per CPU pays ~225 KiB per worker. Shrinking it
+//! would mean fewer relocated pointers in the dependencies' tables, which no cheap change does.
 
 #[path = "build_support/git_commit.rs"]
 mod git_commit;
@@ -28,5 +29,4 @@ fn main() {
         }
     };
     println!("cargo:rustc-env=C1M_GIT_COMMIT={commit}");
-    println!("cargo:rustc-link-arg-bins=-no-pie");
 }

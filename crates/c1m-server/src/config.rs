@@ -38,6 +38,28 @@ impl std::str::FromStr for Workers {
     }
 }
 
+/// A count in TOML: an integer, or a string in the forms `--max-conns` takes (`"250K"`,
+/// `"1M"`, `"1_000_000"`), so the file accepts what the flag does.
+fn count_or_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    struct CountVisitor;
+    impl serde::de::Visitor<'_> for CountVisitor {
+        type Value = u64;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a count: a whole number or a string such as \"250K\" or \"1M\"")
+        }
+        fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<u64, E> {
+            Ok(n)
+        }
+        fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<u64, E> {
+            u64::try_from(n).map_err(|_| E::custom(format!("a count cannot be negative: {n}")))
+        }
+        fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<u64, E> {
+            c1m_proto::count::parse_count(s).map_err(E::custom)
+        }
+    }
+    d.deserialize_any(CountVisitor)
+}
+
 /// How log lines are written to stderr.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -59,7 +81,8 @@ pub struct Config {
     pub workers: Workers,
     /// Connections the whole server holds before refusing new ones. Each worker enforces its
     /// share plus 5 % (SO_REUSEPORT spreads unevenly), so with several workers the total may
-    /// pass it by up to 5 %.
+    /// pass it by up to 5 %. A number or the forms the flag takes (`"50K"`, `"1.5M"`).
+    #[serde(deserialize_with = "count_or_text")]
     pub max_conns: u64,
     pub max_channels_per_sub: usize,
     /// Messages kept per channel for resume.
@@ -859,6 +882,85 @@ mod tests {
         .resolve()
         .unwrap();
         assert!(c.per_ip_limits());
+    }
+
+    /// dist/c1m.toml (the packaged config) shows defaults as `# key = value` and examples of
+    /// features that are off as `#   key = value`: both must stay true to `Config::default()`.
+    #[test]
+    fn packaged_config_shows_the_real_defaults() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../dist/c1m.toml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let file: Config = toml::from_str(&text).expect("dist/c1m.toml parses");
+        let defaults = toml::Value::try_from(Config::default()).unwrap();
+        let set = toml::Value::try_from(&file).unwrap();
+        let (mut shown, mut examples) = (0, 0);
+        for line in text.lines() {
+            let Some(rest) = line.strip_prefix('#') else {
+                // A key the file sets must keep the default too: the file documents them.
+                if let Some((key, _)) = key_value(line) {
+                    assert_eq!(set.get(key), defaults.get(key), "{key} set in {line:?}");
+                }
+                continue;
+            };
+            let example = rest.starts_with("   ");
+            let Some((key, value)) = key_value(rest.trim_start()) else {
+                continue;
+            };
+            if !(rest.starts_with(' ') && (example || !rest.starts_with("  "))) {
+                continue;
+            }
+            let one: Config = toml::from_str(&format!("{key} = {value}"))
+                .unwrap_or_else(|e| panic!("{line:?} is not a valid key and value: {e}"));
+            let one = toml::Value::try_from(one).unwrap();
+            if example {
+                examples += 1;
+                assert!(
+                    defaults.get(key).is_none(),
+                    "{line:?} is shown as an example of an off feature, but {key} defaults to {:?}",
+                    defaults.get(key)
+                );
+                assert!(one.get(key).is_some(), "{line:?}");
+            } else {
+                shown += 1;
+                assert_eq!(
+                    one.get(key),
+                    defaults.get(key),
+                    "{line:?} does not show the built-in default"
+                );
+            }
+        }
+        assert!(
+            shown >= 5 && examples >= 3,
+            "{shown} defaults, {examples} examples"
+        );
+    }
+
+    /// `key = value` where key is a configuration key (lower case and underscores).
+    fn key_value(line: &str) -> Option<(&str, &str)> {
+        let (key, value) = line.split_once(" = ")?;
+        let is_key = !key.is_empty() && key.bytes().all(|b| b.is_ascii_lowercase() || b == b'_');
+        is_key.then_some((key, value.trim()))
+    }
+
+    #[test]
+    fn max_conns_in_toml_takes_the_forms_the_flag_takes() {
+        for (text, want) in [
+            ("max_conns = 50000", 50_000),
+            ("max_conns = \"50K\"", 50_000),
+            ("max_conns = \"1.5M\"", 1_500_000),
+            ("max_conns = \"1_000_000\"", 1_000_000),
+        ] {
+            let c: Config = toml::from_str(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+            assert_eq!(c.max_conns, want, "{text}");
+        }
+        for bad in ["max_conns = \"lots\"", "max_conns = -1", "max_conns = 1.5"] {
+            let err = toml::from_str::<Config>(bad).unwrap_err().to_string();
+            assert!(err.contains("count"), "{bad}: {err}");
+        }
+        // The JSON hand-over to the workers still round-trips.
+        let c: Config = toml::from_str("max_conns = \"50K\"").unwrap();
+        let back: Config = serde_json::from_str(&serde_json::to_string(&c).unwrap()).unwrap();
+        assert_eq!(back.max_conns, 50_000);
     }
 
     #[test]

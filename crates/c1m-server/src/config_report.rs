@@ -84,11 +84,32 @@ pub fn print(args: &ServeArgs, cfg: &Config, matches: Option<&ArgMatches>) -> St
                 let _ = writeln!(out, "{key} = {v}  # {from}");
             }
             None => {
-                let _ = writeln!(out, "# {key} = (off)  # {from}");
+                let _ = writeln!(out, "# {key} = ({})  # {from}", unset_meaning(&key, cfg));
             }
         }
     }
     out
+}
+
+/// What the server does for a key that is not set: usually nothing (off), but some keys fall
+/// back to another value, which `--print-config` must show as `--help` states it.
+fn unset_meaning(key: &str, cfg: &Config) -> String {
+    match key {
+        "tcp_user_timeout" => match cfg.effective_user_timeout() {
+            Some(d) => format!(
+                "keepalive idle + interval x count: {}",
+                humantime::format_duration(d)
+            ),
+            None => "off: keepalive is off".to_string(),
+        },
+        "ws_origins" if cfg.cors_origins.is_some() => "the cors_origins list".to_string(),
+        "ws_origins" => "any origin".to_string(),
+        "publish_key" => "none: loopback peers only".to_string(),
+        "admin_listen" => "none: served on listen".to_string(),
+        "broker" => "none: the in-process hub".to_string(),
+        "broker_ca" => "the system's CA roots".to_string(),
+        _ => "off".to_string(),
+    }
 }
 
 /// docs/CONFIG.md: every key with its flag, environment variable and help text.
@@ -157,6 +178,31 @@ mod tests {
     }
 
     #[test]
+    fn print_names_the_fallbacks_that_apply() {
+        let args = ServeArgs {
+            tcp_keepalive: Some(std::time::Duration::ZERO),
+            cors_origins: Some("https://app.example".into()),
+            ..Default::default()
+        };
+        let cfg = args.resolve().unwrap();
+        let text = print(&args, &cfg, None);
+        assert!(
+            text.contains("# tcp_user_timeout = (off: keepalive is off)  # default"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# ws_origins = (the cors_origins list)  # default"),
+            "{text}"
+        );
+        let args = ServeArgs {
+            tcp_user_timeout: Some(std::time::Duration::from_secs(45)),
+            ..Default::default()
+        };
+        let cfg = args.resolve().unwrap();
+        assert!(print(&args, &cfg, None).contains("tcp_user_timeout = \"45s\""));
+    }
+
+    #[test]
     fn print_is_a_config_file_that_resolves_to_the_same_values() {
         let args = ServeArgs {
             max_conns: Some(1234),
@@ -168,6 +214,17 @@ mod tests {
         assert!(!text.contains("secret"), "{text}");
         assert!(text.contains("max_conns = 1234  # default"), "{text}");
         assert!(text.contains("# tcp_listen = (off)  # default"), "{text}");
+        // Keys that fall back to another value say which, as --help does.
+        assert!(
+            text.contains(
+                "# tcp_user_timeout = (keepalive idle + interval x count: 2m)  # default"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("# ws_origins = (any origin)  # default"),
+            "{text}"
+        );
         let back: Config = toml::from_str(&text).unwrap();
         assert_eq!(back.max_conns, 1234);
         assert_eq!(back.history_age, cfg.history_age);

@@ -265,6 +265,8 @@ fn the_banner_says_where_workers_came_from_and_warns_when_they_cannot_hold_max_c
     );
     assert!(!banner.contains("--workers"), "{banner}");
     assert!(!banner.contains("TLS"), "{banner}");
+    // Serving (signal handlers in place) before it is stopped.
+    server.wait_status(|_| true);
     server.signal(libc::SIGTERM);
     server.wait_exit(Duration::from_secs(15));
     let err = stderr.join().unwrap();

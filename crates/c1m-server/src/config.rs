@@ -162,7 +162,8 @@ pub struct Config {
     /// JWT with a `publish` claim.
     pub jwt_key: Option<PathBuf>,
     /// Cookie that may carry the subscriber's token (besides `Authorization: Bearer`,
-    /// `?token=` and the WebSocket subprotocol `c1m.token.<JWT>`); none = cookies not read.
+    /// `?token=` and the WebSocket subprotocol `c1m.token.<JWT>`), honoured only on requests
+    /// without an Origin or from an Origin in `cors_origins`; none = cookies not read.
     pub auth_cookie: Option<String>,
     /// Origins allowed to use the server from a browser (comma-separated, or `*`): CORS for
     /// subscribe and publish, and the WebSocket Origin check (one allow-list with
@@ -173,6 +174,9 @@ pub struct Config {
     pub admin_listen: Option<SocketAddr>,
     /// With `admin_listen`: publishing moves to the admin listener too.
     pub admin_publish: bool,
+    /// With `admin_listen` and `tls_cert`: the admin listener speaks TLS too (default: plain
+    /// HTTP, what monitoring and load-balancer health checks on a private address expect).
+    pub admin_tls: bool,
     // ---- TLS (issue #11) ----
     /// PEM certificate chain (leaf first) served on the HTTP and raw TCP listeners; with
     /// `tls_key`, turns TLS on for both. Re-read on SIGHUP (new handshakes get the new one).
@@ -256,6 +260,17 @@ pub enum AuthMode {
     Required,
 }
 
+impl AuthMode {
+    /// The value as `--auth` spells it (`required`, not the enum's `Required`).
+    pub fn flag_value(self) -> &'static str {
+        match self {
+            AuthMode::Off => "off",
+            AuthMode::Optional => "optional",
+            AuthMode::Required => "required",
+        }
+    }
+}
+
 impl Config {
     /// Some per-source-address limit is on (the master then sets up the shared table).
     pub fn per_ip_limits(&self) -> bool {
@@ -316,6 +331,7 @@ impl Default for Config {
             cors_origins: None,
             admin_listen: None,
             admin_publish: false,
+            admin_tls: false,
             tls_cert: None,
             tls_key: None,
             broker: None,
@@ -460,7 +476,8 @@ pub struct ServeArgs {
     #[arg(long, env = "C1M_PER_IP_LIMIT_LOOPBACK", num_args = 0..=1, default_missing_value = "true")]
     pub per_ip_limit_loopback: Option<bool>,
     // ---- logs ----
-    /// Log line format on stderr: text or json (one object per line) [default: text].
+    /// Log line format on stderr: text or json (one object per line; the start-up line on
+    /// stdout is then a JSON event too) [default: text].
     #[arg(long, env = "C1M_LOG_FORMAT", value_enum)]
     pub log_format: Option<LogFormat>,
     /// Log level (error, warn, info, debug, trace) or a tracing filter such as
@@ -481,7 +498,10 @@ pub struct ServeArgs {
     #[arg(long, env = "C1M_JWT_KEY")]
     pub jwt_key: Option<PathBuf>,
     /// Cookie that may carry the subscriber's JWT (also read: Authorization: Bearer,
-    /// ?token=, WebSocket subprotocol c1m.token.JWT) [default: none].
+    /// ?token=, WebSocket subprotocol c1m.token.JWT). Honoured only on requests without an
+    /// Origin or from an Origin listed in --cors-origins (others: 403), so another site's page
+    /// cannot subscribe with the visitor's cookie; refused with --cors-origins '*' [default:
+    /// none].
     #[arg(long, env = "C1M_AUTH_COOKIE")]
     pub auth_cookie: Option<String>,
     /// Browser origins allowed (comma-separated, or `*`): CORS headers and OPTIONS preflight
@@ -497,9 +517,14 @@ pub struct ServeArgs {
     /// [default: /pub stays on --listen].
     #[arg(long, env = "C1M_ADMIN_PUBLISH", num_args = 0..=1, default_missing_value = "true")]
     pub admin_publish: Option<bool>,
+    /// With --admin-listen and --tls-cert: the admin listener speaks TLS too (https://)
+    /// [default: plain HTTP, for scrapers and health checks on a private address].
+    #[arg(long, env = "C1M_ADMIN_TLS", num_args = 0..=1, default_missing_value = "true")]
+    pub admin_tls: Option<bool>,
     // ---- TLS (issue #11) ----
     /// PEM certificate chain (leaf first): TLS (rustls; ALPN http/1.1 on the HTTP port) on the
-    /// HTTP and raw TCP listeners; needs --tls-key. SIGHUP re-reads both files: new handshakes
+    /// HTTP and raw TCP listeners (the admin listener stays plain HTTP unless --admin-tls);
+    /// needs --tls-key. SIGHUP re-reads both files: new handshakes
     /// get the new certificate, established connections stay. A plaintext client on a TLS port
     /// gets 400 (raw TCP: ERR) and is closed; a handshake not done within --head-timeout is
     /// closed; /status `tls` counts both [default: off].
@@ -622,7 +647,8 @@ impl ServeArgs {
             auth_cookie,
             cors_origins,
             admin_listen,
-            admin_publish
+            admin_publish,
+            admin_tls
         );
         // live binary upgrade (issue #15)
         overlay!(upgrade_timeout);
@@ -782,8 +808,8 @@ impl Config {
         }
         if self.auth != AuthMode::Off && self.jwt_key.is_none() {
             problem!(
-                "--auth {:?} needs --jwt-key FILE to verify tokens",
-                self.auth
+                "--auth {} needs --jwt-key FILE to verify tokens",
+                self.auth.flag_value()
             );
         }
         if self.auth == AuthMode::Required && self.tcp_listen.is_some() {
@@ -809,6 +835,15 @@ impl Config {
         }
         if self.admin_publish && self.admin_listen.is_none() {
             problem!("--admin-publish needs --admin-listen");
+        }
+        if self.admin_tls && (self.admin_listen.is_none() || self.tls_cert.is_none()) {
+            problem!("--admin-tls needs --admin-listen and --tls-cert");
+        }
+        if self.auth_cookie.is_some() && self.origin_list().is_some_and(|l| l.trim() == "*") {
+            problem!(
+                "--auth-cookie cannot be combined with --cors-origins '*': any site's page could \
+                 then subscribe with the visitor's cookie; list the pages' origins instead"
+            );
         }
         if self
             .admin_listen

@@ -30,6 +30,20 @@ pub fn check(args: &ServeArgs) -> Vec<String> {
     }
 }
 
+/// Where one key's value came from (`flag --workers`, `env C1M_WORKERS`, `file`, `default`),
+/// reading the `--config` file's keys for the file case.
+pub fn source_of(args: &ServeArgs, key: &str, matches: Option<&ArgMatches>) -> String {
+    source(key, matches, &file_keys(args))
+}
+
+fn file_keys(args: &ServeArgs) -> toml::Table {
+    args.config
+        .as_ref()
+        .and_then(|p| std::fs::read_to_string(p).ok())
+        .and_then(|t| toml::from_str(&t).ok())
+        .unwrap_or_default()
+}
+
 /// Where one key's value came from.
 fn source(key: &str, matches: Option<&ArgMatches>, file_keys: &toml::Table) -> String {
     match matches.and_then(|m| m.value_source(key)) {
@@ -54,12 +68,7 @@ fn key_args(cmd: &Command) -> impl Iterator<Item = &clap::Arg> {
 /// `--print-config`: the effective configuration as TOML (valid as a `--config` file), each
 /// key followed by where its value came from. Keys that are off are printed commented out.
 pub fn print(args: &ServeArgs, cfg: &Config, matches: Option<&ArgMatches>) -> String {
-    let file_keys: toml::Table = args
-        .config
-        .as_ref()
-        .and_then(|p| std::fs::read_to_string(p).ok())
-        .and_then(|t| toml::from_str(&t).ok())
-        .unwrap_or_default();
+    let file_keys = file_keys(args);
     let values = toml::Value::try_from(cfg)
         .ok()
         .and_then(|v| v.as_table().cloned())

@@ -67,13 +67,31 @@ pub fn run(args: ServeArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Resul
         }
         return Ok(2);
     }
-    let mut cfg = args.resolve()?;
+    let cfg = args.resolve()?;
     if args.print_config {
         print!("{}", config_report::print(&args, &cfg, matches));
         return Ok(0);
     }
     log::init(&cfg);
     let _span = tracing::info_span!("master", pid = std::process::id()).entered();
+    let json = cfg.log_format == config::LogFormat::Json;
+    match serve(args, cfg, matches) {
+        // In JSON mode every line the process writes is JSON, its last words too.
+        Err(e) if json => {
+            tracing::error!(error = %format!("{e:#}"), "c1m serve stopped by an error");
+            Ok(2)
+        }
+        result => result,
+    }
+}
+
+/// The master's life after the logs are set up: start (or take over at a live upgrade), serve,
+/// stop.
+fn serve(
+    args: ServeArgs,
+    mut cfg: Config,
+    matches: Option<&clap::ArgMatches>,
+) -> anyhow::Result<u8> {
     if let Ok(fd) = std::env::var(master::ENV_UPGRADE_FD) {
         // Started by a running master for a live upgrade: take over instead of starting.
         let fd = fd.parse().context("upgrade descriptor")?;
@@ -85,6 +103,15 @@ pub fn run(args: ServeArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Resul
     let cpus = c1m_sys::process::available_cpus();
     let plan = master::plan(cfg.workers, cfg.max_conns, limit.hard, cpus);
     let workers_why = master::workers_reason(cfg.workers, cfg.max_conns, limit.hard, cpus, &plan);
+    let workers_from = match cfg.workers {
+        config::Workers::Count(_) => {
+            match config_report::source_of(&args, "workers", matches).as_str() {
+                "file" => " (from the --config file)".to_string(),
+                from => format!(" (from {from})"),
+            }
+        }
+        config::Workers::Auto => String::new(),
+    };
     // Bound but never listening: resolves port 0 and keeps the ports ours across restarts.
     // Exclusive: no second instance (or other program) shares the ports through SO_REUSEPORT.
     let http_reservation = listener::reserve_exclusive(cfg.listen)?;
@@ -106,27 +133,18 @@ pub fn run(args: ServeArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Resul
     reserved.extend(admin_reservation.as_ref().map(|r| ('a', r)));
     let (env, fds) = listener::reserved_env(&reserved);
     master.set_reservations(fds, env);
-    let tcp = cfg
-        .tcp_listen
-        .map(|a| format!(", tcp {a}"))
-        .unwrap_or_default();
-    let tls = if cfg.tls_cert.is_some() {
-        "; TLS on http and tcp"
-    } else {
-        ""
+    let banner = Banner {
+        http: cfg.listen,
+        tcp: cfg.tcp_listen,
+        admin: cfg.admin_listen,
+        workers: plan.workers,
+        per_worker: plan.per_worker,
+        fd_limit: limit.hard,
+        workers_why: format!("{workers_why}{workers_from}"),
+        tls: tls_listeners(&cfg),
+        admin_tls: cfg.admin_tls,
     };
-
-    // The admin address goes last, after the fields tools already parse.
-    let admin = cfg
-        .admin_listen
-        .map(|a| format!("; admin http {a}"))
-        .unwrap_or_default();
-    // The workers' reason goes after the fields tools parse, and before the admin address,
-    // which stays last.
-    println!(
-        "c1m serve: listening on http {}{tcp}; {} workers x {} connections (fd limit {}); workers {workers_why}{tls}{admin}",
-        cfg.listen, plan.workers, plan.per_worker, limit.hard
-    );
+    banner.print(cfg.log_format);
     tracing::info!(
         http = %cfg.listen,
         tcp = %cfg.tcp_listen.map_or("off".to_string(), |a| a.to_string()),
@@ -140,8 +158,20 @@ pub fn run(args: ServeArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Resul
         cpus,
         fd_limit = limit.hard,
         max_conns = cfg.max_conns,
-        "workers {workers_why}"
+        "workers {}",
+        banner.workers_why
     );
+    if let Some(short) = master::capacity_shortfall(&plan, cfg.max_conns, limit.hard) {
+        tracing::warn!(
+            max_conns = cfg.max_conns,
+            fd_limit = limit.hard,
+            "{short}: connections past that are refused; raise the fd limit (c1m tune) or use \
+             --workers auto"
+        );
+    }
+    if let Some(why) = open_publish_warning(&cfg) {
+        tracing::warn!("{why}");
+    }
     master.run()?;
     drop((http_reservation, tcp_reservation, admin_reservation));
     tracing::info!("stopped");
@@ -156,4 +186,155 @@ pub fn run_upgrade(args: UpgradeArgs) -> anyhow::Result<u8> {
 /// Entry point of the hidden `c1m __serve-worker`.
 pub fn run_worker_from_env() -> anyhow::Result<u8> {
     worker::run_from_env()
+}
+
+/// The start-up line: the addresses tools (and the tests) read, the plan and its reason. Text
+/// mode prints it as a line of its own on stdout (`c1m serve: listening on http ADDR…`); JSON
+/// mode prints one JSON log event instead, with the addresses as fields, so a collector that
+/// merges stdout and stderr gets nothing but JSON.
+struct Banner {
+    http: std::net::SocketAddr,
+    tcp: Option<std::net::SocketAddr>,
+    admin: Option<std::net::SocketAddr>,
+    workers: usize,
+    per_worker: u64,
+    fd_limit: u64,
+    workers_why: String,
+    /// The listeners that speak TLS (`http`, `tcp`, `admin`), in that order.
+    tls: Vec<&'static str>,
+    admin_tls: bool,
+}
+
+impl Banner {
+    fn text(&self) -> String {
+        let tcp = self.tcp.map(|a| format!(", tcp {a}")).unwrap_or_default();
+        let tls = match self.tls.as_slice() {
+            [] => String::new(),
+            [one] => format!("; TLS on {one}"),
+            [init @ .., last] => format!("; TLS on {} and {last}", init.join(", ")),
+        };
+        // The admin address goes last, after the fields tools already parse.
+        let scheme = if self.admin_tls { "https" } else { "http" };
+        let admin = self
+            .admin
+            .map(|a| format!("; admin {scheme} {a}"))
+            .unwrap_or_default();
+        format!(
+            "c1m serve: listening on http {}{tcp}; {} workers x {} connections (fd limit {}); workers {}{tls}{admin}",
+            self.http, self.workers, self.per_worker, self.fd_limit, self.workers_why
+        )
+    }
+
+    /// The same facts as one JSON object in the shape of the JSON log lines (`timestamp`,
+    /// `level`, `fields` with `message`, `span`).
+    fn json(&self, now: std::time::SystemTime) -> String {
+        let addr = |a: Option<std::net::SocketAddr>| a.map(|a| a.to_string());
+        serde_json::json!({
+            "timestamp": humantime::format_rfc3339_micros(now).to_string(),
+            "level": "INFO",
+            "fields": {
+                "message": "c1m serve: listening",
+                "http": self.http.to_string(),
+                "tcp": addr(self.tcp),
+                "admin": addr(self.admin),
+                "tls": self.tls,
+                "workers": self.workers,
+                "per_worker": self.per_worker,
+                "fd_limit": self.fd_limit,
+                "workers_reason": self.workers_why,
+            },
+            "span": { "name": "master", "pid": std::process::id() },
+        })
+        .to_string()
+    }
+
+    fn print(&self, format: config::LogFormat) {
+        match format {
+            config::LogFormat::Text => println!("{}", self.text()),
+            config::LogFormat::Json => println!("{}", self.json(std::time::SystemTime::now())),
+        }
+    }
+}
+
+/// The listeners that speak TLS, by the names the banner uses.
+fn tls_listeners(cfg: &Config) -> Vec<&'static str> {
+    if cfg.tls_cert.is_none() {
+        return Vec::new();
+    }
+    let mut on = vec!["http"];
+    if cfg.tcp_listen.is_some() {
+        on.push("tcp");
+    }
+    if cfg.admin_listen.is_some() && cfg.admin_tls {
+        on.push("admin");
+    }
+    on
+}
+
+/// Publishing without `--publish-key` is allowed from loopback peers only. Behind a reverse
+/// proxy on the same host every client is a loopback peer, so anyone could publish. The shape
+/// that suggests such a proxy: /pub served on a listener without TLS (a TLS-terminating proxy
+/// forwards plaintext). Then say so at start; a publish key, or `--admin-publish` (publishing
+/// only on the admin listener), settles it.
+fn open_publish_warning(cfg: &Config) -> Option<String> {
+    if cfg.publish_key.is_some() || cfg.admin_publish || cfg.tls_cert.is_some() {
+        return None;
+    }
+    Some(format!(
+        "publishing needs no key from loopback peers (no --publish-key) on plain-HTTP {}: behind \
+         a proxy on this host every client is a loopback peer and may publish; set \
+         --publish-key, or --admin-publish to publish on the admin listener only",
+        cfg.listen
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn banner() -> Banner {
+        Banner {
+            http: "127.0.0.1:8080".parse().unwrap(),
+            tcp: None,
+            admin: Some("127.0.0.1:9180".parse().unwrap()),
+            workers: 2,
+            per_worker: 1050,
+            fd_limit: 20000,
+            workers_why: "set: 2 (from the --config file)".into(),
+            tls: vec!["http"],
+            admin_tls: false,
+        }
+    }
+
+    #[test]
+    fn the_banner_names_only_the_listeners_that_speak_tls() {
+        let b = banner();
+        assert_eq!(
+            b.text(),
+            "c1m serve: listening on http 127.0.0.1:8080; 2 workers x 1050 connections (fd limit \
+             20000); workers set: 2 (from the --config file); TLS on http; admin http 127.0.0.1:9180"
+        );
+        let b = Banner {
+            tcp: Some("127.0.0.1:8081".parse().unwrap()),
+            tls: vec!["http", "tcp", "admin"],
+            admin_tls: true,
+            ..banner()
+        };
+        let text = b.text();
+        assert!(
+            text.ends_with("; TLS on http, tcp and admin; admin https 127.0.0.1:9180"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn the_json_banner_is_one_log_event_with_the_addresses_as_fields() {
+        let line = banner().json(std::time::UNIX_EPOCH);
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["timestamp"], "1970-01-01T00:00:00.000000Z");
+        assert_eq!(v["fields"]["http"], "127.0.0.1:8080");
+        assert_eq!(v["fields"]["admin"], "127.0.0.1:9180");
+        assert!(v["fields"]["tcp"].is_null());
+        assert!(!line.contains('\n'));
+    }
 }

@@ -469,7 +469,24 @@ fn bad_auth_configurations_are_refused_at_start() {
         )
         .0;
     for (args, expect) in [
-        (vec!["--auth", "required"], "--jwt-key"),
+        // The mode as the flag spells it, not as the program's enum does.
+        (
+            vec!["--auth", "required"],
+            "--auth required needs --jwt-key",
+        ),
+        (
+            vec![
+                "--auth",
+                "required",
+                "--jwt-key",
+                &keys.secret(),
+                "--auth-cookie",
+                "c1m_jwt",
+                "--cors-origins",
+                "*",
+            ],
+            "--auth-cookie cannot be combined with --cors-origins '*'",
+        ),
         (
             vec!["--auth", "required", "--jwt-key", short.to_str().unwrap()],
             "at least 32 bytes",
@@ -503,4 +520,129 @@ fn bad_auth_configurations_are_refused_at_start() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(expect), "{args:?}: {err}");
     }
+}
+
+/// Opens a WebSocket with extra request headers; the HTTP status of the answer (101 when
+/// upgraded, else the refusal's) and, when upgraded, the socket.
+fn ws_with_headers(server: &Server, path: &str, headers: &[(&str, &str)]) -> (u16, Option<Ws>) {
+    let stream = TcpStream::connect(server.http).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut request = format!("ws://{}{path}", server.http)
+        .into_client_request()
+        .unwrap();
+    for (name, value) in headers {
+        request.headers_mut().append(
+            tungstenite::http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+            HeaderValue::from_str(value).unwrap(),
+        );
+    }
+    match tungstenite::client(request, stream) {
+        Ok((socket, response)) => (response.status().as_u16(), Some(socket)),
+        Err(tungstenite::HandshakeError::Failure(tungstenite::Error::Http(response))) => {
+            (response.status().as_u16(), None)
+        }
+        Err(e) => panic!("handshake: {e}"),
+    }
+}
+
+#[test]
+fn the_auth_cookie_is_not_honoured_from_a_foreign_origin() {
+    let keys = Keys::new("cookie-origin");
+    let token = keys.hs256(&json!({"exp": now() + 300, "channels": ["private.*"]}));
+    let cookie = format!("c1m_jwt={token}");
+    let evil = ("Origin", "https://evil.example");
+    let sse = "Accept: text/event-stream";
+
+    // No origin list: a page on any site would open a WebSocket with the visitor's cookie.
+    let server = auth_server(1, "required", &keys.secret(), &["--auth-cookie", "c1m_jwt"]);
+    let (status, _) = ws_with_headers(&server, "/sub/private.alice", &[evil, ("Cookie", &cookie)]);
+    assert_eq!(status, 403, "a foreign Origin's cookie opened the stream");
+    // The same for an EventSource (SSE) and a long-poll from that page.
+    let url = server.url("/sub/private.alice");
+    let origin = "Origin: https://evil.example";
+    let answer = curl_answer(&["-H", sse, "-H", origin, "-b", &cookie, &url]);
+    assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+    assert!(answer.contains("--cors-origins"), "{answer}");
+    assert_eq!(curl_status(&["-H", origin, "-b", &cookie, &url]), 403);
+    // A program (no Origin) still may use the cookie, and a token the page itself shows (not
+    // sent by the browser on its own) is judged as usual.
+    let (status, socket) = ws_with_headers(&server, "/sub/private.alice", &[("Cookie", &cookie)]);
+    assert_eq!(status, 101);
+    drop(socket);
+    let protocol = format!("c1m, c1m.token.{token}");
+    let (status, _) = ws_with_headers(
+        &server,
+        "/sub/private.alice",
+        &[evil, ("Sec-WebSocket-Protocol", &protocol)],
+    );
+    assert_eq!(status, 101);
+    server.wait_status(|s| s["refused"]["forbidden"] == 3);
+    // Without any token, the 401 says where one may travel, the configured cookie included.
+    let answer = curl_answer(&["-H", sse, &url]);
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+    assert!(answer.contains("cookie c1m_jwt"), "{answer}");
+    drop(server);
+
+    // With a list: the listed page's cookie works, a stranger's is refused before the upgrade.
+    let app = "https://app.example";
+    let server = auth_server(
+        1,
+        "required",
+        &keys.secret(),
+        &["--auth-cookie", "c1m_jwt", "--cors-origins", app],
+    );
+    let (status, socket) = ws_with_headers(
+        &server,
+        "/sub/private.alice",
+        &[("Origin", app), ("Cookie", &cookie)],
+    );
+    assert_eq!(status, 101);
+    let mut socket = socket.unwrap();
+    server.wait_status(|s| s["connections"]["websocket"] == 1);
+    let id = server.publish("private.alice", b"for alice");
+    assert_eq!(next_text(&mut socket)["id"].as_u64(), Some(id));
+    let (status, _) = ws_with_headers(&server, "/sub/private.alice", &[evil, ("Cookie", &cookie)]);
+    assert_eq!(status, 403);
+}
+
+#[test]
+fn tokens_are_judged_by_nbf_by_the_exact_exp_and_wildcards_never_grant_an_empty_segment() {
+    let keys = Keys::new("claims");
+    let server = auth_server(1, "required", &keys.secret(), &[]);
+    let sse = "Accept: text/event-stream";
+    let status = |token: &str, channel: &str| {
+        let bearer = format!("Authorization: Bearer {token}");
+        curl_status(&[
+            "-H",
+            sse,
+            "-H",
+            &bearer,
+            "--max-time",
+            "1",
+            &server.url(&format!("/sub/{channel}")),
+        ])
+    };
+    // A stream that is let in is held open: curl's timeout leaves the 200 it saw.
+    let fresh = keys.hs256(&json!({"exp": now() + 300, "channels": ["chat.*", "chat.*.x"]}));
+    assert_eq!(status(&fresh, "chat.room"), 200);
+    // Not before a minute from now: refused (RFC 7519 4.1.5).
+    let early = keys.hs256(&json!({"exp": now() + 300, "nbf": now() + 60, "channels": "chat.*"}));
+    let answer = curl_answer(&[
+        "-H",
+        sse,
+        "-H",
+        &format!("Authorization: Bearer {early}"),
+        &server.url("/sub/chat.room"),
+    ]);
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+    assert!(answer.contains("not valid yet"), "{answer}");
+    // Expiring at the start of this very second: already past.
+    let this_second = keys.hs256(&json!({"exp": now(), "channels": "chat.*"}));
+    assert_eq!(status(&this_second, "chat.room"), 401);
+    // A wildcard is one or more characters: not the empty segment.
+    assert_eq!(status(&fresh, "chat."), 403);
+    assert_eq!(status(&fresh, "chat..x"), 403);
+    assert_eq!(status(&fresh, "chat.a.x"), 200);
 }

@@ -266,3 +266,33 @@ fn idle_keep_alive_connections_close_quietly_and_silent_ones_are_counted() {
     assert!(got.is_empty());
     server.wait_status(|s| s["refused"]["head_timeout"] == 1);
 }
+
+#[test]
+fn refusals_say_what_would_have_worked() {
+    let server = Server::start(&["--workers", "1"]);
+    // A 404 lists every path the server has.
+    let answer = raw_exchange(server.http, b"GET /nowhere HTTP/1.1\r\n\r\n");
+    assert_eq!(status_code(&answer), 404, "{answer}");
+    for path in [
+        "/sub/",
+        "/pub/",
+        "/channels/",
+        "/status",
+        "/metrics",
+        "/healthz",
+        "/dashboard",
+        "/demo",
+    ] {
+        assert!(answer.contains(path), "404 body lacks {path}: {answer}");
+    }
+    // Publish takes one channel: a list is a 400 that says so, and nothing is published.
+    let answer = raw_exchange(
+        server.http,
+        b"POST /pub/a,b HTTP/1.1\r\nContent-Length: 1\r\n\r\nx",
+    );
+    assert_eq!(status_code(&answer), 400, "{answer}");
+    assert!(answer.contains("publish takes one channel"), "{answer}");
+    let s = server.wait_status(|s| s["refused"]["bad_request"] == 1);
+    assert_eq!(s["refused"]["not_found"], 1, "{s}");
+    assert_eq!(s["messages"]["published"], 0, "{s}");
+}

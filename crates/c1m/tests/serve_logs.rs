@@ -142,3 +142,139 @@ fn a_bad_log_level_is_a_config_problem() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--log-level"));
 }
+
+/// Every line of a stream, read by a thread (so the server never blocks on a full pipe).
+fn collect_lines(
+    from: impl std::io::Read + Send + 'static,
+) -> std::thread::JoinHandle<Vec<String>> {
+    use std::io::BufRead;
+    std::thread::spawn(move || {
+        std::io::BufReader::new(from)
+            .lines()
+            .map_while(Result::ok)
+            .collect()
+    })
+}
+
+#[test]
+fn json_mode_writes_only_json_on_stdout_and_stderr_banner_included() {
+    use std::io::BufRead;
+    let mut child = c1m()
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--tcp-listen",
+            "127.0.0.1:0",
+        ])
+        .args(["--admin-listen", "127.0.0.1:0", "--workers", "1"])
+        .args(["--log-format", "json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = collect_lines(child.stderr.take().unwrap());
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    stdout.read_line(&mut first).unwrap();
+    let stdout = collect_lines(stdout);
+    let (http, tcp) = common::parse_banner(&first)
+        .unwrap_or_else(|| panic!("no banner the harness can read: {first:?}"));
+    let admin = common::parse_banner_admin(&first).expect("the admin address");
+    let mut server = Server { child, http, tcp };
+
+    // The banner is one JSON log event with the addresses as fields.
+    let banner = parse(&first);
+    assert_eq!(banner["level"], "INFO", "{banner}");
+    assert!(
+        is_rfc3339_utc(banner["timestamp"].as_str().unwrap()),
+        "{banner}"
+    );
+    let fields = &banner["fields"];
+    assert_eq!(fields["http"], http.to_string(), "{banner}");
+    assert_eq!(fields["tcp"], tcp.unwrap().to_string(), "{banner}");
+    assert_eq!(fields["admin"], admin.to_string(), "{banner}");
+    assert_eq!(fields["workers"], 1, "{banner}");
+    let why = fields["workers_reason"].as_str().unwrap();
+    assert_eq!(why, "set: 1 (from flag --workers)", "{banner}");
+
+    // Served: a refusal and a publish, then a clean stop.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while ureq::get(&format!("http://{admin}/healthz"))
+        .call()
+        .is_err()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "admin /healthz never answered"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(status_code(&raw_exchange(http, b"NONSENSE\r\n\r\n")), 400);
+    server.publish("logs", b"one");
+    server.signal(libc::SIGTERM);
+    server.wait_exit(Duration::from_secs(15));
+
+    let out = stdout.join().unwrap();
+    let err = stderr.join().unwrap();
+    assert!(out.is_empty(), "stdout holds the banner alone: {out:#?}");
+    assert!(err.iter().any(|l| l.contains("\"stopped\"")), "{err:#?}");
+    for line in &err {
+        let v = parse(line);
+        assert!(
+            v["level"].is_string() && v["fields"]["message"].is_string(),
+            "{line}"
+        );
+    }
+}
+
+#[test]
+fn the_banner_says_where_workers_came_from_and_warns_when_they_cannot_hold_max_conns() {
+    let dir = std::env::temp_dir().join(format!("c1m-workers-from-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("serve.toml");
+    std::fs::write(&file, "workers = 1\nmax_conns = 5000\n").unwrap();
+    // A hard fd limit of 1024 (dash's `ulimit -n` sets both) cannot hold 5000 connections in
+    // one worker.
+    let mut cmd = std::process::Command::new("sh");
+    cmd.arg("-c")
+        .arg("ulimit -n 1024 && exec \"$0\" serve --listen 127.0.0.1:0 --config \"$1\"")
+        .arg(env!("CARGO_BIN_EXE_c1m"))
+        .arg(&file);
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = collect_lines(child.stderr.take().unwrap());
+    let mut banner = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut banner,
+    )
+    .unwrap();
+    let (http, _) = common::parse_banner(&banner).expect("a banner");
+    let mut server = Server {
+        child,
+        http,
+        tcp: None,
+    };
+    assert!(
+        banner.contains("(fd limit 1024); workers set: 1 (from the --config file)"),
+        "{banner}"
+    );
+    assert!(!banner.contains("--workers"), "{banner}");
+    assert!(!banner.contains("TLS"), "{banner}");
+    // Serving (signal handlers in place) before it is stopped.
+    server.wait_status(|_| true);
+    server.signal(libc::SIGTERM);
+    server.wait_exit(Duration::from_secs(15));
+    let err = stderr.join().unwrap();
+    let warning = err
+        .iter()
+        .find(|l| l.contains("hold at most"))
+        .unwrap_or_else(|| panic!("no capacity warning: {err:#?}"));
+    assert!(warning.contains("WARN"), "{warning}");
+    assert!(warning.contains("under --max-conns 5000"), "{warning}");
+    std::fs::remove_dir_all(dir).unwrap();
+}

@@ -246,3 +246,113 @@ fn per_ip_limit_counts_ipv4_through_a_dual_stack_listener_as_ipv4() {
     let (_c, head) = open_from(ip(60), v4, SSE);
     assert_eq!(status_code(&head), 429, "{head}");
 }
+
+/// `c1m serve --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 ARGS` with its stderr collected;
+/// returns the server, its log lines and the admin address once the admin /healthz answers.
+fn start_with_admin_logged(args: &[&str]) -> (Server, common::LogLines, SocketAddr) {
+    use std::io::BufRead;
+    let mut child = common::c1m()
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(["--admin-listen", "127.0.0.1:0"])
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut banner = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut banner)
+        .unwrap();
+    let logs = common::LogLines::default();
+    let sink = logs.clone();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            eprintln!("serve: {line}");
+            sink.push(line);
+        }
+    });
+    let (http, _) = common::parse_banner(&banner).expect("a banner");
+    let admin = common::parse_banner_admin(&banner).expect("an admin address");
+    let server = Server {
+        child,
+        http,
+        tcp: None,
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !scrape(admin, "/healthz").starts_with("HTTP/1.1 200") {
+        assert!(Instant::now() < deadline, "admin /healthz never answered");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (server, logs, admin)
+}
+
+/// One request on its own connection from 127.0.0.1; the whole answer (or "" when refused
+/// before a word).
+fn scrape(admin: SocketAddr, path: &str) -> String {
+    let Ok(mut s) = TcpStream::connect(admin) else {
+        return String::new();
+    };
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let _ = s.write_all(request.as_bytes());
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    answer
+}
+
+#[test]
+fn the_admin_listener_is_exempt_from_per_ip_limits() {
+    // One connection and one new connection per second per address, loopback included: a
+    // scraper on the admin listener would be refused from its second request on.
+    let (server, logs, admin) = start_with_admin_logged(&[
+        "--workers",
+        "1",
+        "--max-conns-per-ip",
+        "1",
+        "--max-new-conns-per-ip-per-sec",
+        "1",
+        "--per-ip-limit-loopback",
+    ]);
+    // A held public subscriber uses 127.0.0.7's one place; a second one is refused.
+    let (_held, head) = subscribe_from(ip(7), &server);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let (_, head) = subscribe_from(ip(7), &server);
+    assert!(head.starts_with("HTTP/1.1 429"), "{head}");
+    // The admin listener: a held connection and 20 scrapes in quick succession, all answered.
+    let _open = connect_from(ip(7), admin);
+    for i in 0..20 {
+        let answer = scrape(admin, "/metrics");
+        assert!(
+            answer.starts_with("HTTP/1.1 200"),
+            "scrape {i}: {answer:.200}"
+        );
+    }
+    // Publishing stays open to loopback without a key: the start-up log says so.
+    let warning = logs
+        .wait_for("behind a proxy on this host", Duration::from_secs(5))
+        .expect("a warning about open publishing");
+    assert!(warning.contains("WARN"), "{warning}");
+    assert!(warning.contains("--publish-key"), "{warning}");
+}
+
+#[test]
+fn no_open_publishing_warning_with_a_publish_key_or_admin_publish() {
+    for extra in [["--publish-key", "k"], ["--admin-publish", "true"]] {
+        let args = [&["--workers", "1"][..], &extra[..]].concat();
+        let (_server, logs, _admin) = start_with_admin_logged(&args);
+        // The start-up lines are all written before the workers answer /healthz; give the
+        // reading thread a moment to take them from the pipe.
+        assert!(logs.wait_for("listening", Duration::from_secs(5)).is_some());
+        std::thread::sleep(Duration::from_millis(300));
+        let all = logs.snapshot();
+        assert!(all.iter().any(|l| l.contains("listening")), "{all:#?}");
+        assert!(
+            !all.iter().any(|l| l.contains("behind a proxy")),
+            "{extra:?}: {all:#?}"
+        );
+    }
+}

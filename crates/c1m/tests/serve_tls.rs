@@ -433,3 +433,113 @@ fn subscribe(pki: &TestPki, addr: std::net::SocketAddr) -> tls_support::TlsStrea
     read_until(&mut s, "200 OK");
     s
 }
+
+/// `c1m serve` with TLS and `--admin-listen 127.0.0.1:0` plus ARGS; returns the server, its
+/// banner and the admin address the banner names. (TlsServer waits on the public /status,
+/// which an admin listener takes away.)
+fn start_tls_with_admin(
+    leaf: &tls_support::Leaf,
+    args: &[&str],
+) -> (crate::common::Server, String, std::net::SocketAddr) {
+    let mut child = crate::common::c1m()
+        .args(["serve", "--listen", "127.0.0.1:0", "--tls-cert"])
+        .arg(&leaf.cert)
+        .arg("--tls-key")
+        .arg(&leaf.key)
+        .args(["--admin-listen", "127.0.0.1:0", "--workers", "1"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut banner = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut banner)
+        .unwrap();
+    let parsed = crate::common::parse_banner(&banner);
+    let admin = crate::common::parse_banner_admin(&banner);
+    let server = crate::common::Server {
+        child,
+        http: parsed.map_or("127.0.0.1:1".parse().unwrap(), |(h, _)| h),
+        tcp: None,
+    };
+    let admin = admin.unwrap_or_else(|| panic!("no admin address in {banner:?}"));
+    (server, banner, admin)
+}
+
+/// curl's answer code, retried (workers bind after the banner) until `want` or 10 s.
+fn curl_until(args: &[&str], want: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = curl()
+            .args(["-o", "/dev/null", "-w", "%{http_code}"])
+            .args(args)
+            .output()
+            .unwrap();
+        let code = String::from_utf8_lossy(&out.stdout).to_string();
+        if code == want || Instant::now() > deadline {
+            return code;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn the_admin_listener_stays_plain_http_beside_a_tls_public_port() {
+    let pki = TestPki::new("admin-plain");
+    let leaf = pki.leaf("server");
+    let (server, banner, admin) = start_tls_with_admin(&leaf, &[]);
+    // A Prometheus scrape and a balancer's health check, as the README configures them.
+    assert_eq!(
+        curl_until(&[&format!("http://{admin}/healthz")], "200"),
+        "200"
+    );
+    let metrics = curl()
+        .arg(format!("http://{admin}/metrics"))
+        .output()
+        .unwrap();
+    let metrics = String::from_utf8_lossy(&metrics.stdout);
+    assert!(metrics.contains("c1m_build_info"), "{metrics}");
+    // The banner names the listeners that speak TLS and the admin one's scheme.
+    assert!(banner.contains("; TLS on http;"), "{banner:?}");
+    assert!(banner.contains("; admin http 127.0.0.1:"), "{banner:?}");
+    // The public port still speaks TLS (and leaves /healthz to the admin listener).
+    let public = https(&pki, server.http, "GET", "/healthz", b"");
+    assert!(public.starts_with("HTTP/1.1 404"), "{public:?}");
+    let plain =
+        crate::common::raw_exchange(server.http, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert!(plain.contains("TLS"), "{plain:?}");
+}
+
+#[test]
+fn admin_tls_puts_the_admin_listener_on_tls_when_asked() {
+    let pki = TestPki::new("admin-tls");
+    let leaf = pki.leaf("server");
+    let (_server, banner, admin) = start_tls_with_admin(&leaf, &["--admin-tls"]);
+    assert!(banner.contains("; TLS on http and admin;"), "{banner:?}");
+    assert!(banner.contains("; admin https 127.0.0.1:"), "{banner:?}");
+    let url = format!("https://localhost:{}/healthz", admin.port());
+    assert_eq!(
+        curl_until(&["--cacert", path_str(&pki.ca_pem), &url], "200"),
+        "200"
+    );
+    let plain = crate::common::raw_exchange(admin, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert!(plain.starts_with("HTTP/1.1 400"), "{plain:?}");
+    // Without TLS files it has nothing to speak: refused at start.
+    let out = crate::common::c1m()
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--admin-tls",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--admin-tls needs --admin-listen and --tls-cert"),
+        "{err}"
+    );
+}

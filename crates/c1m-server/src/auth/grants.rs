@@ -1,7 +1,9 @@
 //! Channel grants in a token: the `channels` (subscribe) and `publish` claims. A grant is a
 //! channel name whose dot-separated segments may be `*` (exactly one segment: `chat.*` covers
 //! `chat.room1`, not `chat` nor `chat.a.b`); a last segment `**` covers one or more segments
-//! (`chat.**` covers `chat.a` and `chat.a.b`; `**` alone covers every channel).
+//! (`chat.**` covers `chat.a` and `chat.a.b`; `**` alone covers every channel). A wildcard never
+//! stands for an empty segment: `chat.*` covers neither `chat.` nor `chat..x` (a grant for
+//! rooms must not grant names no room has).
 
 use serde::Deserialize;
 
@@ -40,8 +42,10 @@ pub fn pattern_covers(pattern: &str, channel: &str) -> bool {
     loop {
         match (want.next(), have.next()) {
             (None, None) => return true,
-            (Some("**"), Some(_)) => return want.next().is_none(),
-            (Some("*"), Some(_)) => {}
+            (Some("**"), Some(h)) => {
+                return want.next().is_none() && !h.is_empty() && have.all(|s| !s.is_empty())
+            }
+            (Some("*"), Some(h)) if !h.is_empty() => {}
             (Some(w), Some(h)) if w == h => {}
             _ => return false,
         }
@@ -69,6 +73,14 @@ mod tests {
             ("news", "news", true),
             ("news", "news2", false),
             ("", "news", false),
+            // A wildcard stands for one or more characters, never an empty segment.
+            ("chat.*", "chat.", false),
+            ("chat.*.x", "chat..x", false),
+            ("*.news", ".news", false),
+            ("chat.**", "chat.", false),
+            ("chat.**", "chat.a.", false),
+            ("chat.**", "chat..a", false),
+            ("**", "a..b", false),
         ];
         for (pattern, channel, expect) in cases {
             assert_eq!(

@@ -21,8 +21,12 @@ pub const MIN_SECRET: usize = 32;
 /// The claims c1m reads; others (`sub`, `iat`, `aud`…) are ignored.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Claims {
-    /// Expiry, seconds since the Unix epoch (required).
-    pub exp: u64,
+    /// Expiry, seconds since the Unix epoch (required). A NumericDate may carry a fraction
+    /// (RFC 7519 2), so it is read as a float and judged to the millisecond.
+    pub exp: f64,
+    /// Not before, seconds since the Unix epoch (optional, RFC 7519 4.1.5).
+    #[serde(default)]
+    pub nbf: Option<f64>,
     /// Channels the bearer may subscribe to.
     #[serde(default)]
     pub channels: Option<Grants>,
@@ -35,6 +39,7 @@ pub struct Claims {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Invalid {
     Expired,
+    NotYetValid,
     BadSignature,
     Malformed,
     UnknownKey,
@@ -44,6 +49,7 @@ impl Invalid {
     pub fn message(self) -> &'static str {
         match self {
             Invalid::Expired => "token expired",
+            Invalid::NotYetValid => "token not valid yet (its nbf is in the future)",
             Invalid::BadSignature => "token signature does not verify",
             Invalid::Malformed => "token is not a JWT with a numeric exp",
             Invalid::UnknownKey => {
@@ -84,9 +90,16 @@ impl Verifier {
         Ok(Verifier { keys })
     }
 
-    /// Checks the signature and `exp` (no leeway: the expiry is what held connections are
-    /// ended at, so it must mean the same thing at subscribe).
+    /// Checks the signature, `exp` and `nbf`, to the millisecond and without leeway: the
+    /// expiry is what held connections are ended at, so it must mean the same thing at
+    /// subscribe. (jsonwebtoken judges both in whole seconds, so c1m judges them itself.)
     pub fn verify(&self, token: &str) -> Result<Claims, Invalid> {
+        let claims = self.verify_signature(token)?;
+        claims.judge_times(now_millis())?;
+        Ok(claims)
+    }
+
+    fn verify_signature(&self, token: &str) -> Result<Claims, Invalid> {
         let header = jsonwebtoken::decode_header(token).map_err(|_| Invalid::Malformed)?;
         let candidates = self.keys.iter().filter(|k| {
             k.validation.algorithms.contains(&header.alg)
@@ -113,12 +126,47 @@ fn validation(algorithms: &[Algorithm]) -> Validation {
     let mut v = Validation::new(algorithms[0]);
     v.algorithms = algorithms.to_vec();
     v.leeway = 0;
-    v.validate_exp = true;
+    // Judged by `Claims::judge_times` (to the millisecond); jsonwebtoken still checks that
+    // `exp` is there and is a number.
+    v.validate_exp = false;
+    v.validate_nbf = false;
     // No audience is configured: a token's `aud` is not judged (it would fail every token
     // that carries one).
     v.validate_aud = false;
     v.set_required_spec_claims(&["exp"]);
     v
+}
+
+impl Claims {
+    /// `exp` in Unix milliseconds (a negative or absurd value saturates).
+    pub fn exp_millis(&self) -> u64 {
+        secs_to_millis(self.exp)
+    }
+
+    /// RFC 7519 4.1.4 and 4.1.5: valid from `nbf` (inclusive) until `exp` (exclusive).
+    fn judge_times(&self, now_ms: u64) -> Result<(), Invalid> {
+        if now_ms >= self.exp_millis() {
+            return Err(Invalid::Expired);
+        }
+        if self.nbf.is_some_and(|nbf| now_ms < secs_to_millis(nbf)) {
+            return Err(Invalid::NotYetValid);
+        }
+        Ok(())
+    }
+}
+
+/// Seconds (possibly fractional) to whole milliseconds (rounded: `x.y` seconds written by an
+/// issuer come back as the milliseconds it meant); `as` saturates NaN and negatives to 0.
+fn secs_to_millis(secs: f64) -> u64 {
+    (secs * 1000.0).round() as u64
+}
+
+/// Now, in Unix milliseconds.
+pub fn now_millis() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 fn secret(bytes: &[u8]) -> anyhow::Result<Key> {
@@ -219,6 +267,46 @@ mod tests {
         );
         assert_eq!(v.verify(&other).unwrap_err(), Invalid::BadSignature);
         assert_eq!(v.verify("garbage").unwrap_err(), Invalid::Malformed);
+    }
+
+    #[test]
+    fn nbf_in_the_future_is_refused_and_in_the_past_accepted() {
+        let v = Verifier::from_bytes(SECRET).unwrap();
+        let early = hs256(json!({"exp": now() + 600, "nbf": now() + 60}), None, SECRET);
+        assert_eq!(v.verify(&early).unwrap_err(), Invalid::NotYetValid);
+        let ok = hs256(json!({"exp": now() + 600, "nbf": now() - 1}), None, SECRET);
+        assert!(v.verify(&ok).is_ok());
+        let bad = hs256(json!({"exp": now() + 600, "nbf": "soon"}), None, SECRET);
+        assert_eq!(v.verify(&bad).unwrap_err(), Invalid::Malformed);
+    }
+
+    #[test]
+    fn exp_is_judged_to_the_millisecond() {
+        let v = Verifier::from_bytes(SECRET).unwrap();
+        let now_ms = now_millis();
+        // This very second, already begun: past (whole-second comparison took it for another
+        // second).
+        let this_second = hs256(json!({ "exp": now_ms / 1000 }), None, SECRET);
+        assert_eq!(v.verify(&this_second).unwrap_err(), Invalid::Expired);
+        // Fractions: 300 ms ago is past, 5 s ahead is not, and the expiry keeps its fraction.
+        let past = (now_ms as f64 - 300.0) / 1000.0;
+        let just_past = hs256(json!({ "exp": past }), None, SECRET);
+        assert_eq!(v.verify(&just_past).unwrap_err(), Invalid::Expired);
+        let ahead = (now_ms as f64 + 5_250.0) / 1000.0;
+        let soon = hs256(json!({ "exp": ahead }), None, SECRET);
+        let claims = v.verify(&soon).unwrap();
+        assert_eq!(claims.exp_millis(), now_ms + 5_250);
+        // The boundary: valid before exp, not at it.
+        let at = Claims {
+            exp: 10.0,
+            nbf: Some(5.0),
+            channels: None,
+            publish: None,
+        };
+        assert_eq!(at.judge_times(9_999), Ok(()));
+        assert_eq!(at.judge_times(10_000), Err(Invalid::Expired));
+        assert_eq!(at.judge_times(5_000), Ok(()));
+        assert_eq!(at.judge_times(4_999), Err(Invalid::NotYetValid));
     }
 
     #[test]

@@ -20,7 +20,7 @@ use key::{Claims, Verifier};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refusal {
     /// No token, or one that does not verify (HTTP 401, WebSocket close 4001).
-    Unauthorized(&'static str),
+    Unauthorized(std::borrow::Cow<'static, str>),
     /// A valid token that does not grant this channel (HTTP 403, WebSocket close 4003).
     Forbidden(String),
 }
@@ -46,7 +46,7 @@ impl Refusal {
 pub enum Grant {
     /// Auth is off, or optional and no token was shown: no expiry.
     Anonymous,
-    /// A valid token: the connection ends at `exp` (Unix seconds) unless refreshed.
+    /// A valid token: the connection ends at its `exp` (Unix milliseconds) unless refreshed.
     Until(u64),
 }
 
@@ -55,6 +55,12 @@ pub struct Auth {
     pub mode: AuthMode,
     verifier: Option<Verifier>,
     cookie: Option<String>,
+    /// Origins (lower-case, no trailing `/`) whose requests may authenticate with the cookie:
+    /// the explicit `--cors-origins` list. A browser sends the cookie with a request from any
+    /// site, so a cookie from any other Origin proves nothing about who sent the request.
+    cookie_origins: Vec<String>,
+    /// The 401 body when no token is shown: where a token may travel, the cookie included.
+    missing: String,
     pub cors: cors::Cors,
 }
 
@@ -64,10 +70,27 @@ impl Auth {
             Some(path) => Some(Verifier::load(path).context("loading the JWT key")?),
             None => None,
         };
+        let cookie_origins = cfg
+            .origin_list()
+            .unwrap_or("")
+            .split(',')
+            .map(|o| o.trim().trim_end_matches('/').to_ascii_lowercase())
+            .filter(|o| !o.is_empty() && o != "*")
+            .collect();
+        let cookie = cfg
+            .auth_cookie
+            .as_deref()
+            .map(|c| format!(", cookie {c}"))
+            .unwrap_or_default();
         Ok(Auth {
             mode: cfg.auth,
             verifier,
             cookie: cfg.auth_cookie.clone(),
+            cookie_origins,
+            missing: format!(
+                "a token is required: Authorization: Bearer, ?token={cookie}, or subprotocol \
+                 c1m.token.JWT"
+            ),
             cors: cors::Cors::from_config(cfg),
         })
     }
@@ -77,13 +100,31 @@ impl Auth {
         if self.mode == AuthMode::Off {
             return Ok(Grant::Anonymous);
         }
-        match token::find(req, self.cookie.as_deref()) {
+        match token::find_with_source(req, self.cookie.as_deref()) {
             None if self.mode == AuthMode::Optional => Ok(Grant::Anonymous),
-            None => Err(Refusal::Unauthorized(
-                "a token is required: Authorization: Bearer, ?token=, or subprotocol c1m.token.JWT",
-            )),
-            Some(t) => self.grant(t, channels).map(Grant::Until),
+            None => Err(Refusal::Unauthorized(self.missing.clone().into())),
+            Some((_, token::Source::Cookie)) if !self.cookie_origin_allowed(req) => {
+                Err(Refusal::Forbidden(
+                    "the auth cookie is accepted only from the origins listed in --cors-origins \
+                     (or from requests without an Origin header)"
+                        .to_string(),
+                ))
+            }
+            Some((t, _)) => self.grant(t, channels).map(Grant::Until),
         }
+    }
+
+    /// A cookie-authenticated request may come from no Origin (not a cross-site browser
+    /// request: a same-origin page's GET, or a program) or from a listed one. WebSocket has
+    /// no CORS, so without this a page on any site could open one with the visitor's cookie.
+    fn cookie_origin_allowed(&self, req: &Request<'_>) -> bool {
+        let Some(origin) = req.header_str("Origin") else {
+            return true;
+        };
+        let origin = origin.trim().trim_end_matches('/');
+        self.cookie_origins
+            .iter()
+            .any(|o| o.eq_ignore_ascii_case(origin))
     }
 
     /// Judges a token shown to renew a held subscription (WebSocket refresh).
@@ -93,11 +134,11 @@ impl Auth {
 
     fn verify(&self, token: &str) -> Result<Claims, Refusal> {
         let verifier = self.verifier.as_ref().ok_or(Refusal::Unauthorized(
-            "this server verifies no tokens (no --jwt-key)",
+            "this server verifies no tokens (no --jwt-key)".into(),
         ))?;
         verifier
             .verify(token)
-            .map_err(|e| Refusal::Unauthorized(e.message()))
+            .map_err(|e| Refusal::Unauthorized(e.message().into()))
     }
 
     fn grant(&self, token: &str, channels: &[&str]) -> Result<u64, Refusal> {
@@ -110,7 +151,7 @@ impl Auth {
             Some(ch) => Err(Refusal::Forbidden(format!(
                 "the token does not grant channel {ch}"
             ))),
-            None => Ok(claims.exp),
+            None => Ok(claims.exp_millis()),
         }
     }
 
@@ -147,11 +188,7 @@ fn looks_like_jwt(t: &str) -> bool {
     t.split('.').count() == 3
 }
 
-/// Milliseconds from now until `exp` (Unix seconds); 0 when already past.
-pub fn millis_until(exp: u64) -> u64 {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0);
-    exp.saturating_mul(1000).saturating_sub(now)
+/// Milliseconds from now until `exp_ms` (Unix milliseconds); 0 when already past.
+pub fn millis_until(exp_ms: u64) -> u64 {
+    exp_ms.saturating_sub(key::now_millis())
 }

@@ -10,21 +10,36 @@ use c1m_proto::ws::handshake;
 /// Prefix of the subprotocol entry that carries a JWT.
 pub const TOKEN_PROTOCOL: &str = "c1m.token.";
 
-/// The token a request carries, if any. `cookie`: the name `--auth-cookie` gives.
-pub fn find<'a>(req: &'a Request<'_>, cookie: Option<&str>) -> Option<&'a str> {
+/// Where a request's token was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    Bearer,
+    Query,
+    /// The browser adds it by itself, whichever site's page made the request.
+    Cookie,
+    Subprotocol,
+}
+
+/// The token a request carries, if any, and where it was found. `cookie`: the name
+/// `--auth-cookie` gives.
+pub fn find_with_source<'a>(
+    req: &'a Request<'_>,
+    cookie: Option<&str>,
+) -> Option<(&'a str, Source)> {
     if let Some(bearer) = bearer(req) {
-        return Some(bearer);
+        return Some((bearer, Source::Bearer));
     }
     if let Some(t) = req.query_param("token").filter(|t| !t.is_empty()) {
-        return Some(t);
+        return Some((t, Source::Query));
     }
     if let Some(t) = cookie.and_then(|name| cookie_value(req, name)) {
-        return Some(t);
+        return Some((t, Source::Cookie));
     }
     if handshake::is_upgrade(req.headers.iter().copied()) {
         return handshake::offered_protocols(req)
             .find_map(|p| p.strip_prefix(TOKEN_PROTOCOL))
-            .filter(|t| !t.is_empty());
+            .filter(|t| !t.is_empty())
+            .map(|t| (t, Source::Subprotocol));
     }
     None
 }
@@ -67,7 +82,7 @@ mod tests {
 
     fn found(head: &str, cookie: Option<&str>) -> Option<String> {
         let req = parse_request(head.as_bytes()).unwrap();
-        find(&req, cookie).map(str::to_string)
+        find_with_source(&req, cookie).map(|(t, _)| t.to_string())
     }
 
     #[test]

@@ -20,7 +20,7 @@ use crate::worker;
 use anyhow::Context;
 use mio::net::UnixStream;
 use mio::{Events, Interest, Poll, Token};
-pub use plan_reason::workers_reason;
+pub use plan_reason::{capacity_shortfall, workers_reason};
 use std::collections::HashMap;
 use std::os::fd::AsRawFd;
 use std::process::{Child, Command, Stdio};

@@ -7,7 +7,8 @@ use crate::config::Workers;
 
 /// E.g. "auto: 6 workers because 1000000 connections (+5% spread slack) / 19936 per process
 /// (fd limit 20000 − 64 reserved) > 2 cores", or "auto: 2 workers = 2 cores (2000 connections
-/// fit 1 process at fd limit 20000)", or "set: --workers 3".
+/// fit 1 process at fd limit 20000)", or "set: 3" (where it was set is the caller's to say:
+/// a flag, the environment or the file).
 pub fn workers_reason(
     workers: Workers,
     max_conns: u64,
@@ -16,7 +17,7 @@ pub fn workers_reason(
     plan: &Plan,
 ) -> String {
     if let Workers::Count(n) = workers {
-        return format!("set: --workers {n}");
+        return format!("set: {n}");
     }
     let reserved = reserved_fds(hard_nofile);
     let capacity = hard_nofile.saturating_sub(reserved).max(1);
@@ -35,6 +36,19 @@ pub fn workers_reason(
             plan.workers
         )
     }
+}
+
+/// When the workers cannot hold `max_conns` under the fd limit (a fixed `--workers` too
+/// small for it), what they can hold, in words; None when they can.
+pub fn capacity_shortfall(plan: &Plan, max_conns: u64, hard_nofile: u64) -> Option<String> {
+    let holds = plan.workers as u64 * plan.per_worker;
+    (holds < max_conns).then(|| {
+        format!(
+            "{} worker process(es) hold at most {holds} connections ({} each at fd limit {hard_nofile}), \
+             under --max-conns {max_conns}",
+            plan.workers, plan.per_worker
+        )
+    })
 }
 
 #[cfg(test)]
@@ -58,7 +72,22 @@ mod tests {
         let p = plan(Workers::Count(3), 2_000, 20_000, 4);
         assert_eq!(
             workers_reason(Workers::Count(3), 2_000, 20_000, 4, &p),
-            "set: --workers 3"
+            "set: 3"
         );
+    }
+
+    #[test]
+    fn too_few_workers_for_max_conns_is_named() {
+        let p = plan(Workers::Count(2), 1_000_000, 20_000, 4);
+        let why = capacity_shortfall(&p, 1_000_000, 20_000).unwrap();
+        assert_eq!(
+            why,
+            "2 worker process(es) hold at most 39872 connections (19936 each at fd limit 20000), \
+             under --max-conns 1000000"
+        );
+        let p = plan(Workers::Auto, 1_000_000, 20_000, 4);
+        assert_eq!(capacity_shortfall(&p, 1_000_000, 20_000), None);
+        let p = plan(Workers::Count(1), 10_000, 20_000, 4);
+        assert_eq!(capacity_shortfall(&p, 10_000, 20_000), None);
     }
 }

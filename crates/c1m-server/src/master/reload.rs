@@ -25,6 +25,8 @@ const RESTART_KEYS: &[&str] = &[
     "per_ip_limit_loopback",
     // A listening socket, bound by each worker at start.
     "admin_listen",
+    // What the admin listener speaks, like TLS on or off for the others.
+    "admin_tls",
 ];
 
 /// The running configuration with `new`'s live values, the live keys that changed, and the

@@ -21,7 +21,7 @@ const MAX_EXPIRY: Duration = Duration::from_secs(5 * 365 * 24 * 3600);
 /// is looked at again (the expiry signal goes after the replay, in the stream's own framing).
 const JOINING_RETRY: Duration = Duration::from_millis(100);
 
-/// Milliseconds until `exp` (Unix seconds), capped at [`MAX_EXPIRY`].
+/// Milliseconds until `exp` (Unix milliseconds), capped at [`MAX_EXPIRY`].
 fn expiry_millis(exp: u64) -> u64 {
     crate::auth::millis_until(exp).min(MAX_EXPIRY.as_millis() as u64)
 }
@@ -277,14 +277,20 @@ impl Worker {
             Ok(exp) => {
                 self.set_expiry(idx, exp);
                 if self.conns[idx].flags & WS_ENVELOPE != 0 {
-                    let ack = serde_json::json!({"type": "refreshed", "exp": exp}).to_string();
+                    // `exp` as the token states it: Unix seconds (a fraction only if it has one).
+                    let secs = if exp % 1000 == 0 {
+                        serde_json::json!(exp / 1000)
+                    } else {
+                        serde_json::json!(exp as f64 / 1000.0)
+                    };
+                    let ack = serde_json::json!({"type": "refreshed", "exp": secs}).to_string();
                     let frame = encode::data_frame(DataKind::Text, ack.as_bytes());
                     self.send_or_close(idx, frame);
                 }
             }
             Err(Refusal::Unauthorized(why)) => {
                 self.counters.refused.unauthorized += 1;
-                self.ws_close(idx, close::UNAUTHORIZED, why);
+                self.ws_close(idx, close::UNAUTHORIZED, &why);
             }
             Err(Refusal::Forbidden(why)) => {
                 self.counters.refused.forbidden += 1;

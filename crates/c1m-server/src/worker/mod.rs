@@ -176,6 +176,23 @@ pub fn run_from_env() -> anyhow::Result<u8> {
     let index: usize = var(ENV_INDEX)?.parse().context("worker index")?;
     // Every line this worker writes carries its index and pid.
     crate::log::init_worker(&cfg, index);
+    let json = cfg.log_format == crate::config::LogFormat::Json;
+    match run_configured(cfg, index) {
+        // In JSON mode every line the process writes is JSON, its last words too.
+        Err(e) if json => {
+            tracing::error!(error = %format!("{e:#}"), "worker stopped by an error");
+            Ok(2)
+        }
+        result => result,
+    }
+}
+
+/// The worker's life once its logs are set up.
+fn run_configured(cfg: Config, index: usize) -> anyhow::Result<u8> {
+    let var = |name: &str| {
+        std::env::var(name)
+            .with_context(|| format!("{name} not set (workers are started by `c1m serve`)"))
+    };
     let fd: i32 = var(ENV_FD)?.parse().context("worker fd")?;
     let master_pid: u32 = var(ENV_MASTER_PID)?.parse().context("master pid")?;
     let max_conns: usize = var(ENV_MAX_CONNS)?.parse().context("worker max conns")?;
@@ -506,6 +523,9 @@ impl Worker {
     }
 
     fn admit(&mut self, mut stream: TcpStream, peer: SocketAddr, raw_tcp: bool, admin: bool) {
+        // The admin listener stays plain HTTP unless --admin-tls: scrapers and health checks
+        // on a private address speak http://.
+        let tls = tls_session::enabled() && (!admin || self.cfg.admin_tls);
         if self.conns.len() >= self.max_conns {
             self.counters.refused.max_conns += 1;
             let msg: &[u8] = if raw_tcp {
@@ -514,12 +534,15 @@ impl Worker {
                 b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 26\r\nConnection: close\r\n\r\nserver at max connections\n"
             };
             // A TLS client would take plaintext for a broken record: it is only closed.
-            if !tls_session::enabled() {
+            if !tls {
                 let _ = io::Write::write(&mut stream, msg);
             }
             return;
         }
-        let ip_slot = match self.ip_limits.as_ref().map(|l| l.admit(peer.ip())) {
+        // The admin listener is for monitoring and the application's publishers, not the
+        // public: a scraper polling /metrics must never get the per-IP 429.
+        let ip_limits = self.ip_limits.as_ref().filter(|_| !admin);
+        let ip_slot = match ip_limits.map(|l| l.admit(peer.ip())) {
             None => 0,
             Some(Ok(slot)) => slot,
             Some(Err(refusal)) => {
@@ -528,7 +551,7 @@ impl Worker {
                     ip_limits::Refusal::Conns => r.per_ip_conns += 1,
                     ip_limits::Refusal::Rate { .. } => r.per_ip_rate += 1,
                 }
-                if tls_session::enabled() {
+                if tls {
                     return; // closed: a plaintext answer means nothing to a TLS client
                 }
                 return refuse_at_accept(stream, &refusal.response(raw_tcp));
@@ -565,7 +588,10 @@ impl Worker {
             }
             return;
         }
-        if let Err(e) = tls_session::begin(&conn.stream, raw_tcp) {
+        if let Err(e) = tls
+            .then(|| tls_session::begin(&conn.stream, raw_tcp))
+            .transpose()
+        {
             if let Some(held_back) = self.socket_errors.allow(Instant::now()) {
                 tracing::warn!(error = %e, held_back, "starting a TLS session failed");
             }

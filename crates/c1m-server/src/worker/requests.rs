@@ -234,7 +234,8 @@ impl Worker {
                 self.refuse(
                     idx,
                     404,
-                    "unknown path; see /sub/{channel}, /pub/{channel}, /status, /metrics, /healthz",
+                    "unknown path; see /sub/{channel}, /pub/{channel}, /channels/{channel}, \
+                     /status, /metrics, /healthz, /dashboard, /demo",
                 );
                 Some(data.len())
             }
@@ -303,6 +304,15 @@ impl Worker {
         data: &[u8],
     ) -> Option<usize> {
         if !self.publish_allowed(idx, req, channel) {
+            return Some(data.len());
+        }
+        if channel.contains(',') {
+            self.refuse(
+                idx,
+                400,
+                "publish takes one channel: POST /pub/{channel} (a comma-separated list is for \
+                 /sub/ only); publish to each channel in its own request",
+            );
             return Some(data.len());
         }
         if !channel::is_valid_name(channel) {

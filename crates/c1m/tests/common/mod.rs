@@ -167,6 +167,11 @@ impl Drop for Server {
 pub struct LogLines(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
 
 impl LogLines {
+    /// Adds a line (for a harness that reads the server's stderr itself).
+    pub fn push(&self, line: String) {
+        self.0.lock().unwrap().push(line);
+    }
+
     pub fn snapshot(&self) -> Vec<String> {
         self.0.lock().unwrap().clone()
     }
@@ -186,14 +191,34 @@ impl LogLines {
     }
 }
 
-/// The admin address the banner ends with (`…; admin http ADDR`, with `--admin-listen`).
+/// The admin address the banner ends with (`…; admin http ADDR`, or `admin https ADDR` with
+/// `--admin-tls`), or the JSON banner's `admin` field.
 pub fn parse_banner_admin(line: &str) -> Option<SocketAddr> {
+    if let Some(fields) = json_banner(line) {
+        return fields["admin"].as_str()?.parse().ok();
+    }
     line.rsplit_once("; admin http ")
+        .or_else(|| line.rsplit_once("; admin https "))
         .and_then(|(_, a)| a.trim().parse().ok())
 }
 
-/// `c1m serve: listening on http ADDR[, tcp ADDR]; …` → (http, tcp).
+/// The `fields` of the banner `--log-format json` writes (one JSON log event).
+pub fn json_banner(line: &str) -> Option<serde_json::Value> {
+    let v: serde_json::Value = serde_json::from_str(line.trim()).ok()?;
+    (v["fields"]["message"] == "c1m serve: listening").then(|| v["fields"].clone())
+}
+
+/// `c1m serve: listening on http ADDR[, tcp ADDR]; …` → (http, tcp); or the same fields from
+/// the JSON banner.
 pub fn parse_banner(line: &str) -> Option<(SocketAddr, Option<SocketAddr>)> {
+    if let Some(fields) = json_banner(line) {
+        let http = fields["http"].as_str()?.parse().ok()?;
+        let tcp = match fields["tcp"].as_str() {
+            Some(t) => Some(t.parse().ok()?),
+            None => None,
+        };
+        return Some((http, tcp));
+    }
     let rest = line.strip_prefix("c1m serve: listening on http ")?;
     let (addrs, _) = rest.split_once(';')?;
     let mut parts = addrs.split(", tcp ");

@@ -3,7 +3,7 @@
  * reconnect (exponential backoff with jitter), exact resume from the last id, gap notices,
  * and a token hook called before every connection. No runtime dependencies.
  */
-export { subscribe, Subscription } from "./subscription.js";
+export { subscribe, Subscription, DEFAULT_MAX_FAILURES } from "./subscription.js";
 export { backoffDelay, DEFAULT_BACKOFF } from "./backoff.js";
 export { subscribeUrl } from "./url.js";
 export { parseWsFrame } from "./envelope.js";

@@ -16,6 +16,9 @@ import type {
 } from "./types.js";
 import { checkChannels, subscribeUrl } from "./url.js";
 
+/** Consecutive attempts ending before an open after which a subscription gives up. */
+export const DEFAULT_MAX_FAILURES = 10;
+
 type Handler<K extends keyof C1mEventMap> = (event: C1mEventMap[K]) => void;
 
 export class Subscription {
@@ -28,7 +31,14 @@ export class Subscription {
   #handlers = new Map<keyof C1mEventMap, Set<(event: never) => void>>();
   #lastId: string | undefined;
   #state: ConnectionState = "connecting";
+  /** The `state` event for the initial `connecting` is still to be emitted. */
+  #stateAnnounced = false;
+  /** A connection has opened at least once (a later loss is `reconnecting`, not `connecting`). */
+  #everOpened = false;
+  /** Consecutive ended attempts (the backoff step; reset when a connection opens). */
   #failures = 0;
+  /** Consecutive attempts that ended before opening (what `maxFailures` bounds). */
+  #unopened = 0;
   /** Bumped on every attempt: callbacks of an older connection are ignored. */
   #generation = 0;
   #connection: Connection | undefined;
@@ -41,6 +51,10 @@ export class Subscription {
     if (options.lastId !== undefined && !/^\d+$/.test(options.lastId)) {
       throw new TypeError(`c1m: lastId must be decimal digits, got ${JSON.stringify(options.lastId)}`);
     }
+    const max = options.maxFailures;
+    if (max !== undefined && !(max >= 1)) {
+      throw new TypeError(`c1m: maxFailures must be at least 1 (or Infinity), got ${max}`);
+    }
     new URL(options.url); // throws a TypeError now rather than on every attempt
     this.#options = options;
     this.#lastId = options.lastId;
@@ -49,10 +63,16 @@ export class Subscription {
     this.#EventSource = options.EventSource ?? g.EventSource;
     this.transport = options.transport ?? (this.#WebSocket ? "websocket" : "sse");
     if (this.transport === "websocket" && !this.#WebSocket) {
-      throw new TypeError("c1m: no WebSocket implementation (pass options.WebSocket)");
+      throw new TypeError(
+        "c1m: no WebSocket implementation: pass options.WebSocket, or use Node 22+ " +
+          "(Node 20 has a global WebSocket only with --experimental-websocket)",
+      );
     }
     if (this.transport === "sse" && !this.#EventSource) {
-      throw new TypeError("c1m: no EventSource implementation (pass options.EventSource)");
+      throw new TypeError(
+        "c1m: no EventSource implementation: pass options.EventSource (Node has none by " +
+          "default; Node 22.3+ with --experimental-eventsource)",
+      );
     }
     // After the caller had the chance to attach handlers.
     queueMicrotask(() => void this.#connect());
@@ -105,30 +125,36 @@ export class Subscription {
   }
 
   #setState(state: ConnectionState): void {
-    if (this.#state !== state) {
+    if (this.#state !== state || !this.#stateAnnounced) {
+      this.#stateAnnounced = true;
       this.#state = state;
       this.#emit("state", { state });
     }
   }
 
   async #connect(): Promise<void> {
-    if (this.#state === "closed") return;
+    if (this.#state === "closed" || this.#state === "failed") return;
+    this.#setState(this.#everOpened ? "reconnecting" : "connecting");
     const generation = ++this.#generation;
     let token: string | null | undefined;
     try {
       token = await this.#options.getToken?.();
     } catch (e) {
       if (generation !== this.#generation) return;
-      return this.#retry(`getToken failed: ${e instanceof Error ? e.message : String(e)}`);
+      return this.#retry(`getToken failed: ${e instanceof Error ? e.message : String(e)}`, false, false);
     }
     if (generation !== this.#generation) return; // closed while the token was fetched
     const lastId = this.#lastId;
     const url = subscribeUrl(this.#options.url, [...this.channels], this.transport, lastId, token);
     const current = () => generation === this.#generation;
+    let opened = false;
     const sink: Sink = {
       open: () => {
         if (!current()) return;
+        opened = true;
+        this.#everOpened = true;
         this.#failures = 0;
+        this.#unopened = 0;
         this.#setState("open");
         this.#emit("open", { transport: this.transport, lastId });
       },
@@ -138,10 +164,18 @@ export class Subscription {
       shutdown: () => {
         if (current()) this.#emit("shutdown", { transport: this.transport });
       },
-      end: (reason) => {
+      expired: () => {
+        if (current()) this.#emit("expired", { transport: this.transport });
+      },
+      end: (reason, refused = false) => {
         if (!current()) return;
         this.#connection = undefined;
-        this.#retry(reason);
+        if (!opened && this.transport === "websocket" && /^close 1006\b/.test(reason)) {
+          // What a browser reports for a refused upgrade (401, 403, Origin) and for an
+          // unreachable server alike.
+          reason = "close 1006 before open (refused or unreachable)";
+        }
+        this.#retry(reason, opened, refused);
       },
       problem: (reason) => {
         if (current()) this.#emit("error", { reason });
@@ -167,11 +201,21 @@ export class Subscription {
     this.#emit("message", message);
   }
 
-  #retry(reason: string): void {
+  /** Schedules the next attempt, or gives up after `maxFailures` attempts in a row that ended
+   * before opening. `opened`: the attempt that ended had opened (it does not count). */
+  #retry(reason: string, opened: boolean, refused: boolean): void {
     if (this.#state === "closed") return;
     this.#failures++;
+    if (!opened) this.#unopened++;
+    const maxFailures = this.#options.maxFailures ?? DEFAULT_MAX_FAILURES;
+    if (!opened && this.#unopened >= maxFailures) {
+      this.#generation++;
+      this.#setState("failed");
+      this.#emit("failed", { attempts: this.#unopened, reason, refused });
+      return;
+    }
     const delayMs = backoffDelay(this.#failures, this.#options.backoff, this.#options.random);
-    this.#setState("reconnecting");
+    this.#setState(this.#everOpened ? "reconnecting" : "connecting");
     this.#emit("reconnect", { attempt: this.#failures, delayMs, reason });
     this.#retryTimer = setTimeout(() => void this.#connect(), delayMs);
   }

@@ -22,7 +22,10 @@ export interface C1mGap {
 
 export type Transport = "sse" | "websocket";
 
-export type ConnectionState = "connecting" | "open" | "reconnecting" | "closed";
+/** `connecting` until the first connection opens (also while its first attempts are retried),
+ * `open`, `reconnecting` after an open connection ended (until one opens again), `failed`
+ * when it gave up (see `maxFailures`), `closed` after `close()`. */
+export type ConnectionState = "connecting" | "open" | "reconnecting" | "failed" | "closed";
 
 /** A connection ended and another one is scheduled. */
 export interface C1mReconnect {
@@ -31,6 +34,19 @@ export interface C1mReconnect {
   delayMs: number;
   /** Why the previous connection ended, e.g. "close 4008 slow consumer", "shutdown". */
   reason: string;
+}
+
+/** The subscription stopped trying: `attempts` consecutive attempts ended before a connection
+ * opened (see `maxFailures`). Typically the server refuses it: a 401/403 (bad or missing
+ * token), an Origin not on its CORS list, or a wrong URL; or it was unreachable all along. */
+export interface C1mFailed {
+  attempts: number;
+  /** Why the last attempt ended, e.g. "refused (HTTP error status or CORS)". */
+  reason: string;
+  /** The last attempt was refused by the server or the browser's CORS check (known for SSE,
+   * whose EventSource reports a refusal apart from a network error; a WebSocket refused at
+   * the upgrade looks like an unreachable server, close 1006, so this is false there). */
+  refused: boolean;
 }
 
 export interface C1mOpen {
@@ -49,6 +65,12 @@ export interface C1mEventMap {
   shutdown: { transport: Transport };
   /** Something went wrong that the app may want to log; the subscription keeps trying. */
   error: { reason: string };
+  /** The server ended the stream because its token expired (SSE `event: expired`, WebSocket
+   * close 4001). A reconnect follows (after the first backoff step) with a fresh token from
+   * `getToken` and `last_id`, so nothing is missed. */
+  expired: { transport: Transport };
+  /** The subscription gave up (state `failed`); no more attempts. */
+  failed: C1mFailed;
   state: { state: ConnectionState };
 }
 
@@ -73,6 +95,9 @@ export type WebSocketConstructor = new (url: string, protocols?: string | string
 
 /** The parts of the DOM EventSource the client uses. */
 export interface EventSourceLike {
+  /** 0 connecting, 1 open, 2 closed: an error while 2 means the browser refused the stream
+   * (an HTTP error status, a wrong Content-Type or a failed CORS check), not a network drop. */
+  readonly readyState?: number;
   onopen: ((ev: unknown) => void) | null;
   onerror: ((ev: unknown) => void) | null;
   addEventListener(type: string, listener: (ev: { data: string; lastEventId: string }) => void): void;
@@ -93,6 +118,11 @@ export interface SubscribeOptions {
    * not null/undefined, is sent as `?token=` so a short-lived token is refreshed each time. */
   getToken?: () => string | null | undefined | Promise<string | null | undefined>;
   backoff?: BackoffOptions;
+  /** Give up (state `failed`, a `failed` event) after this many consecutive attempts that
+   * ended before a connection opened (default 10: with the default backoff about 1–2.5
+   * minutes of retrying). A refused subscription (401, CORS) would otherwise retry forever.
+   * `Infinity` never gives up. */
+  maxFailures?: number;
   /** For Node or tests: the implementations to use instead of the globals. */
   WebSocket?: WebSocketConstructor;
   EventSource?: EventSourceConstructor;

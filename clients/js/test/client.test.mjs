@@ -9,7 +9,7 @@ const fast = { initialMs: 1, maxMs: 4, factor: 2 };
 
 function collect(sub) {
   const seen = [];
-  for (const type of ["message", "gap", "open", "reconnect", "shutdown", "error"]) {
+  for (const type of ["message", "gap", "open", "reconnect", "shutdown", "error", "expired", "failed", "state"]) {
     sub.on(type, (e) => seen.push([type, e]));
   }
   return seen;
@@ -186,5 +186,146 @@ test("a handler that throws does not stop delivery to the others", async () => {
   globalThis.reportError = saved;
   assert.deepEqual(got, ["x", "y"]);
   assert.deepEqual(errors, ["app bug", "app bug"]);
+  sub.close();
+});
+
+test("state: connecting is emitted first, reconnecting only after an open connection ended", async () => {
+  FakeWebSocket.instances = [];
+  const sub = subscribe({ url: "http://h", channels: "c", WebSocket: FakeWebSocket, backoff: fast });
+  const states = [];
+  sub.on("state", (e) => states.push(e.state));
+  await until(() => FakeWebSocket.instances.length === 1, "first attempt");
+  FakeWebSocket.instances[0].serverClose(1006); // the first attempt fails: still connecting
+  await until(() => FakeWebSocket.instances.length === 2, "second attempt");
+  FakeWebSocket.instances[1].open();
+  FakeWebSocket.instances[1].serverClose(1006);
+  await until(() => FakeWebSocket.instances.length === 3, "third attempt");
+  FakeWebSocket.instances[2].open();
+  sub.close();
+  assert.deepEqual(states, ["connecting", "open", "reconnecting", "open", "closed"]);
+});
+
+test("sse refused (401 or CORS) gives up after maxFailures with backoff: failed, refused", async () => {
+  FakeEventSource.instances = [];
+  const sub = subscribe({
+    url: "http://h",
+    channels: "c",
+    transport: "sse",
+    EventSource: FakeEventSource,
+    backoff: { initialMs: 1, maxMs: 1000, factor: 2 },
+    random: () => 1,
+    maxFailures: 4,
+  });
+  const seen = collect(sub);
+  for (let i = 1; i <= 4; i++) {
+    await until(() => FakeEventSource.instances.length === i, `attempt ${i}`);
+    FakeEventSource.instances[i - 1].refuse();
+  }
+  await until(() => seen.some(([t]) => t === "failed"), "failed event");
+  await tick(30);
+  assert.equal(FakeEventSource.instances.length, 4, "no attempt after giving up");
+  assert.equal(sub.state, "failed");
+  const delays = seen.filter(([t]) => t === "reconnect").map(([, r]) => r.delayMs);
+  assert.deepEqual(delays, [1, 2, 4]);
+  const failed = seen.find(([t]) => t === "failed")[1];
+  assert.deepEqual(failed, { attempts: 4, reason: "refused (HTTP error status or CORS)", refused: true });
+  assert.deepEqual(
+    seen.filter(([t]) => t === "state").map(([, s]) => s.state),
+    ["connecting", "failed"],
+  );
+  sub.close();
+  assert.equal(sub.state, "closed");
+});
+
+test("websocket refused at the upgrade (1006 before open) gives up; an open in between resets", async () => {
+  FakeWebSocket.instances = [];
+  const sub = subscribe({ url: "http://h", channels: "c", WebSocket: FakeWebSocket, backoff: fast, maxFailures: 3 });
+  const seen = collect(sub);
+  // Two failures, then an open connection that drops: the count starts over.
+  for (let i = 1; i <= 2; i++) {
+    await until(() => FakeWebSocket.instances.length === i, `attempt ${i}`);
+    FakeWebSocket.instances[i - 1].serverClose(1006);
+  }
+  await until(() => FakeWebSocket.instances.length === 3, "attempt 3");
+  FakeWebSocket.instances[2].open();
+  FakeWebSocket.instances[2].serverClose(1006);
+  for (let i = 4; i <= 6; i++) {
+    await until(() => FakeWebSocket.instances.length === i, `attempt ${i}`);
+    FakeWebSocket.instances[i - 1].serverClose(1006);
+  }
+  await until(() => sub.state === "failed", "failed");
+  await tick(20);
+  assert.equal(FakeWebSocket.instances.length, 6);
+  const failed = seen.find(([t]) => t === "failed")[1];
+  assert.equal(failed.attempts, 3);
+  assert.equal(failed.refused, false);
+  assert.match(failed.reason, /before open \(refused or unreachable\)/);
+  sub.close();
+});
+
+test("sse event: expired is reported as expiry and resumes with a fresh token", async () => {
+  FakeEventSource.instances = [];
+  let tokens = 0;
+  const sub = subscribe({
+    url: "http://h",
+    channels: "c",
+    transport: "sse",
+    EventSource: FakeEventSource,
+    backoff: fast,
+    getToken: () => `t${++tokens}`,
+  });
+  const seen = collect(sub);
+  await until(() => FakeEventSource.instances.length === 1, "connection");
+  const es = FakeEventSource.instances[0];
+  es.open();
+  es.dispatch("message", "m", "7");
+  es.dispatch("expired", "token expired");
+  es.fail(); // the server then closes the stream
+  await until(() => FakeEventSource.instances.length === 2, "reconnect");
+  assert.equal(FakeEventSource.instances[1].url, "http://h/sub/c?last_id=7&token=t2");
+  assert.deepEqual(seen.find(([t]) => t === "expired")[1], { transport: "sse" });
+  const reconnects = seen.filter(([t]) => t === "reconnect").map(([, r]) => r.reason);
+  assert.deepEqual(reconnects, ["token expired"]);
+  sub.close();
+});
+
+test("websocket close 4001 is reported as expiry", async () => {
+  FakeWebSocket.instances = [];
+  const sub = subscribe({ url: "http://h", channels: "c", WebSocket: FakeWebSocket, backoff: fast });
+  const seen = collect(sub);
+  await until(() => FakeWebSocket.instances.length === 1, "connection");
+  FakeWebSocket.instances[0].open();
+  FakeWebSocket.instances[0].serverClose(4001, "token expired; reconnect with a new token and last_id");
+  await until(() => FakeWebSocket.instances.length === 2, "reconnect");
+  assert.deepEqual(seen.find(([t]) => t === "expired")[1], { transport: "websocket" });
+  assert.equal(seen.find(([t]) => t === "reconnect")[1].reason, "token expired");
+  assert.ok(!seen.some(([t]) => t === "failed"));
+  sub.close();
+});
+
+test("without a WebSocket implementation the error names the Node versions", () => {
+  const saved = globalThis.WebSocket;
+  try {
+    delete globalThis.WebSocket;
+    assert.throws(
+      () => subscribe({ url: "http://h", channels: "c", transport: "websocket" }),
+      /Node 22\+.*--experimental-websocket/,
+    );
+    assert.throws(() => subscribe({ url: "http://h", channels: "c", maxFailures: 0, WebSocket: FakeWebSocket }), /maxFailures/);
+  } finally {
+    if (saved !== undefined) globalThis.WebSocket = saved;
+  }
+});
+
+test("websocket error without a close event (Node 20 on a refused connect) still ends the attempt", async () => {
+  FakeWebSocket.instances = [];
+  const sub = subscribe({ url: "http://h", channels: "c", WebSocket: FakeWebSocket, backoff: fast, maxFailures: 2 });
+  const seen = collect(sub);
+  await until(() => FakeWebSocket.instances.length === 1, "connection");
+  FakeWebSocket.instances[0].errorOnly();
+  await until(() => FakeWebSocket.instances.length === 2, "retry after the error alone");
+  FakeWebSocket.instances[1].errorOnly();
+  await until(() => sub.state === "failed", "gave up");
+  assert.match(seen.find(([t]) => t === "failed")[1].reason, /before open/);
   sub.close();
 });

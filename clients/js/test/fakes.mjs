@@ -15,6 +15,10 @@ export class FakeWebSocket {
   send(obj) {
     this.onmessage?.({ data: typeof obj === "string" ? obj : JSON.stringify(obj) });
   }
+  /** An error event with no close event after it (Node 20's WebSocket on a refused connect). */
+  errorOnly() {
+    this.onerror?.({});
+  }
   serverClose(code, reason = "") {
     this.onclose?.({ code, reason });
   }
@@ -28,6 +32,7 @@ export class FakeEventSource {
   constructor(url) {
     this.url = url;
     this.closed = false;
+    this.readyState = 0;
     this.listeners = new Map();
     this.onopen = this.onerror = null;
     FakeEventSource.instances.push(this);
@@ -37,12 +42,20 @@ export class FakeEventSource {
     this.listeners.get(type).push(fn);
   }
   open() {
+    this.readyState = 1;
     this.onopen?.({});
   }
   dispatch(type, data, lastEventId = "") {
     for (const fn of this.listeners.get(type) ?? []) fn({ data, lastEventId });
   }
+  /** A dropped stream or an unreachable server: the browser would retry (CONNECTING). */
   fail() {
+    this.readyState = 0;
+    this.onerror?.({});
+  }
+  /** A refused stream (HTTP 401, CORS): the browser gives up on it (CLOSED). */
+  refuse() {
+    this.readyState = 2;
     this.onerror?.({});
   }
   close() {

@@ -38,6 +38,8 @@ pub fn errno_name(code: i32) -> String {
 pub fn io_kind(e: &io::Error) -> String {
     match e.raw_os_error() {
         Some(code) => errno_name(code),
+        // A TLS failure says what failed (an unknown issuer, a wrong name), not "InvalidData".
+        None if e.to_string().starts_with("TLS: ") => e.to_string(),
         None => format!("{:?}", e.kind()),
     }
 }

@@ -1,7 +1,10 @@
 //! A tiny blocking HTTP/1.1 client for the coordinator's few requests: publishing
 //! (`POST /pub/{ch}`, keep-alive) and reading the server's `/status`. Every call has a timeout.
+//! Over TLS for an https:// address.
 
+use crate::tls::{Tls, TlsIo};
 use anyhow::{bail, Context};
+use rustls::ClientConnection;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
@@ -9,9 +12,25 @@ use std::time::Duration;
 pub struct Client {
     addr: SocketAddr,
     host: String,
-    stream: Option<TcpStream>,
+    stream: Option<Stream>,
     buf: Vec<u8>,
     timeout: Duration,
+    tls: Option<Tls>,
+}
+
+/// A kept-alive connection: the socket, and its TLS session for https://.
+struct Stream {
+    sock: TcpStream,
+    tls: Option<Box<ClientConnection>>,
+}
+
+impl Stream {
+    fn io(&mut self) -> TlsIo<'_, TcpStream> {
+        TlsIo {
+            sock: &mut self.sock,
+            tls: self.tls.as_deref_mut(),
+        }
+    }
 }
 
 /// A complete response: status and body.
@@ -21,13 +40,14 @@ pub struct Response {
 }
 
 impl Client {
-    pub fn new(addr: SocketAddr, host: &str, timeout: Duration) -> Self {
+    pub fn new(addr: SocketAddr, host: &str, timeout: Duration, tls: Option<Tls>) -> Self {
         Client {
             addr,
             host: host.to_string(),
             stream: None,
             buf: Vec::new(),
             timeout,
+            tls,
         }
     }
 
@@ -63,12 +83,13 @@ impl Client {
             s.set_read_timeout(Some(self.timeout))?;
             s.set_write_timeout(Some(self.timeout))?;
             s.set_nodelay(true)?;
-            self.stream = Some(s);
+            let tls = match &self.tls {
+                Some(t) => Some(Box::new(t.connect().context("TLS session")?)),
+                None => None,
+            };
+            self.stream = Some(Stream { sock: s, tls });
             self.buf.clear();
         }
-        let Some(s) = self.stream.as_mut() else {
-            bail!("no connection");
-        };
         let mut req = format!(
             "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Length: {}\r\n{headers}\r\n",
             self.host,
@@ -76,12 +97,15 @@ impl Client {
         )
         .into_bytes();
         req.extend_from_slice(body);
-        let res = s.write_all(&req).context("send request");
-        if let Err(e) = res {
-            self.stream = None;
-            return Err(e);
-        }
-        let res = read_response(s, &mut self.buf);
+        let Some(stream) = self.stream.as_mut() else {
+            bail!("no connection");
+        };
+        let mut s = stream.io();
+        let res = s
+            .write_all(&req)
+            .and_then(|()| s.flush())
+            .context("send request")
+            .and_then(|()| read_response(&mut s, &mut self.buf));
         match res {
             Ok((r, keep)) => {
                 if !keep {
@@ -98,7 +122,7 @@ impl Client {
 }
 
 /// Reads one response; returns it and whether the connection may be reused.
-fn read_response(s: &mut TcpStream, buf: &mut Vec<u8>) -> anyhow::Result<(Response, bool)> {
+fn read_response(s: &mut impl Read, buf: &mut Vec<u8>) -> anyhow::Result<(Response, bool)> {
     let mut chunk = [0u8; 16 * 1024];
     loop {
         let mut headers = [httparse::EMPTY_HEADER; 32];
@@ -181,11 +205,12 @@ pub struct StatusSource {
     pub addr: SocketAddr,
     pub host: String,
     pub path: String,
+    pub tls: Option<Tls>,
 }
 
 /// GET the status page; None when the server is not c1m serve (or does not answer in time).
 pub fn fetch_status(src: &StatusSource) -> Option<ServerStatus> {
-    let mut c = Client::new(src.addr, &src.host, Duration::from_secs(2));
+    let mut c = Client::new(src.addr, &src.host, Duration::from_secs(2), src.tls.clone());
     let r = c
         .request("GET", &src.path, "Connection: close\r\n", b"")
         .ok()?;

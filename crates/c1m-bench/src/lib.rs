@@ -12,7 +12,7 @@
 //!   `c1m_proto::client` beside the server halves.
 //! - [`delivery`]: loss / duplicate / reorder accounting and the "delivered to all?" verdict.
 //! - [`plan`], [`wire`], [`payload`], [`hist`], [`errors`], [`http`], [`publish`], [`env`],
-//!   [`report`], [`plot`], [`template`]: the pieces those use.
+//!   [`report`], [`plot`], [`template`], [`tls`]: the pieces those use.
 //! - [`scenario`]: named run shapes (`--scenario fanout|channels|churn|reconnect-storm`) and
 //!   their report sections; [`storm`]: the reconnect storm's measures.
 
@@ -31,6 +31,7 @@ pub mod report;
 pub mod scenario;
 pub mod storm;
 pub mod template;
+pub mod tls;
 pub mod wire;
 pub mod worker;
 
@@ -57,11 +58,13 @@ impl std::ops::Deref for BenchArgs {
 impl BenchOptions {
     /// The protocol: as given, else ws for a ws:// URL, else sse.
     pub fn proto(&self) -> proto::Proto {
-        self.proto.unwrap_or(if self.url.starts_with("ws://") {
-            proto::Proto::Ws
-        } else {
-            proto::Proto::Sse
-        })
+        self.proto.unwrap_or(
+            if self.url.starts_with("ws://") || self.url.starts_with("wss://") {
+                proto::Proto::Ws
+            } else {
+                proto::Proto::Sse
+            },
+        )
     }
 }
 
@@ -82,6 +85,7 @@ impl std::ops::DerefMut for BenchArgs {
       --publish-every 1s --report out.json --plot out.svg
   c1m bench http://127.0.0.1:8080/sub/news --proto ws --channels 100 --publish-rate 500
   c1m bench http://127.0.0.1:8080/sub/news --proto tcp --tcp 127.0.0.1:9001
+  c1m bench https://push.example.com/sub/news --proto ws --ca ca.pem --conns 10000
   c1m bench tcp://127.0.0.1:9000 --proto connect --conns 100000 --rate 0
   c1m bench http://198.51.100.5:8080/sub/a --source 198.51.100.10-198.51.100.29 --reconnect
   c1m bench 'http://127.0.0.1:8081/sub/{ch}' --channels 100 --publish-every 1s \\
@@ -102,7 +106,14 @@ pub struct BenchOptions {
     /// Target: http://HOST:PORT/sub/CHANNEL (sse, ws, poll; also the publish address for tcp),
     /// a template with {ch} (channel name) and {i} (connection index) anywhere in path and
     /// query (http://HOST/sub?id={ch}, ws://HOST/ws/{ch}), or tcp://HOST:PORT for --proto connect.
+    /// https:// and wss:// speak TLS (subscribers, publishes and /status alike), verified
+    /// against the system's roots or --ca.
     pub url: String,
+    /// PEM file of the CA(s) that the certificate of an https:// or wss:// target (and of
+    /// --publish-url / --status-url) must chain to, instead of the system's roots: a test or
+    /// private CA. Verification is never switched off.
+    #[arg(long, value_name = "FILE")]
+    pub ca: Option<PathBuf>,
     /// Connections to open and hold (1000, 250K, 1M, 1.5M, 1_000_000).
     #[arg(long, short = 'c', default_value = "1000", value_parser = c1m_proto::count::parse_count)]
     pub conns: u64,

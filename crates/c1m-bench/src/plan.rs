@@ -40,22 +40,26 @@ pub struct Target {
     /// Channel base name: the URL's last segment (`news`), or `bench` for a template URL.
     pub channel_base: String,
     pub http: bool,
-    /// The URL said `ws://` (WebSocket is then the default protocol).
+    /// The URL said `ws://` or `wss://` (WebSocket is then the default protocol).
     pub ws_scheme: bool,
+    /// The URL said `https://` or `wss://`: every connection speaks TLS.
+    pub tls: bool,
 }
 
 /// Parses a target URL: a plain `http://host:port/prefix/CHANNEL` (channel = last segment), or
-/// a template with `{ch}`/`{i}` anywhere in path and query (`http://host/sub?id={ch}`).
+/// a template with `{ch}`/`{i}` anywhere in path and query (`http://host/sub?id={ch}`);
+/// `https://` and `wss://` are the same over TLS.
 pub fn parse_url(url: &str) -> anyhow::Result<Target> {
-    let (scheme, rest) = url
-        .split_once("://")
-        .with_context(|| format!("URL {url:?} has no scheme (http://, ws:// or tcp://)"))?;
-    let http = match scheme {
-        "http" | "ws" => true,
-        "tcp" => false,
-        other => bail!("URL scheme {other:?} not supported (http, ws or tcp; no TLS)"),
+    let (scheme, rest) = url.split_once("://").with_context(|| {
+        format!("URL {url:?} has no scheme (http://, https://, ws://, wss:// or tcp://)")
+    })?;
+    let (http, tls) = match scheme {
+        "http" | "ws" => (true, false),
+        "https" | "wss" => (true, true),
+        "tcp" => (false, false),
+        other => bail!("URL scheme {other:?} not supported (http, https, ws, wss or tcp)"),
     };
-    let (authority, addr) = parse_authority(rest)?;
+    let (authority, addr) = parse_authority_default(rest, if tls { 443 } else { 80 })?;
     let path = rest.find('/').map(|i| &rest[i..]).unwrap_or("/");
     let (path_template, channel_base) = if path.contains('{') {
         crate::template::check("URL", path, &["ch", "i"])?;
@@ -84,12 +88,18 @@ pub fn parse_url(url: &str) -> anyhow::Result<Target> {
         path_template,
         channel_base,
         http,
-        ws_scheme: scheme == "ws",
+        ws_scheme: scheme == "ws" || scheme == "wss",
+        tls,
     })
 }
 
 /// The `host[:port]` part of `rest` (what follows `scheme://`), resolved (port 80 by default).
 pub fn parse_authority(rest: &str) -> anyhow::Result<(&str, SocketAddr)> {
+    parse_authority_default(rest, 80)
+}
+
+/// [`parse_authority`] with another default port (443 for TLS).
+pub fn parse_authority_default(rest: &str, port: u16) -> anyhow::Result<(&str, SocketAddr)> {
     let authority = rest.find('/').map(|i| &rest[..i]).unwrap_or(rest);
     let with_port = if authority
         .rsplit_once(':')
@@ -98,7 +108,7 @@ pub fn parse_authority(rest: &str) -> anyhow::Result<(&str, SocketAddr)> {
     {
         authority.to_string()
     } else {
-        format!("{authority}:80")
+        format!("{authority}:{port}")
     };
     let addr = with_port
         .to_socket_addrs()
@@ -248,7 +258,12 @@ mod tests {
         assert!(!t.http);
         assert_eq!(t.channel_base, "bench");
         assert_eq!(parse_url("http://[::1]:81/sub/a").unwrap().addr.port(), 81);
-        assert!(parse_url("https://x/sub/a").is_err());
+        let t = parse_url("https://127.0.0.1/sub/a").unwrap();
+        assert!(t.tls && t.http && !t.ws_scheme);
+        assert_eq!(t.addr.port(), 443);
+        let t = parse_url("wss://127.0.0.1:8443/sub/a").unwrap();
+        assert!(t.tls && t.ws_scheme);
+        assert!(parse_url("ftp://x/sub/a").is_err());
         assert!(parse_url("http://127.0.0.1:1/sub/a b").is_err());
         let t = parse_url("ws://127.0.0.1:8080/s?id={ch}&c={i}").unwrap();
         assert!(t.ws_scheme && t.http);

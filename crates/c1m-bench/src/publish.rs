@@ -32,6 +32,8 @@ pub enum PublishTarget {
         headers: String,
         /// Body with `{payload}` and `{ch}`.
         body_template: String,
+        /// https:// (the target's, or --publish-url's).
+        tls: Option<crate::tls::Tls>,
     },
     /// `sh -c CMD publish CHANNEL BODY`; exit status 0 = acknowledged.
     Cmd { cmd: String, body_template: String },
@@ -95,7 +97,9 @@ fn run(
     out: &Sender<crate::coordinator::Msg>,
 ) {
     let mut client = match &plan.target {
-        PublishTarget::Http { addr, host, .. } => Some(Client::new(*addr, host, plan.timeout)),
+        PublishTarget::Http {
+            addr, host, tls, ..
+        } => Some(Client::new(*addr, host, plan.timeout, tls.clone())),
         PublishTarget::Cmd { .. } => None,
     };
     let channels = plan.channels.max(1);

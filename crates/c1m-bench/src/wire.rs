@@ -57,6 +57,9 @@ pub struct WorkerConfig {
     /// Nice steps the worker adds to its own CPU priority at start (`--load-nice`).
     #[serde(default)]
     pub nice: i32,
+    /// TLS (an https:// or wss:// target): the name to verify and the CA file.
+    #[serde(default)]
+    pub tls: Option<crate::tls::TlsTarget>,
 }
 
 impl WorkerConfig {

@@ -2,7 +2,9 @@
 //! scripts/install-test-deps.sh) loads the page while the test keeps real load going
 //! (SSE subscribers, a publish every 50 ms); the page's live figures, read back from the DOM
 //! (over the DevTools protocol; the page mirrors each figure in a data-* attribute of <body>), must be
-//! non-zero, and a screenshot is taken (written to docs/dashboard.png with C1M_UPDATE_DOCS=1). Also: /dashboard/events is a plain
+//! non-zero, the refusal counters and the 5-minute series must be drawn, and with a dozen workers
+//! the worker table must stay in a bounded box so the latency histogram is above the fold of an
+//! 860 px window; and a screenshot is taken (written to docs/dashboard.png with C1M_UPDATE_DOCS=1). Also: /dashboard/events is a plain
 //! SSE stream of JSON snapshots, and with --admin-listen the public listener answers 404.
 
 use crate::browser;
@@ -101,9 +103,30 @@ fn devtools(
     panic!("no DevTools answer to {method}");
 }
 
+/// The page's geometry, as JSON: where the histogram's bars end, the window height, the worker
+/// card's height and rows, and the points of the connections series.
+const LAYOUT: &str = "JSON.stringify({\
+    bars_bottom: document.getElementById('bars').getBoundingClientRect().bottom,\
+    window_height: window.innerHeight,\
+    workers_card_height: document.getElementById('workers').closest('.card')\
+        .getBoundingClientRect().height,\
+    worker_rows: document.querySelectorAll('#workers tr').length,\
+    series_points: (document.querySelector('#series-connections polyline')\
+        ?.getAttribute('points') || '').trim().split(/\\s+/).filter(Boolean).length,\
+})";
+
 #[test]
 fn headless_chromium_shows_live_nonzero_figures() {
-    let server = Server::start(&["--workers", "2"]);
+    // A dozen workers: their table alone would be taller than the bound the page keeps it in.
+    let server = Server::start(&["--workers", "12"]);
+    // Refusals for the page to show: three 404s.
+    for _ in 0..3 {
+        let status = match ureq::get(&server.url("/no-such-page")).call() {
+            Err(ureq::Error::Status(code, _)) => code,
+            other => panic!("expected 404, got {:?}", other.map(|r| r.status())),
+        };
+        assert_eq!(status, 404);
+    }
     let mut subs: Vec<Sse> = (0..6)
         .map(|_| Sse::connect(server.http, "/sub/dash", ""))
         .collect();
@@ -153,6 +176,36 @@ fn headless_chromium_shows_live_nonzero_figures() {
         );
         std::thread::sleep(Duration::from_millis(300));
     };
+    // Where things are: the histogram (its bars) inside the 860 px window, the worker table's
+    // box bounded however many workers there are.
+    id += 1;
+    let layout = devtools(
+        &mut ws,
+        id,
+        "Runtime.evaluate",
+        serde_json::json!({"expression": LAYOUT, "returnByValue": true}),
+    );
+    let layout: serde_json::Value =
+        serde_json::from_str(layout["result"]["value"].as_str().unwrap_or("{}")).unwrap();
+    let px = |k: &str| {
+        layout[k]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{k} in {layout}"))
+    };
+    assert!(
+        px("bars_bottom") <= px("window_height"),
+        "the histogram is below the fold: {layout}"
+    );
+    assert!(
+        px("workers_card_height") <= 260.0,
+        "the worker table is not bounded: {layout}"
+    );
+    assert_eq!(
+        px("worker_rows"),
+        13.0,
+        "every worker is still listed: {layout}"
+    );
+    assert!(px("series_points") >= 2.0, "{layout}");
     id += 1;
     let shot = devtools(
         &mut ws,
@@ -198,7 +251,13 @@ fn headless_chromium_shows_live_nonzero_figures() {
     assert!(get("publishRate") > 0.0, "publish rate: {shown}");
     assert!(get("latencyCount") > 0.0);
     assert!(get("memPerConn") > 0.0);
-    assert_eq!(get("workers"), 2.0);
+    assert_eq!(get("workers"), 12.0);
+    assert!(get("refusedNotFound") >= 3.0, "refusals: {shown}");
+    assert!(get("refusedTotal") >= 3.0, "refusals: {shown}");
+    assert!(get("refusedKeys") >= 10.0, "every refusal counter: {shown}");
+    assert!(get("seriesConnections") >= 3.0, "series: {shown}");
+    assert!(get("seriesPublishes") >= 2.0, "series: {shown}");
+    assert!(get("seriesDeliveries") >= 2.0, "series: {shown}");
     assert!(
         png.starts_with(b"\x89PNG") && png.len() > 10_000,
         "{} bytes",

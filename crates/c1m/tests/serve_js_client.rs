@@ -4,11 +4,17 @@
 //! message once, in order, and a gap event for what the restart lost (the new server's history
 //! does not hold the old ids).
 //!
+//! A second page meets a server with `--auth required`: with a token the server refuses (SSE
+//! 401, WebSocket upgrade 401) the client must say `connecting`, give up after `maxFailures`
+//! attempts with a `failed` event, and with a token that expires while the stream is held it
+//! must report `expired` and resume with the next token.
+//!
 //! The page comes from a small static file server in this test (the client's dist/ files plus
 //! a test page), so it is cross-origin to c1m: the server allows that origin with
 //! `--cors-origins` (browser security stays on). The page reports to the test by publishing on
 //! a report channel.
 
+use crate::auth;
 use crate::browser;
 use crate::common;
 
@@ -54,6 +60,51 @@ for (const transport of ["sse", "websocket"]) {
 </script>
 "#;
 
+/// Each transport: one subscription whose tokens are refused (expired before it starts), and
+/// one whose first token expires six seconds in (the next one is good). `params`: server,
+/// refused (an expired token), short (valid for 2 s), good.
+const PAGE_AUTH: &str = r#"<!doctype html>
+<meta charset="utf-8">
+<title>c1m client refusals</title>
+<script type="module">
+import { subscribe } from "/c1m/index.js";
+const params = new URLSearchParams(location.search);
+const server = params.get("server");
+const results = {};
+const report = (body) => fetch(server + "/pub/e2e-report", { method: "POST", body }).catch(() => {});
+function progress() {
+  const done = ["sse", "websocket"].every(
+    (t) => results[t].failed && results[t].expired.length > 0 && results[t].messages.length > 0,
+  );
+  if (done) report(JSON.stringify(results));
+}
+for (const transport of ["sse", "websocket"]) {
+  const r = (results[transport] = { states: [], failed: null, attempts: 0, expired: [], messages: [], reasons: [] });
+  const refused = subscribe({
+    url: server,
+    channels: "e2e",
+    transport,
+    backoff: { initialMs: 50, maxMs: 200 },
+    maxFailures: 3,
+    getToken: () => { r.attempts++; return params.get("refused"); },
+  });
+  refused.on("state", (e) => r.states.push(e.state));
+  refused.on("failed", (f) => { r.failed = f; progress(); });
+  let tokens = 0;
+  const expiring = subscribe({
+    url: server,
+    channels: "e2e",
+    transport,
+    backoff: { initialMs: 50, maxMs: 200 },
+    getToken: () => (++tokens === 1 ? params.get("short") : params.get("good")),
+  });
+  expiring.on("expired", (e) => { r.expired.push(e.transport); progress(); });
+  expiring.on("reconnect", (e) => r.reasons.push(e.reason));
+  expiring.on("message", (m) => { r.messages.push(m.data); progress(); });
+}
+</script>
+"#;
+
 /// A static file server for the page and the client's modules; stops when dropped.
 struct StaticFiles {
     addr: SocketAddr,
@@ -93,7 +144,8 @@ impl Drop for StaticFiles {
     }
 }
 
-/// One request per connection: `/` is the page, `/c1m/NAME.js` a file of dist/.
+/// One request per connection: `/` is the page, `/auth` the refusal page, `/c1m/NAME.js` a
+/// file of dist/.
 fn serve_file(mut stream: TcpStream, dist: &Path) {
     stream.set_nonblocking(false).unwrap();
     stream
@@ -107,6 +159,7 @@ fn serve_file(mut stream: TcpStream, dist: &Path) {
     let path = path.split('?').next().unwrap_or("/");
     let (status, kind, body) = match path.strip_prefix("/c1m/") {
         None if path == "/" => ("200 OK", "text/html", PAGE.as_bytes().to_vec()),
+        None if path == "/auth" => ("200 OK", "text/html", PAGE_AUTH.as_bytes().to_vec()),
         Some(name) if !name.contains("..") && name.ends_with(".js") => {
             match std::fs::read(dist.join(name)) {
                 Ok(b) => ("200 OK", "text/javascript", b),
@@ -244,5 +297,75 @@ fn browser_client_resumes_across_a_server_restart_with_a_gap() {
             "a token per attempt: {r}"
         );
         assert_eq!(r["errors"].as_array().unwrap().len(), 0, "{transport}: {r}");
+    }
+}
+
+#[test]
+fn browser_client_gives_up_on_refusal_and_reports_expiry() {
+    let dist = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../clients/js/dist");
+    assert!(
+        dist.join("index.js").exists(),
+        "clients/js is not built: run `npm ci && npm run build` there (scripts/test.sh does)"
+    );
+    let keys = auth::Keys::new("js-client");
+    let files = StaticFiles::start(dist);
+    let origin = format!("http://{}", files.addr);
+    let server = Server::start(&[
+        "--workers",
+        "2",
+        "--auth",
+        "required",
+        "--jwt-key",
+        &keys.secret(),
+        "--cors-origins",
+        &origin,
+    ]);
+    let claims = |exp: u64| serde_json::json!({"exp": exp, "channels": ["e2e", "e2e-report"]});
+    let refused = keys.hs256(&claims(auth::now() - 10));
+    let good = keys.hs256(&claims(auth::now() + 120));
+    let mut report = Sse::connect(server.http, &format!("/sub/e2e-report?token={good}"), "");
+    let short = keys.hs256(&claims(auth::now() + 6));
+    let page = format!(
+        "http://{}/auth?server=http://{}&refused={refused}&short={short}&good={good}",
+        files.addr, server.http
+    );
+    let _browser = Browser::open(&page, "js-client-auth");
+    // Both expiring subscriptions back with the good token (one SSE is this test's report).
+    server.wait_status(|s| {
+        s["refused"]["expired"] == 2
+            && s["connections"]["websocket"] == 1
+            && s["connections"]["sse"] == 2
+    });
+    server.publish("e2e", b"after expiry");
+    let json = wait_report(&mut report, |r| r.starts_with('{'));
+    let results: serde_json::Value = serde_json::from_str(&json).unwrap();
+    for transport in ["sse", "websocket"] {
+        let r = &results[transport];
+        assert_eq!(
+            r["states"],
+            serde_json::json!(["connecting", "failed"]),
+            "{transport}: {r}"
+        );
+        assert_eq!(r["attempts"], 3, "{transport}: bounded attempts: {r}");
+        assert_eq!(r["failed"]["attempts"], 3, "{transport}: {r}");
+        // EventSource tells a refusal from a drop; a refused WebSocket upgrade looks like an
+        // unreachable server (1006).
+        let (refused, reason) = match transport {
+            "sse" => (true, "refused (HTTP error status or CORS)"),
+            _ => (false, "close 1006 before open (refused or unreachable)"),
+        };
+        assert_eq!(r["failed"]["refused"], refused, "{transport}: {r}");
+        assert_eq!(r["failed"]["reason"], reason, "{transport}: {r}");
+        assert_eq!(
+            r["expired"],
+            serde_json::json!([transport]),
+            "{transport}: {r}"
+        );
+        assert_eq!(r["reasons"][0], "token expired", "{transport}: {r}");
+        assert_eq!(
+            r["messages"],
+            serde_json::json!(["after expiry"]),
+            "{transport}: {r}"
+        );
     }
 }

@@ -18,6 +18,7 @@ mod bench_loopback;
 mod bench_nchan;
 mod bench_reconnect_storm;
 mod bench_serve;
+mod bench_tls;
 mod build_outputs;
 mod conns_flag;
 mod doctor_live;

@@ -10,6 +10,7 @@ use crate::plan;
 use crate::proto::Proto;
 use crate::publish::PublishTarget;
 use crate::template;
+use crate::tls::{Tls, TlsTarget};
 use crate::wire::{WorkerConfig, WorkerReport};
 use crate::BenchArgs;
 use anyhow::{bail, Context};
@@ -43,6 +44,7 @@ pub(super) fn plan_run(
     }
     let target = plan::parse_url(&args.url)?;
     let proto = args.proto();
+    let target_tls = tls_for(&args, target.tls, &target.host_header)?;
     let header_template = subscribe_headers(&args)?;
     let dst = match proto {
         Proto::Tcp => {
@@ -56,7 +58,7 @@ pub(super) fn plan_run(
                 .with_context(|| format!("--tcp {spec:?} resolves to no address"))?
         }
         Proto::Sse | Proto::Ws | Proto::Poll if !target.http => {
-            bail!("--proto {} needs an http:// URL", proto.name())
+            bail!("--proto {} needs an http:// or https:// URL", proto.name())
         }
         _ => target.addr,
     };
@@ -64,8 +66,21 @@ pub(super) fn plan_run(
     if publishing && (proto == Proto::Connect || !target.http) {
         bail!("publishing needs an http:// URL and a subscribing protocol (not connect)");
     }
-    let publish_target = publish_target(&args, &target)?;
-    let status_source = status_source(&args, &target)?;
+    if target.tls && matches!(proto, Proto::Tcp | Proto::Connect) {
+        bail!(
+            "--proto {} does not speak TLS (only sse, ws and poll do)",
+            proto.name()
+        );
+    }
+    let publish_target = publish_target(&args, &target, &target_tls)?;
+    let status_source = status_source(&args, &target, &target_tls)?;
+    let tls_anywhere = target.tls
+        || [&args.publish_url, &args.status_url]
+            .iter()
+            .any(|u| u.as_deref().is_some_and(|u| u.starts_with("https://")));
+    if args.ca.is_some() && !tls_anywhere {
+        bail!("--ca is for https:// and wss:// URLs; none is given");
+    }
     if let Some(r) = args.publish_rate {
         if !(r > 0.0 && r <= 1e6) {
             bail!("--publish-rate must be in (0, 1e6]");
@@ -194,6 +209,7 @@ pub(super) fn plan_run(
             storm: args.scenario == Some(crate::scenario::Scenario::ReconnectStorm),
             max_runtime_ms: (duration + Duration::from_secs(30)).as_millis() as u64,
             nice: args.load_nice,
+            tls: target_tls.as_ref().map(|t| t.target.clone()),
         })
         .collect();
     let command = std::env::args().collect::<Vec<_>>().join(" ");
@@ -256,16 +272,34 @@ fn subscribe_headers(args: &BenchArgs) -> anyhow::Result<String> {
     Ok(out)
 }
 
+/// The TLS client of an https:// (or wss://) address, checked now (CA file, name), or None.
+fn tls_for(args: &BenchArgs, tls: bool, authority: &str) -> anyhow::Result<Option<Tls>> {
+    if !tls {
+        return Ok(None);
+    }
+    let target = TlsTarget {
+        server_name: crate::tls::host_of(authority).to_string(),
+        ca: args.ca.clone(),
+    };
+    Tls::new(target).map(Some)
+}
+
 /// Where c1m's `/status` is read: `--status-url`, else `/status` on an http target.
-fn status_source(args: &BenchArgs, target: &plan::Target) -> anyhow::Result<Option<StatusSource>> {
+fn status_source(
+    args: &BenchArgs,
+    target: &plan::Target,
+    target_tls: &Option<Tls>,
+) -> anyhow::Result<Option<StatusSource>> {
     let Some(url) = &args.status_url else {
         return Ok(target.http.then(|| StatusSource {
             addr: target.addr,
             host: target.host_header.clone(),
             path: "/status".to_string(),
+            tls: target_tls.clone(),
         }));
     };
-    let (authority, addr, path) = split_http_url("--status-url", url)?;
+    let (authority, addr, path, tls) = split_http_url("--status-url", url)?;
+    let tls = tls_for(args, tls, authority)?;
     let path = path.unwrap_or("/status");
     if path.contains([' ', '\r', '\n']) {
         bail!("--status-url path {path:?} contains a space or line break");
@@ -274,25 +308,32 @@ fn status_source(args: &BenchArgs, target: &plan::Target) -> anyhow::Result<Opti
         addr,
         host: authority.to_string(),
         path: path.to_string(),
+        tls,
     }))
 }
 
-/// An `http://AUTHORITY[/PATH]` given to FLAG: the authority (the Host header), its address,
-/// and the path when there is one.
+/// An `http(s)://AUTHORITY[/PATH]` given to FLAG: the authority (the Host header), its
+/// address, the path when there is one, and whether it is https.
 fn split_http_url<'a>(
     flag: &str,
     url: &'a str,
-) -> anyhow::Result<(&'a str, std::net::SocketAddr, Option<&'a str>)> {
-    let rest = url
-        .strip_prefix("http://")
-        .with_context(|| format!("{flag} {url:?} must start with http://"))?;
-    let (authority, addr) = plan::parse_authority(rest)?;
-    Ok((authority, addr, rest.find('/').map(|i| &rest[i..])))
+) -> anyhow::Result<(&'a str, std::net::SocketAddr, Option<&'a str>, bool)> {
+    let (rest, tls) = match (url.strip_prefix("http://"), url.strip_prefix("https://")) {
+        (Some(rest), _) => (rest, false),
+        (None, Some(rest)) => (rest, true),
+        _ => bail!("{flag} {url:?} must start with http:// or https://"),
+    };
+    let (authority, addr) = plan::parse_authority_default(rest, if tls { 443 } else { 80 })?;
+    Ok((authority, addr, rest.find('/').map(|i| &rest[i..]), tls))
 }
 
 /// Where publishes go: `--publish-cmd`, `--publish-url`, or c1m's `POST /pub/{ch}` on the
 /// target. Templates and headers are checked here, once.
-fn publish_target(args: &BenchArgs, target: &plan::Target) -> anyhow::Result<PublishTarget> {
+fn publish_target(
+    args: &BenchArgs,
+    target: &plan::Target,
+    target_tls: &Option<Tls>,
+) -> anyhow::Result<PublishTarget> {
     let body_template = args.publish_body.clone();
     template::check("--publish-body", &body_template, &["payload", "ch"])?;
     if let Some(cmd) = &args.publish_cmd {
@@ -323,20 +364,22 @@ fn publish_target(args: &BenchArgs, target: &plan::Target) -> anyhow::Result<Pub
     if method.is_empty() || !method.bytes().all(|b| b.is_ascii_uppercase()) {
         bail!("--publish-method {method:?} must be an upper-case HTTP method");
     }
-    let (addr, host, path_template) = match &args.publish_url {
+    let (addr, host, path_template, tls) = match &args.publish_url {
         Some(url) => {
-            let (authority, addr, path) = split_http_url("--publish-url", url)?;
+            let (authority, addr, path, tls) = split_http_url("--publish-url", url)?;
+            let tls = tls_for(args, tls, authority)?;
             let path = path.unwrap_or("/");
             template::check("--publish-url", path, &["ch"])?;
             if path.contains([' ', '\r', '\n']) {
                 bail!("--publish-url path {path:?} contains a space or line break");
             }
-            (addr, authority.to_string(), path.to_string())
+            (addr, authority.to_string(), path.to_string(), tls)
         }
         None => (
             target.addr,
             target.host_header.clone(),
             "/pub/{ch}".to_string(),
+            target_tls.clone(),
         ),
     };
     Ok(PublishTarget::Http {
@@ -346,5 +389,6 @@ fn publish_target(args: &BenchArgs, target: &plan::Target) -> anyhow::Result<Pub
         method: method.clone(),
         headers,
         body_template,
+        tls,
     })
 }

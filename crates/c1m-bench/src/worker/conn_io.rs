@@ -9,6 +9,7 @@ use crate::hist::record;
 use crate::payload::{self, now_us};
 use crate::proto::{self, Ctx, Event, Phase, Proto};
 use crate::storm::{self, StormTotals};
+use crate::tls::TlsIo;
 use hdrhistogram::Histogram;
 use std::io::{self, Read, Write};
 
@@ -18,23 +19,27 @@ impl Worker {
         let Some(c) = self.conns.get_mut(key) else {
             return false;
         };
-        if c.out.is_empty() {
+        let tls_pending = c.tls.as_ref().is_some_and(|t| t.wants_write());
+        if c.out.is_empty() && !tls_pending {
             return true;
         }
-        let Some(s) = c.stream.as_mut() else {
+        let Some(sock) = c.stream.as_mut() else {
             return false;
+        };
+        let mut s = TlsIo {
+            sock,
+            tls: c.tls.as_deref_mut(),
         };
         let mut out = c.out.take();
         let mut done = 0;
         let res = loop {
+            if done == out.len() {
+                // Nothing (more) of ours: only the TLS session's own bytes may be waiting.
+                break s.push();
+            }
             match s.write(&out[done..]) {
                 Ok(0) => break Err(io::Error::from(io::ErrorKind::WriteZero)),
-                Ok(n) => {
-                    done += n;
-                    if done == out.len() {
-                        break Ok(());
-                    }
-                }
+                Ok(n) => done += n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break Ok(()),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => break Err(e),
@@ -57,8 +62,12 @@ impl Worker {
             let Some(c) = self.conns.get_mut(key) else {
                 return;
             };
-            let Some(s) = c.stream.as_mut() else {
+            let Some(sock) = c.stream.as_mut() else {
                 return;
+            };
+            let mut s = TlsIo {
+                sock,
+                tls: c.tls.as_deref_mut(),
             };
             match s.read(&mut self.scratch) {
                 Ok(0) => {

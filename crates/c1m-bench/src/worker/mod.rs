@@ -46,6 +46,8 @@ enum State {
 
 struct Conn {
     stream: Option<TcpStream>,
+    /// The TLS session of an https:// / wss:// target (boxed: one pointer for plain runs).
+    tls: Option<Box<rustls::ClientConnection>>,
     gen: u32,
     global: u32,
     state: State,
@@ -104,6 +106,8 @@ impl Spill {
 
 struct Worker {
     cfg: WorkerConfig,
+    /// The client configuration for TLS targets, built once.
+    tls: Option<crate::tls::Tls>,
     poll: Poll,
     conns: Slab<Conn>,
     epoch: Instant,
@@ -167,7 +171,12 @@ impl Worker {
             r.pss_start = m.pss_bytes;
         }
         let channels = cfg.channels.max(1) as usize;
+        let tls = match &cfg.tls {
+            Some(t) => Some(crate::tls::Tls::new(t.clone()).context("TLS client")?),
+            None => None,
+        };
         Ok(Worker {
+            tls,
             rng: 0x2545_F491_4F6C_DD1D ^ (cfg.index as u64 + 1).wrapping_mul(0x9E37_79B9),
             publishes: vec![Vec::new(); channels],
             conns: Slab::with_capacity((cfg.conns as usize).min(1 << 20)),
@@ -270,6 +279,7 @@ impl Worker {
             self.first_unresolved += 1;
             let key = self.conns.insert(Conn {
                 stream: None,
+                tls: None,
                 gen: 0,
                 global,
                 state: State::Backoff,
@@ -387,12 +397,18 @@ impl Worker {
                 .register(&mut s, token, Interest::READABLE | Interest::WRITABLE)
                 .map(|()| s)
         });
+        // The session's first flight (ClientHello) goes out with the request once connected.
+        let opened = opened.and_then(|s| match &self.tls {
+            Some(t) => t.connect().map(|session| (s, Some(Box::new(session)))),
+            None => Ok((s, None)),
+        });
         match opened {
-            Ok(s) => {
+            Ok((s, tls)) => {
                 let Some(c) = self.conns.get_mut(key) else {
                     return;
                 };
                 c.stream = Some(s);
+                c.tls = tls;
                 c.gen = gen;
                 c.state = State::Connecting;
                 c.phase = Phase::Head;
@@ -623,6 +639,7 @@ impl Worker {
         if let Some(mut s) = c.stream.take() {
             let _ = self.poll.registry().deregister(&mut s);
         }
+        c.tls = None;
         let was_online = c.state == State::Online;
         match c.state {
             State::Online => self.r.online = self.r.online.saturating_sub(1),

@@ -272,18 +272,19 @@ fn tls_listeners(cfg: &Config) -> Vec<&'static str> {
 }
 
 /// Publishing without `--publish-key` is allowed from loopback peers only. Behind a reverse
-/// proxy on the same host every client is a loopback peer, so anyone could publish. The shape
-/// that suggests such a proxy: /pub served on a listener without TLS (a TLS-terminating proxy
-/// forwards plaintext). Then say so at start; a publish key, or `--admin-publish` (publishing
-/// only on the admin listener), settles it.
+/// proxy on the same host every client is a loopback peer; a proxy that adds a forwarding
+/// header is caught per request (`publish_rule`), one that adds none is not. A public listener
+/// bound to a loopback address is the shape of that setup (nothing but a local proxy can reach
+/// it), so say so at start; a publish key, or `--admin-publish`, settles it.
 fn open_publish_warning(cfg: &Config) -> Option<String> {
-    if cfg.publish_key.is_some() || cfg.admin_publish || cfg.tls_cert.is_some() {
+    if cfg.publish_key.is_some() || cfg.admin_publish || !cfg.listen.ip().is_loopback() {
         return None;
     }
     Some(format!(
-        "publishing needs no key from loopback peers (no --publish-key) on plain-HTTP {}: behind \
-         a proxy on this host every client is a loopback peer and may publish; set \
-         --publish-key, or --admin-publish to publish on the admin listener only",
+        "publishing needs no key from loopback peers (no --publish-key) and {} is reachable only \
+         from this host: behind a proxy on this host that adds no X-Forwarded-For every client \
+         is a loopback publisher; set --publish-key, or --admin-publish to publish on the \
+         admin listener only",
         cfg.listen
     ))
 }

@@ -1,33 +1,15 @@
-//! The `c1m` executable is linked at a fixed address (not PIE), so `c1m serve`'s 50-odd
-//! exec'd worker processes share its pointer tables as clean file pages instead of each
-//! relocating ~200 KiB of them (issue 16, BENCHMARKS.md "Issue 16 (branch lean)"). Checked on
-//! the ELF header, then on a running worker: its mappings of the binary hold no dirty page
-//! beyond `.data`/`.bss`. And a worker hands back the heap a burst of subscribers used once
-//! they are gone (BENCHMARKS.md "Issue 16 (branch fixedmem)"), and starts with a small heap
-//! (no clap command tree, no tracing span registry, no malloc tcache in a worker).
+//! A worker's fixed cost, paid 50-odd times by `c1m serve`: its mappings of the `c1m` binary
+//! hold no dirty page beyond the pointer tables a PIE relocates (BENCHMARKS.md "Linked as PIE:
+//! the fixed cost"), it hands back the heap a burst of subscribers used once they are gone,
+//! and it starts with a small heap (no clap command tree, no tracing span registry, no malloc
+//! tcache in a worker).
 
 use crate::common;
 
 use std::time::{Duration, Instant};
 
-/// ELF `e_type`: 2 = ET_EXEC (fixed address), 3 = ET_DYN (PIE).
-fn elf_type(path: &str) -> u16 {
-    let bytes = std::fs::read(path).expect("reading the c1m binary");
-    assert_eq!(&bytes[..4], b"\x7fELF", "not an ELF file");
-    u16::from_le_bytes([bytes[16], bytes[17]])
-}
-
 #[test]
-fn c1m_is_not_position_independent() {
-    assert_eq!(
-        elf_type(env!("CARGO_BIN_EXE_c1m")),
-        2,
-        "c1m is linked as PIE"
-    );
-}
-
-#[test]
-fn a_worker_keeps_the_binary_pages_clean() {
+fn a_worker_dirties_only_the_relocated_tables_of_the_binary() {
     // A binary cargo has just linked sits in the page cache as dirty pages until writeback
     // (~30 s), and smaps counts those as the worker's Private_Dirty: flush it first, or the
     // test fails right after a build whatever the link mode (seen: 292 kB).
@@ -65,9 +47,12 @@ fn a_worker_keeps_the_binary_pages_clean() {
         assert!(Instant::now() < deadline, "no worker mapped the binary");
         std::thread::sleep(Duration::from_millis(100));
     };
-    // PIE: ~210 kB of relocated pointer tables per process. Fixed address: .data only.
+    // PIE: each process relocates the binary's pointer tables; with .data/.bss that is 260 kB
+    // measured (the cost BENCHMARKS.md "Linked as PIE: the fixed cost" states). Much more
+    // would mean something else writes into the image, paid by every one of 50-odd workers.
+    eprintln!("worker's dirty pages of the binary: {dirty_kb} kB");
     assert!(
-        dirty_kb <= 64,
+        dirty_kb <= 384,
         "worker has {dirty_kb} kB of dirty binary pages"
     );
 }

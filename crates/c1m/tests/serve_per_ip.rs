@@ -331,7 +331,8 @@ fn the_admin_listener_is_exempt_from_per_ip_limits() {
             "scrape {i}: {answer:.200}"
         );
     }
-    // Publishing stays open to loopback without a key: the start-up log says so.
+    // Publishing stays open to loopback without a key on a loopback-only listener (the shape of
+    // a local reverse proxy): the start-up log says so.
     let warning = logs
         .wait_for("behind a proxy on this host", Duration::from_secs(5))
         .expect("a warning about open publishing");
@@ -355,4 +356,30 @@ fn no_open_publishing_warning_with_a_publish_key_or_admin_publish() {
             "{extra:?}: {all:#?}"
         );
     }
+}
+
+#[test]
+fn a_publish_forwarded_by_a_local_proxy_is_not_a_loopback_publish() {
+    let server = Server::start(&["--workers", "1"]);
+    let publish = |extra: &str| {
+        let mut s = std::net::TcpStream::connect(server.http).expect("connect");
+        let request = format!(
+            "POST /pub/news HTTP/1.1\r\nHost: x\r\n{extra}Content-Length: 2\r\nConnection: close\r\n\r\nhi"
+        );
+        s.write_all(request.as_bytes()).expect("write");
+        let mut answer = String::new();
+        let _ = s.read_to_string(&mut answer);
+        answer
+    };
+    let answer = publish("X-Forwarded-For: 203.0.113.9\r\n");
+    assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+    assert!(answer.contains("forwarded by a proxy"), "{answer}");
+    let answer = publish("Forwarded: for=203.0.113.9\r\n");
+    assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+    // The same loopback peer without a forwarding header is still a publisher.
+    let answer = publish("");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    // Workers report counters periodically: wait (bounded) for both refusals to show.
+    let s = server.wait_status(|s| s["refused"]["forbidden"] == 2);
+    assert_eq!(s["refused"]["forbidden"], 2, "{s}");
 }

@@ -1,8 +1,8 @@
 //! The master's half of `/dashboard`: once a second, while any worker reports a viewer, one
 //! JSON snapshot (the `/status` figures, per-worker gauges, the latency histograms and the
 //! kernel counters that matter at scale) goes to the workers that hold viewers. The kernel
-//! files are read here, at most once a second, with c1m-kernel's parsers (the ones doctor and
-//! top use). Rates are computed by the page from successive totals.
+//! files are read here, at most once a second, with c1m-sys's procfs readers (the ones doctor
+//! and top use). Rates are computed by the page from successive totals.
 
 use super::status::Report;
 use super::Master;

@@ -5,7 +5,9 @@
 //! WebSocket upgrade only, a `Sec-WebSocket-Protocol` entry `c1m.publish-key.KEY` (browsers
 //! cannot set headers on a WebSocket). The key is never accepted in the query string: URLs end
 //! up in access logs, proxy logs and browser history. Without a key, only loopback peers may
-//! publish.
+//! publish, and a loopback request that carries a proxy's forwarding header (`Forwarded`,
+//! `X-Forwarded-For`, `X-Real-IP`) is not one: behind a reverse proxy on the same host every
+//! client arrives from loopback, and the header is the proxy saying so.
 //!
 //! With `--jwt-key`, a publisher may instead show a JWT (`Authorization: Bearer JWT`, or on a
 //! WebSocket upgrade the subprotocol `c1m.token.JWT`) whose `publish` claim covers the
@@ -28,6 +30,8 @@ pub enum Denied {
     NeedsKey,
     /// No key is configured and the peer is not on loopback (HTTP 403).
     LoopbackOnly,
+    /// No key is configured and the loopback peer is a proxy forwarding someone else (HTTP 403).
+    Proxied,
     /// A JWT was shown and does not verify (401) or does not grant the channel (403).
     Token(Refusal),
 }
@@ -36,7 +40,7 @@ impl Denied {
     pub fn http_status(&self) -> u16 {
         match self {
             Denied::NeedsKey => 401,
-            Denied::LoopbackOnly => 403,
+            Denied::LoopbackOnly | Denied::Proxied => 403,
             Denied::Token(r) => r.status(),
         }
     }
@@ -48,6 +52,9 @@ impl Denied {
             Denied::NeedsKey => "publishing needs Authorization: Bearer <publish key>",
             Denied::LoopbackOnly => {
                 "publishing is allowed from loopback only unless --publish-key is set"
+            }
+            Denied::Proxied => {
+                "a request forwarded by a proxy is not a loopback publisher: set --publish-key"
             }
         }
     }
@@ -76,6 +83,7 @@ pub fn check_with_token(
 pub fn check(key: Option<&str>, req: &Request<'_>, peer: Option<IpAddr>) -> Result<(), Denied> {
     let Some(key) = key else {
         return match peer {
+            Some(ip) if is_loopback(ip) && is_forwarded(req) => Err(Denied::Proxied),
             Some(ip) if is_loopback(ip) => Ok(()),
             _ => Err(Denied::LoopbackOnly),
         };
@@ -103,6 +111,14 @@ pub fn is_loopback(ip: IpAddr) -> bool {
     ip.to_canonical().is_loopback()
 }
 
+/// The request passed through a proxy that says whom it forwards (RFC 7239 `Forwarded`, or the
+/// de-facto `X-Forwarded-For` / `X-Real-IP` that nginx and HAProxy add when configured to).
+fn is_forwarded(req: &Request<'_>) -> bool {
+    ["Forwarded", "X-Forwarded-For", "X-Real-IP"]
+        .iter()
+        .any(|name| req.header(name).is_some())
+}
+
 /// Compares secrets without an early exit, so timing does not reveal a matching prefix.
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
@@ -126,7 +142,11 @@ mod tests {
     #[test]
     fn close_reasons_fit_a_close_frame() {
         // RFC 6455 5.5: control frame payload ≤ 125 bytes, 2 of them the code.
-        for reason in [WS_NEEDS_KEY, Denied::LoopbackOnly.message()] {
+        for reason in [
+            WS_NEEDS_KEY,
+            Denied::LoopbackOnly.message(),
+            Denied::Proxied.message(),
+        ] {
             assert!(reason.len() <= 123, "{reason}");
         }
     }
@@ -174,5 +194,28 @@ mod tests {
         );
         assert_eq!(check(None, &req, remote), Err(Denied::LoopbackOnly));
         assert_eq!(check(None, &req, None), Err(Denied::LoopbackOnly));
+    }
+
+    #[test]
+    fn a_proxy_on_loopback_does_not_make_its_clients_loopback_publishers() {
+        let loopback = Some("127.0.0.1".parse().unwrap());
+        for header in [
+            "X-Forwarded-For: 203.0.113.9",
+            "Forwarded: for=203.0.113.9",
+            "X-Real-IP: 203.0.113.9",
+        ] {
+            let head = format!("POST /pub/a HTTP/1.1\r\n{header}\r\n\r\n");
+            let req = parse_request(head.as_bytes()).unwrap();
+            assert_eq!(
+                check(None, &req, loopback),
+                Err(Denied::Proxied),
+                "{header}"
+            );
+            // With a key, the key decides wherever the request came from.
+            let keyed =
+                format!("POST /pub/a HTTP/1.1\r\n{header}\r\nAuthorization: Bearer k1\r\n\r\n");
+            let req = parse_request(keyed.as_bytes()).unwrap();
+            assert_eq!(check(Some("k1"), &req, loopback), Ok(()), "{header}");
+        }
     }
 }

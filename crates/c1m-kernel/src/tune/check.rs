@@ -44,7 +44,9 @@ pub fn check(root: &Root, plan: &Plan, service: Option<&str>) -> Result<Vec<Row>
     for p in PARAMS {
         match (p.kind, p.key) {
             (Kind::Limits, _) => rows.extend(check_limits(root, plan, p)?),
-            (_, "systemd.DefaultLimitNOFILE") => rows.extend(check_systemd_default(root, p)?),
+            (_, "systemd.DefaultLimitNOFILE") => {
+                rows.extend(check_systemd_default(root, p, service)?)
+            }
             _ => rows.extend(check_entry(root, plan, p, service)?),
         }
     }

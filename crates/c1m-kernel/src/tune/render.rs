@@ -16,12 +16,19 @@ pub const DEFAULT_UNIT: &str = "c1m";
 
 /// Where the systemd drop-in for `service` goes.
 pub fn systemd_path(service: &str) -> String {
-    let unit = if service.contains('.') {
+    format!(
+        "/etc/systemd/system/{}.d/90-c1m-limits.conf",
+        unit_name(service)
+    )
+}
+
+/// The unit file name `--service NAME` stands for (`NAME.service` unless it has a suffix).
+pub fn unit_name(service: &str) -> String {
+    if service.contains('.') {
         service.to_string()
     } else {
         format!("{service}.service")
-    };
-    format!("/etc/systemd/system/{unit}.d/90-c1m-limits.conf")
+    }
 }
 
 /// One `key = value` for the sysctl drop-in, with its reason.

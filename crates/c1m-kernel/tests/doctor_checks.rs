@@ -855,3 +855,21 @@ fn no_placeholder_in_any_fix() {
         ]
     );
 }
+
+#[test]
+fn a_target_that_fits_with_tcp_mem_capped_is_a_warning() {
+    // 2M on 24 GiB fits in RAM; only tcp_mem's cap keeps full buffers from all queuing
+    // without memory pressure. Not a failure, and no "spread over 1 boxes".
+    let t = Tree::healthy();
+    let f = one(&t.ctx(Some(2_000_000)), "mem.target");
+    assert_status(&f, Status::Warn);
+    assert!(
+        f.summary.starts_with("tcp_mem is capped at"),
+        "{}",
+        f.summary
+    );
+    assert!(f.summary.contains("the memory fits"), "{}", f.summary);
+    let fx = fixes(&f);
+    assert!(!fx.contains("boxes"), "{fx}");
+    assert!(fx.contains("--buffered"), "{fx}");
+}

@@ -438,3 +438,45 @@ fn one_verdict_per_nofile_setting_the_worst_with_its_reason() {
     assert_eq!(default[0]["status"], "critical");
     assert_eq!(default[0]["live"], "soft 1048576 hard 4194304");
 }
+
+#[test]
+fn a_capped_tcp_mem_is_named_for_what_it_is_not_does_not_fit() {
+    // 2M on 24 GiB: 15.11 GiB of kernel memory fits the 18.00 GiB usable, but full buffers
+    // would want tcp_mem's max above its cap, so pressure starts before all are queued.
+    let f = Fake::new();
+    let (r, _) = rows(&f, &["--conns", "2M"]);
+    assert!(r.iter().all(|x| x["status"] != "does-not-fit"), "{r:#?}");
+    let row = r.iter().find(|x| x["key"] == "memory.target").unwrap();
+    assert_eq!(row["status"], "tcp-mem-capped");
+    let note = row["note"].as_str().unwrap();
+    assert!(
+        note.starts_with("tcp_mem is capped at 2758631 pages (10.52 GiB"),
+        "{note}"
+    );
+    assert!(
+        note.contains("memory pressure starts at 7.02 GiB, before all 2000000 sockets have 4096 B queued (7.63 GiB)"),
+        "{note}"
+    );
+    assert!(
+        note.contains("the memory fits (15.11 GiB needed, 18.00 GiB usable"),
+        "{note}"
+    );
+    let (out, _) = f.run(&["--check", "--conns", "2M"]).unwrap();
+    assert!(!out.contains("does-not-fit"), "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("tcp-mem-capped memory.target")),
+        "{out}"
+    );
+    // The plan words it the same.
+    let (out, _) = f.run(&["--conns", "2M"]).unwrap();
+    assert!(out.contains("WARNING: tcp_mem is capped at"), "{out}");
+    assert!(!out.contains("need ~15.11 GiB"), "{out}");
+    // A warning, not a finding: once --apply wrote the plan, the check passes.
+    let (out, code) = f.run(&["--conns", "2M", "--apply"]).unwrap();
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("WARNING  tcp_mem is capped at"), "{out}");
+    let (out, code) = f.run(&["--check", "--conns", "2M"]).unwrap();
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("0 finding(s), 1 warning(s)"), "{out}");
+}

@@ -1,9 +1,11 @@
 # c1m in a container, built from source inside the image (crates.io and Debian apt only).
 #   docker build -t c1m --build-arg C1M_GIT_COMMIT=$(git rev-parse --short=12 HEAD) .
 #   docker run --rm -p 8080:8080 --ulimit nofile=1048576:1048576 \
-#     --sysctl net.core.somaxconn=65535 --sysctl net.ipv4.ip_local_port_range="1024 65535" c1m
-# Host-wide limits (fs.nr_open, fs.file-max, net.core.* memory) are not namespaced: set them on
-# the host with `c1m tune --conns N --apply`. README, "Install", has the details.
+#     --sysctl net.core.somaxconn=16384 --sysctl net.ipv4.tcp_max_tw_buckets=1048576 \
+#     --sysctl net.ipv4.tcp_slow_start_after_idle=0 c1m
+# Those are what `c1m tune --conns 1M` prints for a container. Host-wide limits (fs.nr_open,
+# fs.file-max, tcp_mem, ...) are not namespaced: set them on the host with
+# `c1m tune --conns N --apply`. docs/install.md, "Container", has the details.
 
 FROM rust:1-slim-bookworm AS build
 WORKDIR /src

@@ -64,6 +64,23 @@ impl Line {
         self.largest().is_some_and(|v| v > nr_open)
     }
 
+    /// The setting as its file spells it: `nofile N`, `LimitNOFILE=N`, `DefaultLimitNOFILE=N`.
+    pub fn setting(&self, v: u64) -> String {
+        match self.origin {
+            Origin::Pam => format!("nofile {v}"),
+            Origin::Unit => format!("LimitNOFILE={v}"),
+            Origin::Default => format!("DefaultLimitNOFILE={v}"),
+        }
+    }
+
+    /// Whom the line limits: the pam domain, the unit, or every unit (the manager's default).
+    pub fn whom(&self) -> &str {
+        match self.origin {
+            Origin::Pam | Origin::Unit => &self.domain,
+            Origin::Default => "the systemd manager",
+        }
+    }
+
     /// The same in Chinese.
     pub fn effect_zh(&self) -> &'static str {
         match self.origin {
@@ -264,16 +281,46 @@ pub fn pam_effective(lines: &[Line], user: &str, groups: &[&str]) -> (Option<u64
 /// The fix for a line above nr_open: raise nr_open first (live and for the next boot), or
 /// lower the line to nr_open. Both concrete commands.
 pub fn fix_above(line: &Line, nr_open: u64) -> [String; 2] {
-    let want = line.largest().unwrap_or(nr_open);
+    fix_above_all(&[line], nr_open)
+}
+
+/// The fix for lines above nr_open that set one limit (a pam domain's soft and hard lines):
+/// raise nr_open to the largest of them (live and for the next boot), or lower each line to
+/// nr_open (one `sed -i` per file, one expression per line). Both concrete commands.
+pub fn fix_above_all(lines: &[&Line], nr_open: u64) -> [String; 2] {
+    let want = lines
+        .iter()
+        .filter_map(|l| l.largest())
+        .max()
+        .unwrap_or(nr_open);
+    let mut files: Vec<&Path> = Vec::new();
+    for l in lines {
+        if !files.contains(&l.file.as_path()) {
+            files.push(&l.file);
+        }
+    }
+    let lower: Vec<String> = files
+        .iter()
+        .map(|f| {
+            let exprs: Vec<String> = lines
+                .iter()
+                .filter(|l| l.file == *f)
+                .map(|l| {
+                    format!(
+                        "-e '{}s/{}/{nr_open}/'",
+                        l.line,
+                        l.largest().unwrap_or(nr_open)
+                    )
+                })
+                .collect();
+            format!("sed -i {} {}", exprs.join(" "), f.display())
+        })
+        .collect();
     [
         format!(
             "sysctl -w fs.nr_open={want} && echo 'fs.nr_open = {want}' > /etc/sysctl.d/10-nr-open.conf"
         ),
-        format!(
-            "sed -i '{}s/{want}/{nr_open}/' {}",
-            line.line,
-            line.file.display()
-        ),
+        lower.join(" && "),
     ]
 }
 

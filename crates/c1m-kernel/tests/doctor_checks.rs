@@ -855,3 +855,93 @@ fn no_placeholder_in_any_fix() {
         ]
     );
 }
+
+#[test]
+fn a_target_that_fits_with_tcp_mem_capped_is_a_warning() {
+    // 2M on 24 GiB fits in RAM; only tcp_mem's cap keeps full buffers from all queuing
+    // without memory pressure. Not a failure, and no "spread over 1 boxes".
+    let t = Tree::healthy();
+    let f = one(&t.ctx(Some(2_000_000)), "mem.target");
+    assert_status(&f, Status::Warn);
+    assert!(
+        f.summary.starts_with("tcp_mem is capped at"),
+        "{}",
+        f.summary
+    );
+    assert!(f.summary.contains("the memory fits"), "{}", f.summary);
+    let fx = fixes(&f);
+    assert!(!fx.contains("boxes"), "{fx}");
+    assert!(fx.contains("--buffered"), "{fx}");
+}
+
+/// A /proc/net/tcp line for a TIME-WAIT socket from `src`:`sport` to `dst`:`dport`
+/// (addresses as /proc prints them: hex, little-endian).
+fn time_wait_line(src: &str, sport: u16, dst: &str, dport: u16) -> String {
+    format!("   0: {src}:{sport:04X} {dst}:{dport:04X} 06 00000000:00000000 03:00000F3C 00000000     0        0 0 3\n")
+}
+
+#[test]
+fn time_wait_sockets_a_connect_can_reuse_do_not_count_against_the_port_budget() {
+    // Right after a bench run: 2 connections still open and 10 TIME-WAIT sockets this box
+    // opened toward 127.0.0.1:8080, in a 20-port range. With tcp_tw_reuse 2 (the default)
+    // and timestamps on, connect() takes over a loopback TIME-WAIT 4-tuple after 1 s, so
+    // only the 2 open connections hold ports.
+    let t = Tree::healthy();
+    let lo = "0100007F";
+    t.put("proc/sys/net/ipv4/ip_local_port_range", "40000\t40019\n");
+    t.put("proc/sys/net/ipv4/tcp_tw_reuse", "2\n");
+    t.put("proc/sys/net/ipv4/tcp_timestamps", "1\n");
+    let tw: Vec<String> = (0..10)
+        .map(|i| time_wait_line(lo, 40002 + i, lo, 8080))
+        .collect();
+    t.tcp(&tw, 8080, 2);
+    let f = t.check("net.ephemeral-ports");
+    assert_status(&f, Status::Pass);
+    assert!(f.summary.contains("uses 2 of 20"), "{}", f.summary);
+    assert!(
+        f.summary.contains("10 TIME-WAIT sockets not counted: connect() reuses their 4-tuples once they are 1000 ms old (tcp_tw_reuse=2, a loopback end)"),
+        "{}",
+        f.summary
+    );
+
+    // tcp_tw_reuse 0: each TIME-WAIT socket holds its port toward that destination for
+    // 60 s, so they count, and the finding says what they are and how to reuse them.
+    t.put("proc/sys/net/ipv4/tcp_tw_reuse", "0\n");
+    let f = t.check("net.ephemeral-ports");
+    assert_status(&f, Status::Fail);
+    assert!(f.summary.contains("uses 12 of 20"), "{}", f.summary);
+    assert!(f.summary.contains("10 of them TIME-WAIT"), "{}", f.summary);
+    assert!(
+        fixes(&f).contains("sysctl -w net.ipv4.tcp_tw_reuse=1"),
+        "{f:#?}"
+    );
+
+    // tcp_tw_reuse 2 does not reach a pair with no loopback end.
+    t.put("proc/sys/net/ipv4/tcp_tw_reuse", "2\n");
+    let (a, b) = ("0100000A", "0200000A"); // 10.0.0.1, 10.0.0.2
+    let tw: Vec<String> = (0..9)
+        .map(|i| time_wait_line(a, 40002 + i, b, 80))
+        .collect();
+    t.tcp(&tw, 8080, 2);
+    let f = t.check("net.ephemeral-ports");
+    assert_status(&f, Status::Warn);
+    assert!(
+        f.summary
+            .contains("busiest: 10.0.0.1 -> 10.0.0.2:80 uses 9 of 20"),
+        "{}",
+        f.summary
+    );
+
+    // Without timestamps no TIME-WAIT can be reused (PAWS is what makes it safe).
+    t.put("proc/sys/net/ipv4/tcp_timestamps", "0\n");
+    let tw: Vec<String> = (0..10)
+        .map(|i| time_wait_line(lo, 40002 + i, lo, 8080))
+        .collect();
+    t.tcp(&tw, 8080, 2);
+    let f = t.check("net.ephemeral-ports");
+    assert_status(&f, Status::Fail);
+    assert!(
+        fixes(&f).contains("sysctl -w net.ipv4.tcp_timestamps=1"),
+        "{f:#?}"
+    );
+}

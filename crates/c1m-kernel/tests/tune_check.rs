@@ -290,8 +290,9 @@ fn nofile_above_nr_open_is_critical_wherever_it_is_configured() {
     );
     let (r, code) = rows(&f, &["--conns", "10000"]);
     assert_eq!(code, 1);
+    // One row for the domain's two lines: its verdict is the worst one.
     let crit: Vec<&Value> = r.iter().filter(|x| x["status"] == "critical").collect();
-    assert_eq!(crit.len(), 2, "{r:#?}");
+    assert_eq!(crit.len(), 1, "{r:#?}");
     assert_eq!(crit[0]["source"], "/etc/security/limits.d/60-seed.conf:2");
     let note = crit[0]["note"].as_str().unwrap();
     assert!(note.contains("above fs.nr_open 1048576"), "{note}");
@@ -330,8 +331,9 @@ fn nofile_above_nr_open_is_critical_wherever_it_is_configured() {
         .any(|n| n.contains("for gw.service") && n.contains("205/LIMITS")));
     let default = r
         .iter()
-        .find(|x| x["key"] == "systemd.DefaultLimitNOFILE" && x["status"] == "info")
+        .find(|x| x["key"] == "systemd.DefaultLimitNOFILE")
         .unwrap();
+    assert_eq!(default["status"], "critical");
     assert_eq!(default["live"], "soft 1048576 hard 4194304");
 }
 
@@ -355,4 +357,126 @@ fn user_specific_limits_lines_are_read() {
     assert_eq!(row("logins of c1m")["status"], "low");
     assert_eq!(row("logins of c1m")["live"], "soft 4096 hard -");
     assert_eq!(row("group @web")["status"], "low");
+}
+
+#[test]
+fn one_verdict_per_nofile_setting_the_worst_with_its_reason() {
+    // nofile 2000000 meets the 1M recommendation (1048576) but is above fs.nr_open: the login
+    // is refused, so the one row for `*` is critical, never "ok" beside a critical for the
+    // same lines.
+    let f = Fake::new();
+    let file = "/etc/security/limits.d/60-seed.conf";
+    f.write(
+        file,
+        "# from the notes\n*    soft nofile 2000000\n*    hard nofile 2000000\n",
+    );
+    let (r, code) = rows(&f, &["--conns", "1M"]);
+    assert_eq!(code, 1);
+    let from_file: Vec<&Value> = r
+        .iter()
+        .filter(|x| x["source"].as_str().is_some_and(|s| s.starts_with(file)))
+        .collect();
+    assert_eq!(from_file.len(), 1, "{from_file:#?}");
+    let row = from_file[0];
+    assert_eq!(row["key"], "limits.nofile");
+    assert_eq!(row["status"], "critical");
+    assert_eq!(row["live"], "soft 2000000 hard 2000000");
+    let note = row["note"].as_str().unwrap();
+    // The reason leads, and names both lines and both fixes.
+    assert!(
+        note.starts_with("nofile 2000000 for * is above fs.nr_open 1048576"),
+        "{note}"
+    );
+    assert!(note.contains(&format!("{file}:2")), "{note}");
+    assert!(note.contains(&format!("{file}:3")), "{note}");
+    assert!(note.contains("sysctl -w fs.nr_open=2000000"), "{note}");
+    assert!(
+        note.contains(&format!(
+            "sed -i -e '2s/2000000/1048576/' -e '3s/2000000/1048576/' {file}"
+        )),
+        "{note}"
+    );
+    // The text output: one line for the file, and it says critical.
+    let (out, code) = f.run(&["--check", "--conns", "1M"]).unwrap();
+    assert_eq!(code, 1);
+    let lines: Vec<&str> = out.lines().filter(|l| l.contains(file)).collect();
+    assert_eq!(lines.len(), 1, "{out}");
+    assert!(lines[0].starts_with("critical  limits.nofile"), "{out}");
+
+    // systemd: the named service's row and the manager default's row carry the verdict
+    // themselves; no second row for the same line.
+    f.remove(file);
+    f.write(
+        "/etc/systemd/system.conf.d/50-nofile.conf",
+        "[Manager]\nDefaultLimitNOFILE=1048576:4194304\n",
+    );
+    f.write(
+        "/etc/systemd/system/gw.service.d/limits.conf",
+        "[Service]\nLimitNOFILE=3000000\n",
+    );
+    let (r, code) = rows(&f, &["--conns", "1M", "--service", "gw"]);
+    assert_eq!(code, 1);
+    let unit: Vec<&Value> = r
+        .iter()
+        .filter(|x| x["source"] == "/etc/systemd/system/gw.service.d/limits.conf:2")
+        .collect();
+    assert_eq!(unit.len(), 1, "{unit:#?}");
+    assert_eq!(unit[0]["key"], "systemd.LimitNOFILE");
+    assert_eq!(unit[0]["status"], "critical");
+    assert!(
+        unit[0]["note"]
+            .as_str()
+            .unwrap()
+            .starts_with("LimitNOFILE=3000000 for gw.service is above fs.nr_open 1048576"),
+        "{unit:#?}"
+    );
+    let default: Vec<&Value> = r
+        .iter()
+        .filter(|x| x["key"] == "systemd.DefaultLimitNOFILE")
+        .collect();
+    assert_eq!(default.len(), 1, "{default:#?}");
+    assert_eq!(default[0]["status"], "critical");
+    assert_eq!(default[0]["live"], "soft 1048576 hard 4194304");
+}
+
+#[test]
+fn a_capped_tcp_mem_is_named_for_what_it_is_not_does_not_fit() {
+    // 2M on 24 GiB: 15.11 GiB of kernel memory fits the 18.00 GiB usable, but full buffers
+    // would want tcp_mem's max above its cap, so pressure starts before all are queued.
+    let f = Fake::new();
+    let (r, _) = rows(&f, &["--conns", "2M"]);
+    assert!(r.iter().all(|x| x["status"] != "does-not-fit"), "{r:#?}");
+    let row = r.iter().find(|x| x["key"] == "memory.target").unwrap();
+    assert_eq!(row["status"], "tcp-mem-capped");
+    let note = row["note"].as_str().unwrap();
+    assert!(
+        note.starts_with("tcp_mem is capped at 2758631 pages (10.52 GiB"),
+        "{note}"
+    );
+    assert!(
+        note.contains("memory pressure starts at 7.02 GiB, before all 2000000 sockets have 4096 B queued (7.63 GiB)"),
+        "{note}"
+    );
+    assert!(
+        note.contains("the memory fits (15.11 GiB needed, 18.00 GiB usable"),
+        "{note}"
+    );
+    let (out, _) = f.run(&["--check", "--conns", "2M"]).unwrap();
+    assert!(!out.contains("does-not-fit"), "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("tcp-mem-capped memory.target")),
+        "{out}"
+    );
+    // The plan words it the same.
+    let (out, _) = f.run(&["--conns", "2M"]).unwrap();
+    assert!(out.contains("WARNING: tcp_mem is capped at"), "{out}");
+    assert!(!out.contains("need ~15.11 GiB"), "{out}");
+    // A warning, not a finding: once --apply wrote the plan, the check passes.
+    let (out, code) = f.run(&["--conns", "2M", "--apply"]).unwrap();
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("WARNING  tcp_mem is capped at"), "{out}");
+    let (out, code) = f.run(&["--check", "--conns", "2M"]).unwrap();
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("0 finding(s), 1 warning(s)"), "{out}");
 }

@@ -152,3 +152,92 @@ fn argument_errors() {
     std::fs::remove_file(f.path("/proc/meminfo")).unwrap();
     assert!(f.run(&["--conns", "1M"]).unwrap_err().contains("meminfo"));
 }
+
+/// The `docker run` command in `text` (joined over `\` continuations, `#` comment prefixes
+/// removed): its `--ulimit nofile=` value and its `--sysctl KEY=VALUE` pairs, quotes removed.
+fn docker_run(text: &str) -> (String, Vec<(String, String)>) {
+    let lines: Vec<&str> = text
+        .lines()
+        .map(|l| l.trim_start().trim_start_matches('#').trim())
+        .collect();
+    let start = lines
+        .iter()
+        .position(|l| l.starts_with("docker run"))
+        .expect("a `docker run` line");
+    let mut cmd = String::new();
+    for l in &lines[start..] {
+        cmd.push_str(l.trim_end_matches('\\'));
+        cmd.push(' ');
+        if !l.ends_with('\\') {
+            break;
+        }
+    }
+    let value_after = |at: usize| -> String {
+        let rest = &cmd[at..];
+        match rest.strip_prefix('"') {
+            Some(q) => q[..q.find('"').expect("closing quote")].to_string(),
+            None => rest.split_whitespace().next().unwrap_or("").to_string(),
+        }
+    };
+    let ulimit = cmd
+        .find("--ulimit nofile=")
+        .map(|i| value_after(i + "--ulimit nofile=".len()))
+        .expect("--ulimit nofile=");
+    let mut sysctls = Vec::new();
+    for (i, _) in cmd.match_indices("--sysctl ") {
+        let kv = i + "--sysctl ".len();
+        let eq = kv + cmd[kv..].find('=').expect("KEY=VALUE");
+        sysctls.push((cmd[kv..eq].to_string(), value_after(eq + 1)));
+    }
+    (ulimit, sysctls)
+}
+
+/// The backticked sysctl keys of the install guide's "host-wide ones (…)" list.
+fn guide_host_wide(guide: &str) -> Vec<String> {
+    let from = guide
+        .find("host-wide ones (")
+        .expect("the install guide's host-wide list");
+    let list = &guide[from..from + guide[from..].find(')').unwrap()];
+    list.split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn install_guide_and_dockerfile_container_sysctls_are_what_tune_computes() {
+    // The install guide's container section is for a million connections: it must list what
+    // `c1m tune --conns 1M` prints for a container, no more (ignored or host-wide keys fail
+    // there) and no other values.
+    let f = Fake::new();
+    let (out, _) = f.run(&["--conns", "1M"]).unwrap();
+    let (nofile, want) = docker_run(&out);
+    assert!(!want.is_empty(), "{out}");
+    let guide = include_str!("../../../docs/install.md");
+    let dockerfile = include_str!("../../../Dockerfile");
+    for (name, text) in [("docs/install.md", guide), ("Dockerfile", dockerfile)] {
+        let (u, got) = docker_run(text);
+        assert_eq!(
+            got, want,
+            "{name}'s docker run --sysctl list vs c1m tune --conns 1M"
+        );
+        assert_eq!(u, nofile, "{name}'s --ulimit nofile vs c1m tune --conns 1M");
+    }
+    let line = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("host-wide, set on the host:"))
+        .unwrap();
+    let host: Vec<String> = line
+        .split_once(':')
+        .unwrap()
+        .1
+        .split(',')
+        .map(|k| k.trim().to_string())
+        .collect();
+    assert_eq!(
+        guide_host_wide(guide),
+        host,
+        "docs/install.md's host-wide list"
+    );
+}

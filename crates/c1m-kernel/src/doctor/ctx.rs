@@ -29,12 +29,18 @@ pub struct Listener {
     pub backlog: Option<u32>,
 }
 
-/// How many local ports one source address uses towards one destination.
+/// How many local ports one source address uses towards one destination. With
+/// IP_BIND_ADDRESS_NO_PORT (or a plain connect()) a port is taken per 4-tuple, so this pair
+/// is the budget; whether its TIME-WAIT sockets count depends on tcp_tw_reuse (the check
+/// decides).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PortUse {
     pub source: IpAddr,
     pub dest: SocketAddr,
+    /// Sockets in every state but TIME-WAIT (and listening).
     pub used: u64,
+    /// TIME-WAIT sockets of the pair.
+    pub time_wait: u64,
 }
 
 /// One process's descriptors against its soft limit.
@@ -191,18 +197,29 @@ fn read_sockets(root: &Root) -> Result<(Vec<Listener>, Option<Vec<PortUse>>)> {
     // connection, not an outgoing one, even when the listener sits inside the ephemeral range.
     let listening: HashSet<u16> = listeners.iter().map(|l| l.local.port()).collect();
     let not_listen = StateMask(StateMask::ALL.0 & !TcpState::Listen.bit());
-    let mut use_map: HashMap<(IpAddr, SocketAddr), u64> = HashMap::new();
+    let mut use_map: HashMap<(IpAddr, SocketAddr), (u64, u64)> = HashMap::new();
+    let time_wait = TcpState::TimeWait as u8;
     source::for_each(root, not_listen, |r: &SockRow| {
         let p = r.local.port();
         if p >= lo && p <= hi && !listening.contains(&p) {
-            *use_map.entry((r.local.ip(), r.remote)).or_default() += 1;
+            let e = use_map.entry((r.local.ip(), r.remote)).or_default();
+            if r.state == time_wait {
+                e.1 += 1;
+            } else {
+                e.0 += 1;
+            }
         }
     })?;
     let mut port_use: Vec<PortUse> = use_map
         .into_iter()
-        .map(|((source, dest), used)| PortUse { source, dest, used })
+        .map(|((source, dest), (used, time_wait))| PortUse {
+            source,
+            dest,
+            used,
+            time_wait,
+        })
         .collect();
-    port_use.sort_by_key(|u| std::cmp::Reverse(u.used));
+    port_use.sort_by_key(|u| std::cmp::Reverse(u.used + u.time_wait));
     Ok((listeners, Some(port_use)))
 }
 

@@ -263,6 +263,10 @@ pub struct Param {
     pub default: KernelDefault,
     /// The safe value `--apply` writes when the live value is harmful (harm-only keys).
     pub fix: Option<&'static str>,
+    /// The sysctl is per network namespace and writable there: a container with its own
+    /// network (`docker run --sysctl`) sets its own value. Every other key is host-wide and is
+    /// set on the host.
+    pub netns: bool,
     /// Kernel (or systemd) version that added the key, when it matters.
     pub added: Option<&'static str>,
     /// Kernel version that removed the key.

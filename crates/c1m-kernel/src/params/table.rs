@@ -3,6 +3,10 @@
 //! `seeds` field records what the Chinese field notes set, so `explain` can say why c1m
 //! disagrees.
 //!
+//! `netns: true` marks the sysctls that exist and are writable in a network namespace other
+//! than the host's (checked by listing /proc/sys under `unshare -n` on kernel 6.18): a
+//! container with its own network sets those itself; everything else is the host's.
+//!
 //! Order matters: it is the order `--apply` writes in (fs.nr_open before anything that relies
 //! on it, limits after the sysctls), and the order output lists keys in.
 
@@ -28,6 +32,7 @@ const BASE: Param = Param {
     harm: Harm::Never,
     default: KernelDefault::Unknown,
     fix: None,
+    netns: false,
     added: None,
     removed: None,
     meaning: NONE,
@@ -153,6 +158,7 @@ pub static PARAMS: &[Param] = &[
     },
     Param {
         key: "net.ipv4.tcp_rmem",
+        netns: true,
         unit: Unit::Bytes,
         verdict: Verdict::Inform,
         meaning: t(
@@ -174,6 +180,7 @@ pub static PARAMS: &[Param] = &[
     },
     Param {
         key: "net.ipv4.tcp_wmem",
+        netns: true,
         unit: Unit::Bytes,
         verdict: Verdict::Inform,
         meaning: t(
@@ -258,6 +265,7 @@ pub static PARAMS: &[Param] = &[
     // ---- accepting: queues for connection storms ----
     Param {
         key: "net.core.somaxconn",
+        netns: true,
         unit: Unit::Sockets,
         verdict: Verdict::NeverLower,
         roles: LISTENERS,
@@ -284,6 +292,7 @@ pub static PARAMS: &[Param] = &[
     },
     Param {
         key: "net.ipv4.tcp_max_syn_backlog",
+        netns: true,
         unit: Unit::Sockets,
         verdict: Verdict::Inform,
         roles: LISTENERS,
@@ -313,6 +322,7 @@ pub static PARAMS: &[Param] = &[
     },
     Param {
         key: "net.ipv4.tcp_syncookies",
+        netns: true,
         unit: Unit::Switch,
         verdict: Verdict::Recommend,
         roles: LISTENERS,
@@ -334,6 +344,7 @@ pub static PARAMS: &[Param] = &[
     },
     Param {
         key: "net.ipv4.tcp_synack_retries",
+        netns: true,
         unit: Unit::Other,
         meaning: t(
             "How many times a SYN-ACK is retransmitted for a half-open connection.",
@@ -351,6 +362,7 @@ pub static PARAMS: &[Param] = &[
     },
     Param {
         key: "net.ipv4.tcp_syn_retries",
+        netns: true,
         unit: Unit::Other,
         meaning: t("How many times connect() retransmits a SYN.", "connect() 重传 SYN 的次数。"),
         kernel_default: t("6 (about 127 s).", "6（约 127 秒）。"),
@@ -366,6 +378,7 @@ pub static PARAMS: &[Param] = &[
     // ---- outgoing: ephemeral ports and TIME_WAIT ----
     Param {
         key: "net.ipv4.ip_local_port_range",
+        netns: true,
         unit: Unit::Ports,
         verdict: Verdict::Recommend,
         roles: CLIENTS,
@@ -395,6 +408,7 @@ pub static PARAMS: &[Param] = &[
     },
     Param {
         key: "net.ipv4.ip_local_reserved_ports",
+        netns: true,
         unit: Unit::Ports,
         verdict: Verdict::Inform,
         roles: LISTENERS,
@@ -424,6 +438,7 @@ pub static PARAMS: &[Param] = &[
     },
     Param {
         key: "net.ipv4.tcp_tw_reuse",
+        netns: true,
         unit: Unit::Switch,
         verdict: Verdict::Recommend,
         roles: CLIENTS,
@@ -470,6 +485,7 @@ pub static PARAMS: &[Param] = &[
     },
     Param {
         key: "net.ipv4.tcp_max_tw_buckets",
+        netns: true,
         unit: Unit::Sockets,
         verdict: Verdict::NeverLower,
         rule: Rule::MaxTwBuckets,
@@ -522,6 +538,7 @@ pub static PARAMS: &[Param] = &[
     },
     Param {
         key: "net.ipv4.tcp_fin_timeout",
+        netns: true,
         unit: Unit::Seconds,
         meaning: t(
             "How long an orphaned socket waits in FIN_WAIT_2. It does not change TIME_WAIT, which \
@@ -541,6 +558,7 @@ pub static PARAMS: &[Param] = &[
     // ---- idle connections ----
     Param {
         key: "net.ipv4.tcp_slow_start_after_idle",
+        netns: true,
         unit: Unit::Switch,
         verdict: Verdict::Recommend,
         rule: Rule::Fixed("0"),
@@ -564,6 +582,7 @@ pub static PARAMS: &[Param] = &[
     },
     Param {
         key: "net.ipv4.tcp_keepalive_time",
+        netns: true,
         unit: Unit::Seconds,
         verdict: Verdict::Inform,
         default: KernelDefault::Fixed("7200"),
@@ -587,6 +606,7 @@ pub static PARAMS: &[Param] = &[
     // ---- receive path ----
     Param {
         key: "net.ipv4.tcp_keepalive_intvl",
+        netns: true,
         unit: Unit::Seconds,
         verdict: Verdict::Inform,
         default: KernelDefault::Fixed("75"),
@@ -616,6 +636,7 @@ pub static PARAMS: &[Param] = &[
     },
     Param {
         key: "net.ipv4.tcp_keepalive_probes",
+        netns: true,
         unit: Unit::Other,
         verdict: Verdict::Inform,
         default: KernelDefault::Fixed("9"),
@@ -645,6 +666,7 @@ pub static PARAMS: &[Param] = &[
     },
     Param {
         key: "net.ipv4.tcp_retries2",
+        netns: true,
         unit: Unit::Other,
         verdict: Verdict::Inform,
         default: KernelDefault::Fixed("15"),
@@ -674,6 +696,7 @@ pub static PARAMS: &[Param] = &[
     },
     Param {
         key: "net.ipv4.tcp_orphan_retries",
+        netns: true,
         unit: Unit::Other,
         verdict: Verdict::Inform,
         default: KernelDefault::Fixed("0"),
@@ -703,6 +726,7 @@ pub static PARAMS: &[Param] = &[
     },
     Param {
         key: "net.ipv4.tcp_notsent_lowat",
+        netns: true,
         unit: Unit::Bytes,
         verdict: Verdict::Inform,
         default: KernelDefault::Fixed("4294967295"),
@@ -753,6 +777,7 @@ pub static PARAMS: &[Param] = &[
     },
     Param {
         key: "net.ipv4.ip_no_pmtu_disc",
+        netns: true,
         unit: Unit::Switch,
         verdict: Verdict::Harmful,
         harm: Harm::NotEquals("0"),
@@ -776,6 +801,7 @@ pub static PARAMS: &[Param] = &[
     },
     Param {
         key: "net.ipv4.tcp_window_scaling",
+        netns: true,
         unit: Unit::Switch,
         verdict: Verdict::Harmful,
         harm: Harm::Equals("0"),
@@ -795,6 +821,7 @@ pub static PARAMS: &[Param] = &[
     },
     Param {
         key: "net.ipv4.ip_nonlocal_bind",
+        netns: true,
         unit: Unit::Switch,
         meaning: t(
             "Allows bind() to addresses not (yet) on the box, for failover VIPs.",

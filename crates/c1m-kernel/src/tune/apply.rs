@@ -129,8 +129,12 @@ pub fn apply(root: &Root, plan: &Plan, opts: &Opts) -> Result<Report> {
             r.note
         ));
     }
-    // The target does not fit: --apply writes the capped values and says so.
-    for r in rows.iter().filter(|r| r.status == Status::DoesNotFit) {
+    // The target does not fit, or fits with tcp_mem capped: --apply writes the capped values
+    // and says so.
+    for r in rows
+        .iter()
+        .filter(|r| matches!(r.status, Status::DoesNotFit | Status::TcpMemCapped))
+    {
         rep.lines.push(format!("WARNING  {}", r.note));
     }
     for r in rows

@@ -8,9 +8,9 @@
 //! hand-computed figures.
 
 pub use super::memory::{
-    does_not_fit, socket_slab_bytes, table_cap, tcp_mem, tcp_mem_cap, tcp_mem_capped,
-    tcp_mem_default, tcp_mem_need, tcp_mem_shape, usable_bytes, RESERVE_DIVISOR, TABLE_RAM_PCT,
-    TCP_MEM_RAM_PCT,
+    buffered_within_cap, memory_verdict, socket_slab_bytes, table_cap, tcp_mem, tcp_mem_cap,
+    tcp_mem_capped, tcp_mem_default, tcp_mem_need, tcp_mem_shape, usable_bytes, MemVerdict,
+    RESERVE_DIVISOR, TABLE_RAM_PCT, TCP_MEM_RAM_PCT,
 };
 pub use super::slab::ObjSizes;
 use super::units::human_bytes;
@@ -97,6 +97,9 @@ pub struct Math {
     pub kernel_bytes_needed: u64,
     /// Whether that fits in RAM less the reserve (a quarter for everything else).
     pub fits: bool,
+    /// Whether full buffers would want a tcp_mem max above [`Math::tcp_mem_cap`], so memory
+    /// pressure starts before every socket has its bytes queued (the memory may still fit).
+    pub tcp_mem_capped: bool,
     /// The kernel's own tcp_mem on this RAM (estimate).
     pub tcp_mem_default: [u64; 3],
     /// RAM left for connections after keeping a quarter for everything else.
@@ -476,7 +479,8 @@ pub fn math(host: &Host, target: &Target) -> Math {
         tcp_mem: tcp_mem(host, target),
         tcp_mem_cap: tcp_mem_cap(host, target),
         kernel_bytes_needed: needed,
-        fits: needed <= usable && !tcp_mem_capped(host, target),
+        fits: needed <= usable,
+        tcp_mem_capped: tcp_mem_capped(host, target),
         tcp_mem_default: tcp_mem_default(host),
         usable_bytes: usable,
         capacity_idle: usable / per_conn.max(1),
@@ -494,7 +498,7 @@ pub fn math(host: &Host, target: &Target) -> Math {
 }
 
 /// Builds the plan: a recommendation for every entry c1m writes, the math, and warnings when
-/// the target does not fit.
+/// the target does not fit or its buffers would meet tcp_mem's cap.
 pub fn plan(host: Host, target: Target) -> Plan {
     let recs: Vec<Rec> = PARAMS
         .iter()
@@ -502,7 +506,10 @@ pub fn plan(host: Host, target: Target) -> Plan {
         .map(|p| recommend(p, &host, &target))
         .collect();
     let m = math(&host, &target);
-    let mut warnings: Vec<Said> = does_not_fit(&host, &target, &m).into_iter().collect();
+    let mut warnings: Vec<Said> = memory_verdict(&host, &target, &m)
+        .map(|(_, s)| s)
+        .into_iter()
+        .collect();
     if target.sockets().saturating_add(FD_RESERVE) > NR_OPEN_MAX {
         let n = target.sockets();
         warnings.push(Said::new(

@@ -8,7 +8,7 @@
 
 pub use super::status::{compare, is_harmful, target, Status};
 
-use super::calc::{Plan, Said};
+use super::calc::{MemVerdict, Plan, Said};
 use super::conf::{check_limits, check_systemd, check_systemd_default, scan_sysctl_configs};
 use crate::params::{lookup, Kind, Param, Verdict, PARAMS};
 use crate::root::Root;
@@ -44,7 +44,9 @@ pub fn check(root: &Root, plan: &Plan, service: Option<&str>) -> Result<Vec<Row>
     for p in PARAMS {
         match (p.kind, p.key) {
             (Kind::Limits, _) => rows.extend(check_limits(root, plan, p)?),
-            (_, "systemd.DefaultLimitNOFILE") => rows.extend(check_systemd_default(root, p)?),
+            (_, "systemd.DefaultLimitNOFILE") => {
+                rows.extend(check_systemd_default(root, p, service)?)
+            }
             _ => rows.extend(check_entry(root, plan, p, service)?),
         }
     }
@@ -52,21 +54,31 @@ pub fn check(root: &Root, plan: &Plan, service: Option<&str>) -> Result<Vec<Row>
         rows.extend(check_self_nofile(root, plan, p)?);
     }
     rows.extend(scan_sysctl_configs(root, plan)?);
-    // The memory math's finding: no setting makes the target fit, so it is a row of its own
-    // (nothing for --apply to write) and a finding for the exit code.
+    // The memory math's verdict is a row of its own (nothing for --apply to write): a
+    // finding when the target does not fit, a warning when only tcp_mem's cap bites.
     let m = &plan.math;
-    if let Some(msg) = super::calc::does_not_fit(&plan.host, &plan.target, m) {
+    if let Some((verdict, msg)) = super::calc::memory_verdict(&plan.host, &plan.target, m) {
+        let human = super::units::human_bytes;
+        let (status, live, recommended) = match verdict {
+            MemVerdict::DoesNotFit => (
+                Status::DoesNotFit,
+                format!("{} usable", human(m.usable_bytes)),
+                format!("{} needed", human(m.kernel_bytes_needed)),
+            ),
+            MemVerdict::TcpMemCapped => (
+                Status::TcpMemCapped,
+                format!(
+                    "{} pressure",
+                    human(m.tcp_mem[1].saturating_mul(plan.host.page_size))
+                ),
+                format!("{} queued", human(m.buffered_bytes_total)),
+            ),
+        };
         rows.push(Row {
             key: "memory.target",
-            status: Status::DoesNotFit,
-            live: Some(format!(
-                "{} usable",
-                super::units::human_bytes(m.usable_bytes)
-            )),
-            recommended: Some(format!(
-                "{} needed",
-                super::units::human_bytes(m.kernel_bytes_needed)
-            )),
+            status,
+            live: Some(live),
+            recommended: Some(recommended),
             target: None,
             note: msg.en,
             note_zh: msg.zh,

@@ -5,8 +5,9 @@
 //!
 //! Owns: parsing those files' syntax. c1m reads them and never edits them.
 
-use super::calc::Plan;
+use super::calc::{Plan, Said};
 use super::check::{lookup_exact, Row, SYSCTL_DROPIN};
+use super::render::unit_name;
 use super::status::{compare, is_harmful, Status};
 use crate::nofile;
 use crate::params::{Lang, Param, Verdict};
@@ -15,11 +16,13 @@ use anyhow::Result;
 use std::path::Path;
 
 /// pam_limits nofile, every domain: one row per domain that has nofile lines (`*` always,
-/// judged against the recommendation: a user's own line wins over `*` for that user), and a
-/// critical row for every line above fs.nr_open (that login would be refused).
+/// judged against the recommendation: a user's own line wins over `*` for that user). A
+/// domain with a line above fs.nr_open is critical (that login would be refused): that is
+/// its one verdict, never "ok" beside a critical for the same lines.
 pub(super) fn check_limits(root: &Root, plan: &Plan, p: &'static Param) -> Result<Vec<Row>> {
     let rec: Option<u64> = plan.value(p.key).and_then(|v| v.parse().ok());
     let lines = nofile::pam_lines(root)?;
+    let nr_open = live_nr_open(root)?;
     let mut domains: Vec<&str> = vec!["*"];
     for l in &lines {
         if !domains.contains(&l.domain.as_str()) {
@@ -61,63 +64,84 @@ pub(super) fn check_limits(root: &Root, plan: &Plan, p: &'static Param) -> Resul
         let mut r = Row::new(p, if ok { Status::Ok } else { Status::Low }, live, note);
         r.recommended = rec.map(|v| v.to_string());
         r.source = mine.last().map(|l| l.at());
+        if let Some(c) = above_nr_open(&mine, nr_open) {
+            c.apply(&mut r);
+        }
         rows.push(r);
     }
-    rows.extend(critical_rows(root, p, &lines)?);
     Ok(rows)
 }
 
-/// A critical row for each configured nofile (pam or systemd) above the live fs.nr_open.
-pub(super) fn critical_rows(
-    root: &Root,
-    p: &'static Param,
-    lines: &[nofile::Line],
-) -> Result<Vec<Row>> {
-    let Some(nr_open) = root
+/// The live fs.nr_open, when readable.
+fn live_nr_open(root: &Root) -> Result<Option<u64>> {
+    Ok(root
         .read_sysctl("fs.nr_open")?
-        .and_then(|v| v.trim().parse::<u64>().ok())
-    else {
-        return Ok(Vec::new());
+        .and_then(|v| v.trim().parse::<u64>().ok()))
+}
+
+/// The critical verdict on the lines that set one limit (a pam domain, a unit, the manager
+/// default) when any is above fs.nr_open: the reason first, every such line, both fixes.
+struct AboveNrOpen {
+    note: Said,
+    /// The first line above nr_open (`FILE:LINE`).
+    source: String,
+}
+
+impl AboveNrOpen {
+    /// Makes `r` critical with this reason: the worst verdict wins the row.
+    fn apply(self, r: &mut Row) {
+        r.status = Status::Critical;
+        r.note = self.note.en;
+        r.note_zh = self.note.zh;
+        r.source = Some(self.source);
+    }
+}
+
+fn above_nr_open(lines: &[&nofile::Line], nr_open: Option<u64>) -> Option<AboveNrOpen> {
+    let nr_open = nr_open?;
+    let bad: Vec<&nofile::Line> = lines.iter().copied().filter(|l| l.above(nr_open)).collect();
+    let worst = *bad.iter().max_by_key(|l| l.largest())?;
+    let v = worst.largest().unwrap_or(0);
+    let setting = worst.setting(v);
+    let whom = worst.whom();
+    let at: Vec<String> = bad.iter().map(|l| l.at()).collect();
+    let at = at.join(", ");
+    let [raise, lower] = nofile::fix_above_all(&bad, nr_open);
+    let (one, one_zh) = if bad.len() == 1 {
+        ("the line", "这一行")
+    } else {
+        ("the lines", "这些行")
     };
-    Ok(lines
-        .iter()
-        .filter(|l| l.above(nr_open))
-        .map(|l| {
-            let v = l.largest().unwrap_or(0);
-            let mut r = Row::new(
-                p,
-                Status::Critical,
-                Some(v.to_string()),
-                {
-                    let [raise, lower] = nofile::fix_above(l, nr_open);
-                    (
-                        format!(
-                            "nofile {v} for {} is above fs.nr_open {nr_open}: {}. Fix: {raise}; or lower the line: {lower}",
-                            l.domain,
-                            l.effect(),
-                        ),
-                        format!(
-                            "{} 的 nofile {v} 超过 fs.nr_open {nr_open}：{}。修复：{raise}；或者调低这一行：{lower}",
-                            l.domain,
-                            l.effect_zh(),
-                        ),
-                    )
-                },
-            );
-            r.source = Some(l.at());
-            r
-        })
-        .collect())
+    Some(AboveNrOpen {
+        note: Said::new(
+            format!(
+                "{setting} for {whom} is above fs.nr_open {nr_open} ({at}): {}. Fix: {raise}; or lower {one}: {lower}",
+                worst.effect(),
+            ),
+            format!(
+                "{whom} 的 {setting} 超过 fs.nr_open {nr_open}（{at}）：{}。修复：{raise}；或者调低{one_zh}：{lower}",
+                worst.effect_zh(),
+            ),
+        ),
+        source: bad[0].at(),
+    })
 }
 
 /// systemd's DefaultLimitNOFILE=: information (c1m gives the one service its own
-/// LimitNOFILE=), critical when above fs.nr_open; plus every unit's LimitNOFILE= above it.
-pub(super) fn check_systemd_default(root: &Root, p: &'static Param) -> Result<Vec<Row>> {
+/// LimitNOFILE=), critical when above fs.nr_open; plus a critical row for every other unit
+/// whose LimitNOFILE= is above it (`service`, the unit `--service` names, has its own row).
+pub(super) fn check_systemd_default(
+    root: &Root,
+    p: &'static Param,
+    service: Option<&str>,
+) -> Result<Vec<Row>> {
     let lines = nofile::systemd_lines(root)?;
-    let default = lines
+    let nr_open = live_nr_open(root)?;
+    let defaults: Vec<&nofile::Line> = lines
         .iter()
-        .rev()
-        .find(|l| l.origin == nofile::Origin::Default);
+        .filter(|l| l.origin == nofile::Origin::Default)
+        .collect();
+    let default = defaults.last();
     let mut r = Row::new(
         p,
         Status::Info,
@@ -134,8 +158,34 @@ pub(super) fn check_systemd_default(root: &Root, p: &'static Param) -> Result<Ve
         ),
     );
     r.source = default.map(|l| l.at());
+    if let Some(c) = above_nr_open(&defaults, nr_open) {
+        c.apply(&mut r);
+    }
     let mut rows = vec![r];
-    rows.extend(critical_rows(root, p, &lines)?);
+    let unit_key = lookup_exact("systemd.LimitNOFILE").unwrap_or(p);
+    let named = service.map(unit_name);
+    let mut units: Vec<&str> = Vec::new();
+    for l in lines.iter().filter(|l| l.origin == nofile::Origin::Unit) {
+        if !units.contains(&l.domain.as_str()) && named.as_deref() != Some(l.domain.as_str()) {
+            units.push(&l.domain);
+        }
+    }
+    for u in units {
+        let mine: Vec<&nofile::Line> = lines
+            .iter()
+            .filter(|l| l.origin == nofile::Origin::Unit && l.domain == u)
+            .collect();
+        if let Some(c) = above_nr_open(&mine, nr_open) {
+            let mut r = Row::new(unit_key, Status::Critical, None, Said::default());
+            r.live = mine
+                .iter()
+                .filter_map(|l| l.largest())
+                .max()
+                .map(|v| v.to_string());
+            c.apply(&mut r);
+            rows.push(r);
+        }
+    }
     Ok(rows)
 }
 
@@ -183,6 +233,15 @@ pub(super) fn check_systemd(
     );
     r.recommended = rec.map(|v| v.to_string());
     r.source = source;
+    let unit = unit_name(service);
+    let lines = nofile::systemd_lines(root)?;
+    let mine: Vec<&nofile::Line> = lines
+        .iter()
+        .filter(|l| l.origin == nofile::Origin::Unit && l.domain == unit)
+        .collect();
+    if let Some(c) = above_nr_open(&mine, live_nr_open(root)?) {
+        c.apply(&mut r);
+    }
     Ok(r)
 }
 

@@ -230,17 +230,23 @@ fn render_check(plan: &calc::Plan, rows: &[check::Row], lang: Lang) -> String {
         );
     }
     let n = rows.iter().filter(|r| r.status.needs_change()).count();
+    let w = rows.iter().filter(|r| r.status.is_warning()).count();
+    let (warn, warn_zh) = if w > 0 {
+        (format!(", {w} warning(s)"), format!("，{w} 项警告"))
+    } else {
+        (String::new(), String::new())
+    };
     let _ = match (zh, n > 0) {
         (false, true) => writeln!(
             s,
-            "{n} finding(s); `c1m tune --apply` with the same --conns/--role fixes the live ones"
+            "{n} finding(s){warn}; `c1m tune --apply` with the same --conns/--role fixes the live ones"
         ),
-        (false, false) => writeln!(s, "{n} finding(s)"),
+        (false, false) => writeln!(s, "{n} finding(s){warn}"),
         (true, true) => writeln!(
             s,
-            "{n} 项发现；用相同的 --conns/--role 运行 `c1m tune --apply` 修复当前值"
+            "{n} 项发现{warn_zh}；用相同的 --conns/--role 运行 `c1m tune --apply` 修复当前值"
         ),
-        (true, false) => writeln!(s, "{n} 项发现"),
+        (true, false) => writeln!(s, "{n} 项发现{warn_zh}"),
     };
     s
 }

@@ -1,5 +1,6 @@
-//! Renders a plan: the text report, `--format json`, `--format sysctl`, and the contents of
-//! the three files c1m recommends (sysctl.d drop-in, limits.d drop-in, systemd unit drop-in).
+//! Renders a plan: the text report, `--format json`, `--format sysctl`, the contents of the
+//! three files c1m recommends (sysctl.d drop-in, limits.d drop-in, systemd unit drop-in), and
+//! the `docker run` flags for a container (the per-namespace sysctls; the rest is the host's).
 //! `apply` writes exactly what these functions return, so what is printed is what is written.
 //!
 //! Owns: wording and layout. No sizing, no I/O.
@@ -7,6 +8,7 @@
 use super::calc::{Plan, Rec, Said};
 use super::units::human_bytes;
 use crate::params::{Kind, Lang, Param, Verdict, PARAMS};
+use crate::root::normalize_value;
 use serde_json::json;
 use std::fmt::Write;
 
@@ -16,12 +18,19 @@ pub const DEFAULT_UNIT: &str = "c1m";
 
 /// Where the systemd drop-in for `service` goes.
 pub fn systemd_path(service: &str) -> String {
-    let unit = if service.contains('.') {
+    format!(
+        "/etc/systemd/system/{}.d/90-c1m-limits.conf",
+        unit_name(service)
+    )
+}
+
+/// The unit file name `--service NAME` stands for (`NAME.service` unless it has a suffix).
+pub fn unit_name(service: &str) -> String {
+    if service.contains('.') {
         service.to_string()
     } else {
         format!("{service}.service")
-    };
-    format!("/etc/systemd/system/{unit}.d/90-c1m-limits.conf")
+    }
 }
 
 /// One `key = value` for the sysctl drop-in, with its reason.
@@ -45,6 +54,55 @@ pub fn plan_sysctls(plan: &Plan) -> Vec<SysctlLine> {
             })
         })
         .collect()
+}
+
+/// A container's share of the plan: what `docker run` sets for a container with its own
+/// network namespace, and what stays the host's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Container {
+    /// Per-namespace sysctls the plan writes, except those a fresh namespace already has at
+    /// the value (the kernel's default), in table order.
+    pub sysctls: Vec<(&'static str, String)>,
+    /// Sysctls the plan writes that are host-wide: set on the host, never in the container.
+    pub host_wide: Vec<&'static str>,
+    /// RLIMIT_NOFILE for `--ulimit nofile=N:N`.
+    pub nofile: String,
+}
+
+impl Container {
+    /// The `docker run` flags: `--ulimit nofile=N:N --sysctl KEY=VALUE …`.
+    pub fn docker_flags(&self) -> String {
+        let mut s = format!("--ulimit nofile={0}:{0}", self.nofile);
+        for (k, v) in &self.sysctls {
+            if v.contains(' ') {
+                let _ = write!(s, " --sysctl {k}=\"{v}\"");
+            } else {
+                let _ = write!(s, " --sysctl {k}={v}");
+            }
+        }
+        s
+    }
+}
+
+/// Splits the plan's sysctls into the container's and the host's.
+pub fn container(plan: &Plan) -> Container {
+    let mut c = Container {
+        sysctls: Vec::new(),
+        host_wide: Vec::new(),
+        nofile: plan.value("limits.nofile").unwrap_or("?").to_string(),
+    };
+    for l in plan_sysctls(plan) {
+        if !l.param.netns {
+            c.host_wide.push(l.param.key);
+            continue;
+        }
+        let default = super::calc::kernel_default(l.param, &plan.host);
+        if default.is_some_and(|d| normalize_value(&d) == normalize_value(&l.value)) {
+            continue;
+        }
+        c.sysctls.push((l.param.key, l.value));
+    }
+    c
 }
 
 fn header(plan: &Plan, lang: Lang) -> String {
@@ -288,6 +346,19 @@ pub fn render_text(plan: &Plan, lang: Lang, service: Option<&str>) -> String {
         format!("\n{path} (services do not read limits.d; --service NAME for another unit)\n  [Service]\n  LimitNOFILE={nofile}"),
         format!("\n{path}（服务不读 limits.d；其他单元用 --service NAME）\n  [Service]\n  LimitNOFILE={nofile}"),
     );
+    let c = container(plan);
+    let flags = c.docker_flags();
+    let host_wide = c.host_wide.join(", ");
+    line(
+        format!(
+            "\nContainer with its own network: only per-namespace sysctls can be set in it\n  \
+             docker run {flags} IMAGE\n  host-wide, set on the host: {host_wide}"
+        ),
+        format!(
+            "\n有独立网络的容器：只有按网络命名空间隔离的 sysctl 能在容器里设置\n  \
+             docker run {flags} IMAGE\n  整机生效、要在宿主机上设置的：{host_wide}"
+        ),
+    );
     line(
         "\nRefused (c1m tune explain KEY):".into(),
         "\n拒绝写入（`c1m tune explain KEY`）：".into(),
@@ -321,6 +392,7 @@ pub fn render_text(plan: &Plan, lang: Lang, service: Option<&str>) -> String {
 /// `--format json`: the plan, the three files and the refused keys.
 pub fn render_json(plan: &Plan, lang: Lang, service: Option<&str>) -> serde_json::Value {
     let nofile = plan.value("limits.nofile").unwrap_or("?");
+    let c = container(plan);
     let sysctls: Vec<_> = plan_sysctls(plan)
         .into_iter()
         .map(|l| {
@@ -349,5 +421,10 @@ pub fn render_json(plan: &Plan, lang: Lang, service: Option<&str>) -> serde_json
             systemd_path(service.unwrap_or(DEFAULT_UNIT)): systemd_dropin(plan, nofile),
         },
         "refused": refused,
+        "container": {
+            "docker_run": c.docker_flags(),
+            "sysctls": c.sysctls.iter().map(|(k, v)| json!({"key": k, "value": v})).collect::<Vec<_>>(),
+            "host_wide": c.host_wide,
+        },
     })
 }

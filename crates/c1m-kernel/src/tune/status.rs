@@ -24,6 +24,11 @@ pub enum Status {
     /// The target needs more kernel memory than this box has (the memory math's finding).
     #[serde(rename = "does-not-fit")]
     DoesNotFit,
+    /// The target fits in RAM, but tcp_mem is capped below what full buffers want: memory
+    /// pressure starts before every socket has its bytes queued. A warning: nothing for
+    /// `--apply` to change.
+    #[serde(rename = "tcp-mem-capped")]
+    TcpMemCapped,
     Obsolete,
     /// The kernel lacks the key (or the module is not loaded): skipped, not a failure.
     Missing,
@@ -40,10 +45,16 @@ impl Status {
             Status::Harmful => "harmful",
             Status::Critical => "critical",
             Status::DoesNotFit => "does-not-fit",
+            Status::TcpMemCapped => "tcp-mem-capped",
             Status::Obsolete => "obsolete",
             Status::Missing => "missing",
             Status::Info => "info",
         }
+    }
+
+    /// Whether this status is a warning: worth reading, but no change would clear it.
+    pub fn is_warning(self) -> bool {
+        self == Status::TcpMemCapped
     }
 
     /// Whether this status asks for a change (exit 1).

@@ -1,11 +1,11 @@
-//! Whether the target fits this box's RAM (the tune plan's memory math, worded the same as
-//! `c1m tune`), and whether the TCP established hash is large enough for it (thash_entries,
-//! a boot parameter).
+//! Whether the target fits this box's RAM, or fits with tcp_mem capped (the tune plan's
+//! memory math, worded the same as `c1m tune`), and whether the TCP established hash is
+//! large enough for it (thash_entries, a boot parameter).
 
 use super::skipped;
 use crate::doctor::kmsg::ehash_entries;
 use crate::doctor::{Ctx, Finding, Status};
-use crate::tune::calc::{does_not_fit, ehash_slots};
+use crate::tune::calc::{buffered_within_cap, ehash_slots, memory_verdict, MemVerdict};
 use crate::tune::units::human_bytes;
 
 /// Sockets per ehash slot above which lookups walk long chains on every packet.
@@ -33,18 +33,22 @@ pub fn target_fits(ctx: &Ctx) -> Finding {
         );
     };
     let m = &plan.math;
-    match does_not_fit(&plan.host, &plan.target, m) {
-        Some(msg) => Finding::new(N, Status::Fail, msg.en).fix(format!(
-            "c1m tune --conns {} --check  # sizes every limit for what this box can hold; add RAM or spread the connections over {} boxes",
-            plan.target.conns,
+    let conns = plan.target.conns;
+    match memory_verdict(&plan.host, &plan.target, m) {
+        Some((MemVerdict::DoesNotFit, msg)) => Finding::new(N, Status::Fail, msg.en).fix(format!(
+            "c1m tune --conns {conns} --check  # sizes every limit for what this box can hold; add RAM or spread the connections over {} boxes",
             m.kernel_bytes_needed.div_ceil(m.usable_bytes.max(1))
+        )),
+        // The memory fits; only a broadcast to every socket at once meets memory pressure.
+        Some((MemVerdict::TcpMemCapped, msg)) => Finding::new(N, Status::Warn, msg.en).fix(format!(
+            "c1m tune --conns {conns} --buffered {}  # sizes tcp_mem for what can be queued at once without pressure; or add RAM",
+            buffered_within_cap(&plan.host, m)
         )),
         None => Finding::new(
             N,
             Status::Pass,
             format!(
-                "{} connections need ~{} of kernel memory; {} usable of {} RAM",
-                plan.target.conns,
+                "{conns} connections need ~{} of kernel memory; {} usable of {} RAM",
                 human_bytes(m.kernel_bytes_needed),
                 human_bytes(m.usable_bytes),
                 human_bytes(plan.host.mem_bytes)

@@ -1,13 +1,16 @@
-//! Network checks: listen backlogs against somaxconn, ephemeral ports per destination (the
-//! connect() cliff at half of the range), listening ports left out of
+//! Network checks: listen backlogs against somaxconn, ephemeral ports per source and
+//! destination (the connect() cliff at half of the range; TIME-WAIT sockets connect() may
+//! reuse are not counted), listening ports left out of
 //! ip_local_reserved_ports, conntrack fill and hash chains, and softnet (per-CPU input
 //! queue) drops.
 
 use super::{fixes, over, pct, ratio_status, skipped, with_target};
+use crate::doctor::ctx::PortUse;
 use crate::doctor::recommend::recommended;
 use crate::doctor::{Ctx, Finding, Status};
 use crate::params::Role;
 use c1m_proto::ports;
+use std::net::IpAddr;
 
 /// Destinations listed in a port-use finding.
 const MAX_LISTED: usize = 5;
@@ -67,27 +70,93 @@ pub fn somaxconn(ctx: &Ctx) -> Finding {
     f
 }
 
+/// Whether connect() may take over a TIME-WAIT socket's 4-tuple instead of skipping its port
+/// (net/ipv4/tcp_ipv4.c tcp_twsk_unique): tcp_tw_reuse 1, or 2 (the default) when either end
+/// is loopback; only with TCP timestamps (PAWS keeps the old connection's segments out), and
+/// once the TIME-WAIT socket is tcp_tw_reuse_delay old (1 s). A TIME-WAIT socket it cannot
+/// take holds its port toward that destination for 60 s.
+struct TwReuse {
+    mode: u64,
+    timestamps: bool,
+    delay_ms: u64,
+}
+
+impl TwReuse {
+    fn read(ctx: &Ctx) -> TwReuse {
+        TwReuse {
+            mode: ctx.sysctl_u64("net.ipv4.tcp_tw_reuse").unwrap_or(2),
+            timestamps: ctx
+                .sysctl_u64("net.ipv4.tcp_timestamps")
+                .map_or(true, |v| v != 0),
+            // Before 6.13 there is no knob: the kernel waits a second.
+            delay_ms: ctx
+                .sysctl_u64("net.ipv4.tcp_tw_reuse_delay")
+                .unwrap_or(1000),
+        }
+    }
+
+    fn reusable(&self, u: &PortUse) -> bool {
+        let loopback = |ip: IpAddr| ip.to_canonical().is_loopback();
+        self.timestamps
+            && match self.mode {
+                1 => true,
+                2 => loopback(u.source) || loopback(u.dest.ip()),
+                _ => false,
+            }
+    }
+
+    /// Ports the pair holds: its open sockets, and its TIME-WAIT ones unless connect() may
+    /// take them over.
+    fn held(&self, u: &PortUse) -> u64 {
+        u.used + if self.reusable(u) { 0 } else { u.time_wait }
+    }
+}
+
 pub fn ephemeral_ports(ctx: &Ctx) -> Finding {
     const N: &str = "net.ephemeral-ports";
     let (lo, hi) = match ctx.sysctl_nums("net.ipv4.ip_local_port_range").as_deref() {
         Ok([lo, hi]) if hi >= lo => (*lo, *hi),
         _ => return skipped(N, "net.ipv4.ip_local_port_range not readable"),
     };
-    let Some(uses) = &ctx.port_use else {
+    let Some(all) = &ctx.port_use else {
         let why = ctx.sockets_error.as_deref().unwrap_or("unknown error");
         return skipped(N, format!("sockets could not be listed: {why}"));
     };
     let size = hi - lo + 1;
-    let Some(top) = uses.first() else {
+    let tw = TwReuse::read(ctx);
+    let reused: u64 = all
+        .iter()
+        .filter(|u| tw.reusable(u))
+        .map(|u| u.time_wait)
+        .sum();
+    let reused_note = if reused > 0 {
+        let why = if tw.mode == 1 {
+            "tcp_tw_reuse=1"
+        } else {
+            "tcp_tw_reuse=2, a loopback end"
+        };
+        format!(
+            "; {reused} TIME-WAIT sockets not counted: connect() reuses their 4-tuples once they are {} ms old ({why})",
+            tw.delay_ms
+        )
+    } else {
+        String::new()
+    };
+    let mut uses: Vec<&PortUse> = all.iter().filter(|u| tw.held(u) > 0).collect();
+    uses.sort_by_key(|u| std::cmp::Reverse(tw.held(u)));
+    let Some(top) = uses.first().copied() else {
         return Finding::new(
             N,
             Status::Pass,
-            format!("no outgoing connections; {size} ports in ip_local_port_range {lo}-{hi}"),
+            format!(
+                "no outgoing connections hold ephemeral ports; {size} ports in ip_local_port_range {lo}-{hi}{reused_note}"
+            ),
         );
     };
+    let top_used = tw.held(top);
     // connect() scans ports of one parity first: from half of the range per (source,
     // destination) every connect() walks that half (measured: 20-40 µs below, ~1-3 ms above).
-    let used_pct = pct(top.used, size);
+    let used_pct = pct(top_used, size);
     let status = if used_pct >= ports::CLIFF_PCT {
         Status::Fail
     } else if used_pct >= ports::PLAN_PCT {
@@ -95,24 +164,47 @@ pub fn ephemeral_ports(ctx: &Ctx) -> Finding {
     } else {
         Status::Pass
     };
+    let top_tw = if tw.reusable(top) { 0 } else { top.time_wait };
+    let tw_note = if top_tw > 0 {
+        format!(
+            " ({top_tw} of them TIME-WAIT, each holding its port toward that destination for 60 s)"
+        )
+    } else {
+        String::new()
+    };
     let mut f = Finding::new(
         N,
         status,
         format!(
-            "busiest: {} -> {} uses {} of {size} ephemeral ports ({used_pct}%); connect() slows from {}% per source address and destination",
-            top.source, top.dest, top.used, ports::CLIFF_PCT
+            "busiest: {} -> {} uses {top_used} of {size} ephemeral ports ({used_pct}%){tw_note}; connect() slows from {}% per source address and destination{reused_note}",
+            top.source, top.dest, ports::CLIFF_PCT
         ),
     );
     for u in uses.iter().take(MAX_LISTED) {
+        let held = tw.held(u);
+        let tw_part = match (u.time_wait, tw.reusable(u)) {
+            (0, _) => String::new(),
+            (n, true) => format!(", {n} TIME-WAIT reusable"),
+            (n, false) => format!(", {n} of them TIME-WAIT"),
+        };
         f = f.detail(format!(
-            "{} -> {}: {} ports ({}%)",
+            "{} -> {}: {held} ports ({}%){tw_part}",
             u.source,
             u.dest,
-            u.used,
-            pct(u.used, size)
+            pct(held, size)
         ));
     }
     if status != Status::Pass {
+        // TIME-WAIT that connect() could reuse: the cheapest fix, on the box that opens them.
+        if top_tw > 0 && !tw.timestamps {
+            f = f.fix(
+                "sysctl -w net.ipv4.tcp_timestamps=1  # connect() can reuse a TIME-WAIT port only with timestamps (PAWS)",
+            );
+        } else if top_tw > 0 {
+            f = f.fix(
+                "sysctl -w net.ipv4.tcp_tw_reuse=1  # on the box that opens these connections (load generator, proxy): connect() reuses a TIME-WAIT port after 1 s",
+            );
+        }
         let range = recommended(ctx, "net.ipv4.ip_local_port_range")
             .filter(|w| w.value.len() == 2)
             .map(|w| w.value_str())
@@ -126,7 +218,7 @@ pub fn ephemeral_ports(ctx: &Ctx) -> Finding {
         let total: u64 = uses
             .iter()
             .filter(|u| u.dest == top.dest)
-            .map(|u| u.used)
+            .map(|u| tw.held(u))
             .sum();
         let want = ctx.target_conns.unwrap_or(total).max(total);
         if wide > size {

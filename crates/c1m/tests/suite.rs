@@ -24,6 +24,7 @@ mod serve_ack_priority;
 mod serve_auth;
 mod serve_backpressure;
 mod serve_broker_dead_link;
+mod serve_broker_unavailable;
 mod serve_browser;
 mod serve_browser_auth;
 mod serve_cluster;

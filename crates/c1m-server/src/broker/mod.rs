@@ -32,8 +32,9 @@ pub struct Req {
 pub enum Event {
     /// A publish was stored under `id`.
     Published { req: Req, channel: String, id: u64 },
-    /// A publish was not taken (the broker is unreachable): the publisher retries.
-    PublishUnavailable { req: Req },
+    /// A publish was not taken (the broker is unreachable, or refused the write): the
+    /// publisher retries. `cause` says why, for the publisher and the log.
+    PublishUnavailable { req: Req, cause: String },
     /// The answer to a join: one chunk of the replay, then the channels are live on this node.
     Joined {
         req: Req,

@@ -509,7 +509,7 @@ impl Router {
                                     true
                                 }
                                 _ => {
-                                    tracing::warn!(code = %code, detail = %detail, "redis cluster refused a request");
+                                    self.subs.shared.refused(&format!("{code} {detail}"));
                                     false
                                 }
                             };

@@ -80,6 +80,10 @@ pub struct HubState {
     pub upgrades_attempted: u64,
     pub upgrades_completed: u64,
     pub upgrades_failed: u64,
+    /// (bucket, highest id) of the hub's buckets of forgotten channels that are not 0: what a
+    /// channel the hub no longer tracks may have lost. Written only when not empty (an older
+    /// binary, which reads no such field, can then still take the hub).
+    pub lost_buckets: Vec<(u32, u64)>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -331,6 +335,12 @@ impl Control {
                 w.u64(h.upgrades_attempted)
                     .u64(h.upgrades_completed)
                     .u64(h.upgrades_failed);
+                if !h.lost_buckets.is_empty() {
+                    w.u32(h.lost_buckets.len() as u32);
+                    for (bucket, id) in &h.lost_buckets {
+                        w.u32(*bucket).u64(*id);
+                    }
+                }
                 w.0
             }
             Control::HubTaken => vec![5],
@@ -396,6 +406,12 @@ impl Control {
                 h.upgrades_attempted = r.u64("attempted")?;
                 h.upgrades_completed = r.u64("completed")?;
                 h.upgrades_failed = r.u64("failed")?;
+                if !r.0.is_empty() {
+                    for _ in 0..r.count(12, "lost bucket count")? {
+                        h.lost_buckets
+                            .push((r.u32("lost bucket")?, r.u64("lost bucket id")?));
+                    }
+                }
                 Control::Hub(Box::new(h))
             }
             5 => Control::HubTaken,
@@ -620,6 +636,7 @@ mod tests {
                 upgrades_attempted: 2,
                 upgrades_completed: 1,
                 upgrades_failed: 1,
+                lost_buckets: vec![(7, 3)],
             })),
             Control::HubTaken,
             Control::Commit,
@@ -753,9 +770,17 @@ mod tests {
                     ..
                 })
             );
+            // A hub without its trailing lost buckets is one that lost no channel's record.
+            let buckets_tail = match Control::decode(msg) {
+                Ok(Control::Hub(h)) if !h.lost_buckets.is_empty() => 4 + 12 * h.lost_buckets.len(),
+                _ => 0,
+            };
             for cut in 0..msg.len() {
                 let older_hello = optional_tail && cut == msg.len() - 1;
-                assert!(Control::decode(&msg[..cut]).is_err() || cut == 1 || older_hello);
+                let no_buckets = buckets_tail > 0 && cut == msg.len() - buckets_tail;
+                assert!(
+                    Control::decode(&msg[..cut]).is_err() || cut == 1 || older_hello || no_buckets
+                );
                 let _ = Pair::decode(&msg[..cut]);
             }
         }

@@ -392,7 +392,7 @@ pub struct ServeArgs {
     /// Longest a message stays in history [default: 5m].
     #[arg(long, env = "C1M_HISTORY_AGE", value_parser = humantime::parse_duration)]
     pub history_age: Option<Duration>,
-    /// Bytes of history over all channels; the oldest message anywhere is dropped first [default: 134217728].
+    /// Bytes of history over all channels, each channel's and message's own cost included; the oldest message anywhere is dropped first [default: 134217728].
     #[arg(long, env = "C1M_HISTORY_MAX_BYTES")]
     pub history_max_bytes: Option<usize>,
     /// Largest publish body in bytes (after chunked decoding; larger → 413), at most 8388608 [default: 65536].
@@ -737,13 +737,17 @@ impl Config {
                 self.max_payload
             );
         }
-        if self.history_max_bytes < self.max_payload + crate::hub::STORED_OVERHEAD {
+        // One channel of the longest name holding one message of the largest payload.
+        let one = self.max_payload
+            + crate::hub::STORED_OVERHEAD
+            + crate::hub::CHANNEL_OVERHEAD
+            + c1m_proto::channel::MAX_CHANNEL_LEN;
+        if self.history_max_bytes < one {
             problem!(
-                "--history-max-bytes {} cannot hold one message of --max-payload {}; \
-                 raise it to at least {}",
+                "--history-max-bytes {} cannot hold one channel with one message of \
+                 --max-payload {}; raise it to at least {one}",
                 self.history_max_bytes,
                 self.max_payload,
-                self.max_payload + crate::hub::STORED_OVERHEAD
             );
         }
         if self

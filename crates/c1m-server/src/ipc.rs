@@ -117,6 +117,9 @@ pub struct Refused {
     pub busy: u64,
     /// Connections the kernel dropped as dead: keepalive probes or sent data unanswered.
     pub dead_peer: u64,
+    /// Publishes refused (503 + Retry-After, WebSocket 1013) because the cluster broker could
+    /// not take them: Redis unreachable, or refusing writes (out of memory).
+    pub broker_unavailable: u64,
     /// Connections refused (429) because their source address held `--max-conns-per-ip`.
     pub per_ip_conns: u64,
     /// Connections refused (429) because their source address passed
@@ -151,13 +154,14 @@ impl Refused {
             ("per_ip_rate", self.per_ip_rate),
             ("unauthorized", self.unauthorized),
             ("expired", self.expired),
+            ("broker_unavailable", self.broker_unavailable),
         ]
     }
 
-    const COUNT: usize = 19;
+    const COUNT: usize = 20;
 
     fn from_values(v: [u64; Refused::COUNT]) -> Refused {
-        let [max_conns, fd_limit, head_too_large, head_timeout, bad_request, not_found, method, slow_consumer, forbidden, payload_too_large, ws_protocol, ws_pong_timeout, ws_client_data, busy, dead_peer, per_ip_conns, per_ip_rate, unauthorized, expired] =
+        let [max_conns, fd_limit, head_too_large, head_timeout, bad_request, not_found, method, slow_consumer, forbidden, payload_too_large, ws_protocol, ws_pong_timeout, ws_client_data, busy, dead_peer, per_ip_conns, per_ip_rate, unauthorized, expired, broker_unavailable] =
             v;
         Refused {
             max_conns,
@@ -179,6 +183,7 @@ impl Refused {
             per_ip_rate,
             unauthorized,
             expired,
+            broker_unavailable,
         }
     }
 
@@ -315,11 +320,13 @@ pub enum ToWorker {
         metrics: bool,
     },
     Shutdown,
-    /// A publish was not taken because a worker that must deliver it is behind: the publisher
-    /// is told to retry (503 with Retry-After) instead of the master queueing without bound.
+    /// A publish was not taken: the publisher is told to retry (503 with Retry-After). Either a
+    /// worker that must deliver it is behind (the master does not queue without bound), or,
+    /// when `broker` is not empty, the cluster broker could not take it (`broker` says why).
     PublishRefused {
         req: u64,
         retry_after_s: u64,
+        broker: String,
     },
     /// The master re-read its configuration (SIGHUP): the whole new `Config` as JSON.
     Reconfigure {
@@ -721,9 +728,13 @@ impl ToWorker {
                 w.str(json);
                 w.finish()
             }
-            ToWorker::PublishRefused { req, retry_after_s } => {
+            ToWorker::PublishRefused {
+                req,
+                retry_after_s,
+                broker,
+            } => {
                 let mut w = Writer::new(7);
-                w.u64(*req).u64(*retry_after_s);
+                w.u64(*req).u64(*retry_after_s).str(broker);
                 w.finish()
             }
             ToWorker::Reconfigure { json } => {
@@ -813,6 +824,7 @@ impl ToWorker {
             7 => ToWorker::PublishRefused {
                 req: r.u64()?,
                 retry_after_s: r.u64()?,
+                broker: r.string()?,
             },
             6 => ToWorker::Reconfigure { json: r.string()? },
             8 => ToWorker::JoinRefused {
@@ -959,6 +971,7 @@ pub fn examples() -> (Vec<ToMaster>, Vec<ToWorker>) {
         ToWorker::PublishRefused {
             req: 3,
             retry_after_s: 1,
+            broker: "redis is not reachable".into(),
         },
         ToWorker::Reconfigure {
             json: "{\"max_payload\":5}".into(),

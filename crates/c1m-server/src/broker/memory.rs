@@ -100,8 +100,7 @@ impl Broker for MemoryBroker {
     }
 
     fn import_history(&mut self, history: super::HistoryExport, now: Instant) -> bool {
-        let (last_id, forgotten, channels) = history;
-        self.hub.import(last_id, forgotten, channels, now);
+        self.hub.import(history, now);
         true
     }
 

@@ -32,8 +32,9 @@ pub struct Req {
 pub enum Event {
     /// A publish was stored under `id`.
     Published { req: Req, channel: String, id: u64 },
-    /// A publish was not taken (the broker is unreachable): the publisher retries.
-    PublishUnavailable { req: Req },
+    /// A publish was not taken (the broker is unreachable, or refused the write): the
+    /// publisher retries. `cause` says why, for the publisher and the log.
+    PublishUnavailable { req: Req, cause: String },
     /// The answer to a join: one chunk of the replay, then the channels are live on this node.
     Joined {
         req: Req,
@@ -149,5 +150,15 @@ pub trait Broker {
     }
 }
 
-/// (last id, forgotten through, channels) of an in-memory hub.
-pub type HistoryExport = (u64, u64, Vec<c1m_proto::handover::ChannelHistory>);
+/// What an in-memory hub hands to the next master of a live upgrade.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HistoryExport {
+    /// The newest id handed out.
+    pub last_id: u64,
+    /// The hub's first id minus one: ids up to here come from an earlier run.
+    pub forgotten_through: u64,
+    /// Every channel the hub tracks, with its history (empty for a channel that lost all).
+    pub channels: Vec<c1m_proto::handover::ChannelHistory>,
+    /// (bucket, highest id) of the buckets of forgotten channels that are not 0.
+    pub lost_buckets: Vec<(u32, u64)>,
+}

@@ -508,6 +508,7 @@ impl Master {
             let refusal = ToWorker::PublishRefused {
                 req,
                 retry_after_s: RETRY_AFTER_S,
+                broker: String::new(),
             };
             return self.send(i, refusal.encode());
         }
@@ -529,6 +530,7 @@ impl Master {
                 let refusal = ToWorker::PublishRefused {
                     req,
                     retry_after_s: RETRY_AFTER_S,
+                    broker: String::new(),
                 };
                 self.send(i, refusal.encode());
             }
@@ -662,11 +664,12 @@ impl Master {
                     };
                     self.send(req.worker, ack.encode());
                 }
-                Event::PublishUnavailable { req } => {
+                Event::PublishUnavailable { req, cause } => {
                     self.publish_refused += 1;
                     let refusal = ToWorker::PublishRefused {
                         req: req.token,
                         retry_after_s: RETRY_AFTER_S,
+                        broker: cause,
                     };
                     self.send(req.worker, refusal.encode());
                 }

@@ -210,9 +210,10 @@ impl Master {
             .export_history(Instant::now())
             .context("the broker cannot export its history")?;
         let state = HubState {
-            last_id: history.0,
-            forgotten_through: history.1,
-            channels: history.2,
+            last_id: history.last_id,
+            forgotten_through: history.forgotten_through,
+            channels: history.channels,
+            lost_buckets: history.lost_buckets,
             interest: self
                 .interest
                 .iter()
@@ -472,7 +473,12 @@ fn start_workers(
 ) -> anyhow::Result<Master> {
     let mut master = Master::build(cfg, plan)?;
     let slots = master.slot_count();
-    let history = (hub.last_id, hub.forgotten_through, hub.channels);
+    let history = crate::broker::HistoryExport {
+        last_id: hub.last_id,
+        forgotten_through: hub.forgotten_through,
+        channels: hub.channels,
+        lost_buckets: hub.lost_buckets,
+    };
     if !master.broker.import_history(history, Instant::now()) {
         bail!("this master's broker cannot take the hub");
     }

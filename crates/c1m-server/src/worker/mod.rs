@@ -969,9 +969,11 @@ impl Worker {
                     },
                 )
             }
-            ToWorker::PublishRefused { req, retry_after_s } => {
-                self.on_publish_refused(req, retry_after_s)
-            }
+            ToWorker::PublishRefused {
+                req,
+                retry_after_s,
+                broker,
+            } => self.on_publish_refused(req, retry_after_s, &broker),
             ToWorker::Status { req, body, metrics } => self.on_status(req, body, metrics),
             ToWorker::Shutdown => self.begin_shutdown(),
             ToWorker::Reconfigure { json } => self.reconfigure(&json),

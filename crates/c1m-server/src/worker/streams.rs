@@ -480,12 +480,41 @@ impl Worker {
         }
     }
 
-    /// The master refused a publish because a worker that must deliver it is behind.
-    pub(super) fn on_publish_refused(&mut self, token: u64, retry_after_s: u64) {
+    /// The master refused a publish: a worker that must deliver it is behind, or (`broker` not
+    /// empty) the cluster broker could not take it.
+    pub(super) fn on_publish_refused(&mut self, token: u64, retry_after_s: u64, broker: &str) {
         let Some((idx, conn)) = self.conn_mut(token) else {
             return;
         };
-        match conn.kind {
+        let kind = conn.kind;
+        if !broker.is_empty() {
+            if matches!(kind, Kind::Publishing | Kind::Ws) {
+                self.counters.refused.broker_unavailable += 1;
+            }
+            match kind {
+                Kind::Publishing => {
+                    self.publish_started.remove(&token);
+                    let body =
+                        format!("broker unavailable: {broker}; retry after the given seconds\n");
+                    self.respond(
+                        idx,
+                        503,
+                        "text/plain; charset=utf-8",
+                        &format!("Retry-After: {retry_after_s}\r\n"),
+                        body.as_bytes(),
+                    );
+                    self.resume_input(idx);
+                }
+                Kind::Ws => self.ws_close(
+                    idx,
+                    c1m_proto::ws::close::TRY_AGAIN_LATER,
+                    "publish refused: broker unavailable; retry later",
+                ),
+                _ => {}
+            }
+            return;
+        }
+        match kind {
             Kind::Publishing => {
                 self.publish_started.remove(&token);
                 self.refuse_busy(idx, retry_after_s);

@@ -509,7 +509,7 @@ impl Router {
                                     true
                                 }
                                 _ => {
-                                    tracing::warn!(code = %code, detail = %detail, "redis cluster refused a request");
+                                    self.subs.shared.refused(&format!("{code} {detail}"));
                                     false
                                 }
                             };
@@ -560,17 +560,18 @@ fn merge(how: Merge, parts: Vec<Option<Value>>) -> Option<Value> {
     match how {
         Merge::One => parts.pop(),
         Merge::Replay => {
-            // Each part: {newest, 1, forgotten-through, entries}; together {max newest, 1,
-            // then per channel forgotten-through, entries}.
+            // Each part: {newest, forgotten-through, start, entries}; together {max newest,
+            // then per channel forgotten-through, start, entries}.
             let mut current = 0;
-            let mut out = vec![Value::Int(0), Value::Int(1)];
+            let mut out = vec![Value::Int(0)];
             for part in parts {
                 let Value::Array(items) = part else {
                     return None;
                 };
-                let [newest, _, forgot, entries]: [Value; 4] = items.try_into().ok()?;
+                let [newest, forgot, start, entries]: [Value; 4] = items.try_into().ok()?;
                 current = current.max(script::as_u64(&newest)?);
                 out.push(forgot);
+                out.push(start);
                 out.push(entries);
             }
             out[0] = Value::Int(i64::try_from(current).ok()?);

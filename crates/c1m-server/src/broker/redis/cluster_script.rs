@@ -27,11 +27,13 @@ local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now = math.floor(now_us / 1000)
 local last = tonumber(redis.call('HGET', m, 'last') or '0')
+local start = tonumber(redis.call('HGET', m, 'start') or '0')
 local id = now_us
 if last + 1 > id then id = last + 1 end
 id = string.format('%.0f', id)
 redis.call('HSETNX', m, 'start', id)
-if last > 0 and redis.call('EXISTS', h) == 0 then
+-- (A meta made by a replay before any publish has last below start: nothing was lost.)
+if last > 0 and last >= start and redis.call('EXISTS', h) == 0 then
   -- The stream expired as a whole (idle past the age bound): all before it is forgotten.
   redis.call('HSET', m, 'forgot', string.format('%.0f', last))
 end
@@ -48,10 +50,10 @@ return {id, 0}
 "#;
 
 /// KEYS: stream, meta. ARGV: after ('' = none), most entries, max age ms. Returns the one-Redis
-/// replay answer for one channel: {newest id, 1, forgotten-through, {id, payload, …}}, where
-/// forgotten-through already counts the channel's start (below it nothing can be replayed).
-/// A channel without meta (never published, or its shard lost it) gets one now, starting at
-/// the wall clock: later ids are above it, and a resume from before it is told the gap.
+/// replay answer for one channel: {newest id, forgotten-through (0: nothing lost), the
+/// channel's start, {id, payload, …}}. A channel without meta (never published, or its shard
+/// lost it) gets one now, starting at the wall clock: later ids are above it, and a resume from
+/// an id before it is told the gap (`hub::gap_through`).
 const REPLAY_BODY: &str = r#"
 local h, m = KEYS[1], KEYS[2]
 local t = redis.call('TIME')
@@ -65,11 +67,11 @@ if dropped then redis.call('HSET', m, 'forgot', dropped) end
 local last = redis.call('HGET', m, 'last')
 local start = tonumber(redis.call('HGET', m, 'start') or '1')
 local forgot = tonumber(redis.call('HGET', m, 'forgot') or '0')
-if redis.call('EXISTS', h) == 0 then forgot = tonumber(last) end
-if start - 1 > forgot then forgot = start - 1 end
+-- A stream gone as a whole lost everything up to the newest id, if one was ever published.
+if redis.call('EXISTS', h) == 0 and tonumber(last) >= start then forgot = tonumber(last) end
 local flat = {}
 if ARGV[1] ~= '' then flat = read_after(h, ARGV[1], ARGV[2]) end
-return {last, 1, string.format('%.0f', forgot), flat}
+return {last, string.format('%.0f', forgot), string.format('%.0f', start), flat}
 "#;
 
 pub fn publish_script() -> String {

@@ -114,6 +114,12 @@ pub struct Shared {
     pub auth_failures: AtomicU64,
     /// Pub/sub connections dropped because they went silent (not even a PING answered).
     pub dead_links: AtomicU64,
+    /// The newest error Redis answered a request with (e.g. `OOM command not allowed …`),
+    /// named in the 503 of a publish it refused.
+    last_refusal: Mutex<String>,
+    /// Such errors are logged once per 10 s with the count held back: an OOM Redis refuses
+    /// every publish, and a line per publish would flood the log.
+    refusal_log: Mutex<crate::log::Limited>,
 }
 
 impl Shared {
@@ -126,7 +132,33 @@ impl Shared {
             connect_failures: AtomicU64::new(0),
             auth_failures: AtomicU64::new(0),
             dead_links: AtomicU64::new(0),
+            last_refusal: Mutex::new(String::new()),
+            refusal_log: Mutex::new(crate::log::Limited::every(
+                crate::log::REFUSAL_SUMMARY_EVERY,
+            )),
         }
+    }
+
+    /// Records an error Redis answered a request with, and logs it (rate-limited).
+    pub fn refused(&self, error: &str) {
+        let error = error.trim();
+        *self.last_refusal.lock().unwrap_or_else(|e| e.into_inner()) = error.to_string();
+        let allowed = self
+            .refusal_log
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .allow(std::time::Instant::now());
+        if let Some(held_back) = allowed {
+            tracing::warn!(error = %error, held_back, "redis refused a request");
+        }
+    }
+
+    /// The newest error Redis answered with ("" when none yet).
+    pub fn last_refusal(&self) -> String {
+        self.last_refusal
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Called by the master before it drains.
@@ -430,7 +462,11 @@ fn serve_commands(
             };
             match answer {
                 Ok(Value::ServerError(e)) => {
-                    tracing::warn!(error = ?e, "redis refused a request");
+                    let text = match e.details() {
+                        Some(detail) => format!("{} {detail}", e.code()),
+                        None => e.code().to_string(),
+                    };
+                    shared.refused(&text);
                     shared.send(tx, Incoming::Answer { tag, value: None });
                 }
                 Ok(value) => {
@@ -449,7 +485,7 @@ fn serve_commands(
                     return Some(e);
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "redis refused a request");
+                    shared.refused(&e.to_string());
                     shared.send(tx, Incoming::Answer { tag, value: None });
                 }
             }

@@ -548,6 +548,17 @@ impl RedisBroker {
         }
     }
 
+    /// Why a request got no answer: Redis' own error when it refused one (e.g. out of
+    /// memory), else the lost connection.
+    fn failure_cause(&self) -> String {
+        let refusal = self.shared.last_refusal();
+        if !self.shared.command_up.load(Ordering::SeqCst) || refusal.is_empty() {
+            "the connection to redis was lost".to_string()
+        } else {
+            format!("redis refused the write: {refusal}")
+        }
+    }
+
     fn on_answer(&mut self, what: Pending, value: Option<Value>) {
         match what {
             Pending::Publish { req, channel } => {
@@ -558,7 +569,8 @@ impl RedisBroker {
                     }
                     None => {
                         self.stats.publish_unavailable += 1;
-                        self.ready.push(Event::PublishUnavailable { req });
+                        let cause = self.failure_cause();
+                        self.ready.push(Event::PublishUnavailable { req, cause });
                     }
                 }
             }
@@ -719,9 +731,17 @@ impl RedisBroker {
 
 impl Broker for RedisBroker {
     fn publish(&mut self, req: Req, channel: String, payload: Rc<[u8]>, key: Option<String>) {
-        if !self.shared.command_up.load(Ordering::SeqCst) || self.pending.len() >= MAX_IN_FLIGHT {
+        let refused = if !self.shared.command_up.load(Ordering::SeqCst) {
+            Some("redis is not reachable")
+        } else if self.pending.len() >= MAX_IN_FLIGHT {
+            Some("too many requests waiting for redis")
+        } else {
+            None
+        };
+        if let Some(cause) = refused {
             self.stats.publish_unavailable += 1;
-            return self.ready.push(Event::PublishUnavailable { req });
+            let cause = cause.to_string();
+            return self.ready.push(Event::PublishUnavailable { req, cause });
         }
         let tag = self.tag(Pending::Publish {
             req,
@@ -737,7 +757,8 @@ impl Broker for RedisBroker {
             key: key.unwrap_or_default(),
         }) {
             self.stats.publish_unavailable += 1;
-            self.ready.push(Event::PublishUnavailable { req });
+            let cause = "the redis command thread is gone".to_string();
+            self.ready.push(Event::PublishUnavailable { req, cause });
         }
     }
 

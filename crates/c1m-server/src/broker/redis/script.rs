@@ -11,7 +11,7 @@
 //! stream expired as a whole). Pub/sub channel `c1m:DB:p:CH` carries `ID\nPAYLOAD` (pub/sub
 //! ignores the database number, so it is part of the name).
 
-use crate::hub::ReplayChunk;
+use crate::hub::{gap_through, ReplayChunk};
 use crate::ipc::Replay;
 use redis::Value;
 
@@ -108,10 +108,12 @@ return {id, 0}
 "#;
 
 /// ARGV: after ('' = none), most entries per channel, max age ms, start, then the channels.
-/// Returns {current id, epoch start, then per channel: forgotten-through, {id, payload, ...}}.
+/// Returns {current id, then per channel: forgotten-through (0: nothing lost), the epoch start,
+/// {id, payload, ...}}.
 const REPLAY_BODY: &str = r#"
 init(ARGV[4])
-local out = {redis.call('GET', 'c1m:id'), redis.call('GET', 'c1m:start')}
+local start = redis.call('GET', 'c1m:start')
+local out = {redis.call('GET', 'c1m:id')}
 local cutoff = now_ms() - tonumber(ARGV[3])
 for i = 5, #ARGV do
   local ch = ARGV[i]
@@ -125,6 +127,7 @@ for i = 5, #ARGV do
     forgot = redis.call('HGET', 'c1m:last', ch)
   end
   table.insert(out, forgot or '0')
+  table.insert(out, start)
   local flat = {}
   if ARGV[1] ~= '' then flat = read_after(key, ARGV[1], ARGV[2]) end
   table.insert(out, flat)
@@ -242,16 +245,16 @@ pub fn as_u64(v: &Value) -> Option<u64> {
     }
 }
 
-/// What a replay script found: the counter, the epoch start, and per channel (in the order
-/// asked) the highest id history no longer holds and the entries after `after`.
-/// One channel in a replay answer: the highest id history no longer holds, and the (id,
-/// payload) entries after `after`.
-pub type FoundChannel = (u64, Vec<(u64, Vec<u8>)>);
+/// One channel in a replay answer: the highest id history had and no longer holds (0: none),
+/// the first id of its history (the data set's epoch; under Redis Cluster the channel's), and
+/// the (id, payload) entries after `after`.
+pub type FoundChannel = (u64, u64, Vec<(u64, Vec<u8>)>);
 
+/// What a replay script found: the counter, and per channel (in the order asked) what
+/// [`FoundChannel`] says.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Found {
     pub current: u64,
-    pub start: u64,
     pub channels: Vec<FoundChannel>,
 }
 
@@ -261,10 +264,10 @@ pub fn decode_found(v: Value, count: usize) -> Option<Found> {
     };
     let mut it = items.into_iter();
     let current = as_u64(&it.next()?)?;
-    let start = as_u64(&it.next()?)?;
     let mut channels = Vec::with_capacity(count);
     for _ in 0..count {
         let forgot = as_u64(&it.next()?)?;
+        let start = as_u64(&it.next()?)?;
         let Value::Array(flat) = it.next()? else {
             return None;
         };
@@ -276,13 +279,9 @@ pub fn decode_found(v: Value, count: usize) -> Option<Found> {
             };
             entries.push((as_u64(&id)?, payload));
         }
-        channels.push((forgot, entries));
+        channels.push((forgot, start, entries));
     }
-    Some(Found {
-        current,
-        start,
-        channels,
-    })
+    Some(Found { current, channels })
 }
 
 /// The same answer the in-process hub gives (see `MemoryHub::replay`): gaps first, then the
@@ -299,22 +298,12 @@ pub fn to_chunk(
     let mut items = Vec::new();
     let mut messages = Vec::new();
     let mut cutoff = u64::MAX;
-    let floor = found.start.saturating_sub(1);
-    for (name, (forgot, entries)) in names.iter().zip(found.channels) {
-        let forgotten = forgot.max(floor);
-        if after < forgotten {
+    for (name, (forgot, start, entries)) in names.iter().zip(found.channels) {
+        if let Some(through) = gap_through(after, forgot, start, found.current) {
             items.push(Replay::Gap {
                 channel: name.clone(),
                 after,
-                through: forgotten,
-            });
-        } else if after > found.current {
-            // An id this data set never issued (another cluster's, or from before a data loss
-            // whose new epoch started lower): say so rather than replay nothing silently.
-            items.push(Replay::Gap {
-                channel: name.clone(),
-                after,
-                through: found.current,
+                through,
             });
         }
         if entries.len() >= cap {
@@ -347,11 +336,16 @@ pub fn to_chunk(
 mod tests {
     use super::*;
 
-    fn found(current: u64, start: u64, channels: Vec<FoundChannel>) -> Found {
+    /// (forgotten-through, entries) of one channel, all channels of one epoch `start`.
+    type Lost = (u64, Vec<(u64, Vec<u8>)>);
+
+    fn found(current: u64, start: u64, channels: Vec<Lost>) -> Found {
         Found {
             current,
-            start,
-            channels,
+            channels: channels
+                .into_iter()
+                .map(|(forgot, entries)| (forgot, start, entries))
+                .collect(),
         }
     }
 
@@ -392,6 +386,11 @@ mod tests {
                 through: 499
             }]
         );
+        // A resume from 0 ("from the beginning") in that data set lost nothing: no gap.
+        let f = found(510, 500, vec![(0, vec![(505, b"y".to_vec())])]);
+        let chunk = to_chunk(f, &names, 0, usize::MAX, 1000);
+        assert_eq!(ids(&chunk), vec![505]);
+        assert_eq!(chunk.items.len(), 1);
         // Nothing lost: no gap.
         let f = found(510, 500, vec![(0, vec![(505, b"y".to_vec())])]);
         let chunk = to_chunk(f, &names, 501, usize::MAX, 1000);

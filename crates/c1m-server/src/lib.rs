@@ -101,11 +101,11 @@ pub fn run(args: ServeArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Resul
     cfg.admin_listen = admin_reservation.as_ref().map(|r| r.addr);
     let mut master = master::Master::new(cfg.clone(), plan)?;
     master.set_reload_source(args);
-    let mut reserved = vec![('h', &http_reservation)];
-    reserved.extend(tcp_reservation.as_ref().map(|r| ('t', r)));
-    reserved.extend(admin_reservation.as_ref().map(|r| ('a', r)));
-    let (env, fds) = listener::reserved_env(&reserved);
-    master.set_reservations(fds, env);
+    // The master holds the reservations from here (and passes them on at a live upgrade).
+    let mut reserved = vec![('h', http_reservation)];
+    reserved.extend(tcp_reservation.map(|r| ('t', r)));
+    reserved.extend(admin_reservation.map(|r| ('a', r)));
+    master.set_reservations(reserved);
     let tcp = cfg
         .tcp_listen
         .map(|a| format!(", tcp {a}"))
@@ -143,7 +143,7 @@ pub fn run(args: ServeArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Resul
         "workers {workers_why}"
     );
     master.run()?;
-    drop((http_reservation, tcp_reservation, admin_reservation));
+    drop(master);
     tracing::info!("stopped");
     Ok(0)
 }

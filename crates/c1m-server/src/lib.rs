@@ -32,6 +32,7 @@ mod link;
 mod listener;
 mod log;
 mod master;
+mod secrets;
 mod tls;
 mod upgrade_cli;
 mod worker;
@@ -79,8 +80,9 @@ pub fn run(args: ServeArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Resul
         let fd = fd.parse().context("upgrade descriptor")?;
         return master::take_over(args, cfg, fd);
     }
-    // The key file is read now so a bad one stops the start with its reason (workers re-read it).
-    auth::Auth::from_config(&cfg)?;
+    // The key files are read once, here: a bad one stops the start with its reason, and the
+    // workers get these bytes from the master (also when one is restarted later).
+    let secrets = secrets::Secrets::read(&cfg)?;
     let limit = c1m_sys::rlimit::raise_nofile_to_hard()?;
     let cpus = c1m_sys::process::available_cpus();
     let plan = master::plan(cfg.workers, cfg.max_conns, limit.hard, cpus);
@@ -99,7 +101,7 @@ pub fn run(args: ServeArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Resul
         None => None,
     };
     cfg.admin_listen = admin_reservation.as_ref().map(|r| r.addr);
-    let mut master = master::Master::new(cfg.clone(), plan)?;
+    let mut master = master::Master::new(cfg.clone(), plan, secrets)?;
     master.set_reload_source(args);
     // The master holds the reservations from here (and passes them on at a live upgrade).
     let mut reserved = vec![('h', http_reservation)];

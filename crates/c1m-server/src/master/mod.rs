@@ -101,6 +101,9 @@ struct Slot {
 
 pub struct Master {
     cfg: Config,
+    /// The key material the workers run with (last read at start or at an accepted SIGHUP):
+    /// every worker started gets it from here, never from the files.
+    secrets: crate::secrets::Secrets,
     plan: Plan,
     poll: Poll,
     broker: Box<dyn Broker>,
@@ -160,15 +163,19 @@ pub struct HandoverFrom {
 }
 
 impl Master {
-    pub fn new(cfg: Config, plan: Plan) -> anyhow::Result<Master> {
-        let mut master = Master::build(cfg, plan)?;
+    pub fn new(
+        cfg: Config,
+        plan: Plan,
+        secrets: crate::secrets::Secrets,
+    ) -> anyhow::Result<Master> {
+        let mut master = Master::build(cfg, plan, secrets)?;
         master.spawn_all()?;
         Ok(master)
     }
 
     /// A master with no worker started yet (the new master of an upgrade imports the hub
     /// first).
-    fn build(cfg: Config, plan: Plan) -> anyhow::Result<Master> {
+    fn build(cfg: Config, plan: Plan, secrets: crate::secrets::Secrets) -> anyhow::Result<Master> {
         let poll = Poll::new()?;
         check_io_path(&cfg)?;
         let limits = broker::Limits {
@@ -186,6 +193,7 @@ impl Master {
         };
         let master = Master {
             cfg,
+            secrets,
             plan,
             poll,
             broker,
@@ -322,6 +330,9 @@ impl Master {
         drop(child_end);
         parent.set_nonblocking(true)?;
         let mut link = Link::new(UnixStream::from_std(parent));
+        // The first frame: the worker waits for its key material before it serves.
+        link.send(ToWorker::Secrets(self.secrets.clone()).encode())
+            .context("sending the worker its key material")?;
         self.poll.registry().register(
             &mut link.stream,
             Token(i),

@@ -623,6 +623,17 @@ pub fn take_over(args: ServeArgs, mut cfg: Config, fd: i32) -> anyhow::Result<u8
         &std::env::var(ENV_UPGRADE_RESERVED).unwrap_or_default(),
         &cfg,
     )?;
+    // The key files as they are now (the old master's bytes do not travel): a bad one
+    // refuses the upgrade, and the old master serves on with its own.
+    let secrets = match crate::secrets::Secrets::read(&cfg) {
+        Ok(secrets) => secrets,
+        Err(e) => {
+            let reason = format!("{e:#}");
+            tracing::error!(error = %reason, "upgrade refused: the key files do not load");
+            let _ = write_msg(&mut ctl, &Control::Refuse { reason });
+            return Ok(1);
+        }
+    };
     let limit = c1m_sys::rlimit::raise_nofile_to_hard()?;
     let plan = super::plan(
         crate::config::Workers::Count(workers),
@@ -651,7 +662,7 @@ pub fn take_over(args: ServeArgs, mut cfg: Config, fd: i32) -> anyhow::Result<u8
         deadline,
         old_slots,
     };
-    let mut master = match start_workers(cfg, plan, *hub, from) {
+    let mut master = match start_workers(cfg, plan, secrets, *hub, from) {
         Ok(m) => m,
         Err(e) => {
             let reason = format!("{e:#}");
@@ -690,10 +701,11 @@ pub fn take_over(args: ServeArgs, mut cfg: Config, fd: i32) -> anyhow::Result<u8
 fn start_workers(
     cfg: Config,
     plan: Plan,
+    secrets: crate::secrets::Secrets,
     hub: HubState,
     from: super::HandoverFrom,
 ) -> anyhow::Result<Master> {
-    let mut master = Master::build(cfg, plan)?;
+    let mut master = Master::build(cfg, plan, secrets)?;
     let slots = master.slot_count();
     let history = (hub.last_id, hub.forgotten_through, hub.channels);
     if !master.broker.import_history(history, Instant::now()) {

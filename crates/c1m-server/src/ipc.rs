@@ -350,6 +350,9 @@ pub enum ToWorker {
     Dashboard {
         json: String,
     },
+    /// The running key material (`crate::secrets`): the first frame a worker gets, and again
+    /// before a `Reconfigure` that comes with new files.
+    Secrets(crate::secrets::Secrets),
     // ---- live upgrade (tags 20–29; docs/upgrade.md) ----
     /// Stop accepting and reading clients, answer `HandOverPrepared`.
     HandOverPrepare,
@@ -756,6 +759,16 @@ impl ToWorker {
                 w.str(channel).u64(*after).u64(*through);
                 w.finish()
             }
+            ToWorker::Secrets(secrets) => {
+                let mut w = Writer::new(11);
+                for part in [&secrets.tls_cert, &secrets.tls_key, &secrets.jwt_key] {
+                    match part {
+                        Some(bytes) => w.u8(1).bytes(bytes),
+                        None => w.u8(0),
+                    };
+                }
+                w.finish()
+            }
             ToWorker::HandOverPrepare => Writer::new(20).finish(),
             ToWorker::HandOverGo {
                 name,
@@ -827,6 +840,19 @@ impl ToWorker {
                 broker: r.string()?,
             },
             6 => ToWorker::Reconfigure { json: r.string()? },
+            11 => {
+                let mut part = || -> io::Result<Option<Vec<u8>>> {
+                    match r.u8()? {
+                        0 => Ok(None),
+                        _ => r.bytes().map(Some),
+                    }
+                };
+                ToWorker::Secrets(crate::secrets::Secrets {
+                    tls_cert: part()?,
+                    tls_key: part()?,
+                    jwt_key: part()?,
+                })
+            }
             8 => ToWorker::JoinRefused {
                 req: r.u64()?,
                 retry_after_s: r.u64()?,
@@ -976,6 +1002,11 @@ pub fn examples() -> (Vec<ToMaster>, Vec<ToWorker>) {
         ToWorker::Reconfigure {
             json: "{\"max_payload\":5}".into(),
         },
+        ToWorker::Secrets(crate::secrets::Secrets {
+            tls_cert: Some(b"cert".to_vec()),
+            tls_key: None,
+            jwt_key: Some(Vec::new()),
+        }),
         ToWorker::JoinRefused {
             req: 4,
             retry_after_s: 1,

@@ -32,6 +32,7 @@ mod link;
 mod listener;
 mod log;
 mod master;
+mod secrets;
 mod tls;
 mod upgrade_cli;
 mod worker;
@@ -97,8 +98,9 @@ fn serve(
         let fd = fd.parse().context("upgrade descriptor")?;
         return master::take_over(args, cfg, fd);
     }
-    // The key file is read now so a bad one stops the start with its reason (workers re-read it).
-    auth::Auth::from_config(&cfg)?;
+    // The key files are read once, here: a bad one stops the start with its reason, and the
+    // workers get these bytes from the master (also when one is restarted later).
+    let secrets = secrets::Secrets::read(&cfg)?;
     let limit = c1m_sys::rlimit::raise_nofile_to_hard()?;
     let cpus = c1m_sys::process::available_cpus();
     let plan = master::plan(cfg.workers, cfg.max_conns, limit.hard, cpus);
@@ -126,13 +128,13 @@ fn serve(
         None => None,
     };
     cfg.admin_listen = admin_reservation.as_ref().map(|r| r.addr);
-    let mut master = master::Master::new(cfg.clone(), plan)?;
+    let mut master = master::Master::new(cfg.clone(), plan, secrets)?;
     master.set_reload_source(args);
-    let mut reserved = vec![('h', &http_reservation)];
-    reserved.extend(tcp_reservation.as_ref().map(|r| ('t', r)));
-    reserved.extend(admin_reservation.as_ref().map(|r| ('a', r)));
-    let (env, fds) = listener::reserved_env(&reserved);
-    master.set_reservations(fds, env);
+    // The master holds the reservations from here (and passes them on at a live upgrade).
+    let mut reserved = vec![('h', http_reservation)];
+    reserved.extend(tcp_reservation.map(|r| ('t', r)));
+    reserved.extend(admin_reservation.map(|r| ('a', r)));
+    master.set_reservations(reserved);
     let banner = Banner {
         http: cfg.listen,
         tcp: cfg.tcp_listen,
@@ -173,7 +175,7 @@ fn serve(
         tracing::warn!("{why}");
     }
     master.run()?;
-    drop((http_reservation, tcp_reservation, admin_reservation));
+    drop(master);
     tracing::info!("stopped");
     Ok(0)
 }

@@ -87,9 +87,13 @@ impl Reservation {
     }
 }
 
+/// Which address a reservation holds: `h` http, `t` tcp, `a` admin (the keys of
+/// [`reserved_env`]).
+pub type Kind = char;
+
 /// `h=SOCK,CLAIM;t=…;a=…`: the reservations of the http, tcp and admin addresses, for the
 /// environment of the new master at a live upgrade; and their descriptors.
-pub fn reserved_env(list: &[(char, &Reservation)]) -> (String, Vec<std::os::fd::RawFd>) {
+pub fn reserved_env(list: &[(Kind, Reservation)]) -> (String, Vec<std::os::fd::RawFd>) {
     let mut fds = Vec::new();
     let env = list
         .iter()
@@ -105,27 +109,37 @@ pub fn reserved_env(list: &[(char, &Reservation)]) -> (String, Vec<std::os::fd::
 
 /// New master of a live upgrade: takes over the old master's reservations (inherited
 /// descriptors named by [`reserved_env`]), so the ports stay claimed when the old one exits.
-pub fn adopt_reserved(env: &str, cfg: &crate::config::Config) -> anyhow::Result<Vec<Reservation>> {
+/// The master keeps them and passes them on at its own upgrade: the descriptors are
+/// close-on-exec from here, so the numbers in its environment name nothing in a later child.
+pub fn adopt_reserved(
+    env: &str,
+    cfg: &crate::config::Config,
+) -> anyhow::Result<Vec<(Kind, Reservation)>> {
     let mut out = Vec::new();
     for item in env.split(';').filter(|s| !s.is_empty()) {
         let (kind, fds) = item.split_once('=').context("reservation entry")?;
         let (a, b) = fds.split_once(',').context("reservation descriptors")?;
-        let addr = match kind {
-            "h" => Some(cfg.listen),
-            "t" => cfg.tcp_listen,
-            "a" => cfg.admin_listen,
-            _ => None,
-        }
-        .with_context(|| format!("reservation for unknown address {kind:?}"))?;
-        let socket = c1m_sys::fd::adopt_inherited(a.parse()?)?;
-        let claim = c1m_sys::fd::adopt_inherited(b.parse()?)?;
-        out.push(Reservation {
-            addr,
-            _socket: Socket::from(socket),
-            _claim: PortClaim {
-                _socket: std::os::unix::net::UnixDatagram::from(claim),
+        let (kind, addr) = match kind {
+            "h" => ('h', Some(cfg.listen)),
+            "t" => ('t', cfg.tcp_listen),
+            "a" => ('a', cfg.admin_listen),
+            _ => ('?', None),
+        };
+        let addr = addr.with_context(|| format!("reservation for unknown address {kind:?}"))?;
+        let socket = c1m_sys::fd::adopt_inherited(a.parse().context("reserved socket")?)
+            .with_context(|| format!("taking over the reservation of {addr}"))?;
+        let claim = c1m_sys::fd::adopt_inherited(b.parse().context("reserved claim")?)
+            .with_context(|| format!("taking over the port claim of {addr}"))?;
+        out.push((
+            kind,
+            Reservation {
+                addr,
+                _socket: Socket::from(socket),
+                _claim: PortClaim {
+                    _socket: std::os::unix::net::UnixDatagram::from(claim),
+                },
             },
-        });
+        ));
     }
     Ok(out)
 }

@@ -30,14 +30,22 @@ pub struct Configs {
 /// Reads and checks the certificate chain and private key, and builds both configurations.
 /// Errors name the file and what is wrong with it.
 pub fn load(cert: &Path, key: &Path) -> anyhow::Result<Configs> {
-    let chain = CertificateDer::pem_file_iter(cert)
-        .map_err(|e| anyhow::anyhow!("{e}"))
-        .with_context(|| {
-            format!(
-                "--tls-cert {}: cannot read PEM certificates",
-                cert.display()
-            )
-        })?
+    let cert_pem = std::fs::read(cert)
+        .with_context(|| format!("--tls-cert {}: cannot read", cert.display()))?;
+    let key_pem =
+        std::fs::read(key).with_context(|| format!("--tls-key {}: cannot read", key.display()))?;
+    from_pem(&cert_pem, &key_pem, cert, key)
+}
+
+/// As [`load`], from the files' bytes (`cert` and `key` name them in errors): a worker builds
+/// its configurations from the bytes the master read (`crate::secrets`).
+pub fn from_pem(
+    cert_pem: &[u8],
+    key_pem: &[u8],
+    cert: &Path,
+    key: &Path,
+) -> anyhow::Result<Configs> {
+    let chain = CertificateDer::pem_slice_iter(cert_pem)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| anyhow::anyhow!("{e}"))
         .with_context(|| format!("--tls-cert {}: malformed PEM", cert.display()))?;
@@ -48,7 +56,7 @@ pub fn load(cert: &Path, key: &Path) -> anyhow::Result<Configs> {
             cert.display()
         );
     }
-    let private = PrivateKeyDer::from_pem_file(key)
+    let private = PrivateKeyDer::from_pem_slice(key_pem)
         .map_err(|e| anyhow::anyhow!("{e}"))
         .with_context(|| {
             format!(

@@ -23,6 +23,22 @@ pub fn kill(pid: u32, signal: i32) -> io::Result<()> {
     cvt(unsafe { libc::kill(pid as libc::pid_t, signal) }).map(|_| ())
 }
 
+/// Sends `signal` to every process in the process group `pgid` (a child started with its own
+/// group, and whatever it started in turn). A group with no process left is not an error.
+pub fn kill_group(pgid: u32, signal: i32) -> io::Result<()> {
+    if pgid <= 1 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("refusing to signal process group {pgid}"),
+        ));
+    }
+    // SAFETY: killpg() takes plain integers and touches no memory.
+    match cvt(unsafe { libc::killpg(pgid as libc::pid_t, signal) }) {
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(()),
+        other => other.map(|_| ()),
+    }
+}
+
 /// Number of CPUs this process may run on.
 pub fn available_cpus() -> usize {
     std::thread::available_parallelism()

@@ -36,12 +36,13 @@ impl Scratch {
     /// Puts a build whose commit string differs in place of the running binary (same length,
     /// so nothing else in the file moves), as a package upgrade would: new file, rename.
     fn install_patched(&self) -> String {
+        self.install_marked("upgraded-build-marker")
+    }
+
+    /// As [`Scratch::install_patched`], with the commit string made of `marker`.
+    fn install_marked(&self, marker: &str) -> String {
         let original = commit_of(&self.exe());
-        let patched: String = "upgraded-build-marker"
-            .chars()
-            .cycle()
-            .take(original.len())
-            .collect();
+        let patched: String = marker.chars().cycle().take(original.len()).collect();
         assert_ne!(patched, original);
         let mut bytes = std::fs::read(self.exe()).unwrap();
         let needle = original.as_bytes();
@@ -590,4 +591,178 @@ fn the_control_worker_hands_the_admin_listener_to_its_successor() {
     );
     assert_eq!(common::status_code(&publish), 200, "{publish}");
     assert_eq!(sse.next().data, "after");
+}
+
+/// A process that is neither gone nor a zombie.
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
+}
+
+/// Each new master passes its port reservations on again: three upgrades in a row, each to
+/// another build, under a message stream, every subscriber kept and getting every message once.
+#[test]
+fn three_upgrades_in_a_row_under_load_keep_every_subscriber() {
+    let scratch = Scratch::new("thrice");
+    let (mut server, _logs) = start(&scratch, &[]);
+    let n = 200;
+    let http = server.http;
+    let tcp = server.tcp.unwrap();
+    let sses: Vec<_> = (0..6)
+        .map(|_| {
+            let sse = Sse::connect(http, "/sub/news", "");
+            std::thread::spawn(move || sse_reader(sse, n))
+        })
+        .collect();
+    let flags: Vec<Arc<AtomicBool>> = (0..2).map(|_| Arc::new(AtomicBool::new(false))).collect();
+    let tcp_t = {
+        let f = flags[0].clone();
+        std::thread::spawn(move || tcp_reader(tcp, n, f))
+    };
+    let ws_t = {
+        let f = flags[1].clone();
+        std::thread::spawn(move || ws_reader(http, n, f))
+    };
+    wait_until("subscribers", Duration::from_secs(10), || {
+        flags.iter().all(|f| f.load(Ordering::SeqCst))
+    });
+    server.wait_status(|s| s["connections"]["sse"] == 6 && s["connections"]["websocket"] == 1);
+    let url = format!("http://{http}");
+    let publisher = std::thread::spawn(move || publish_stream(url, n, Duration::from_millis(25)));
+    let mut master = server.child.id();
+    let mut new_masters = Vec::new();
+    for (round, marker) in ["first-upgrade-", "second-upgrade-", "third-upgrade-"]
+        .into_iter()
+        .enumerate()
+    {
+        wait_until("the stream to move on", Duration::from_secs(20), || {
+            server.status()["messages"]["published"].as_u64().unwrap()
+                >= ((round + 1) * n / 5) as u64
+        });
+        let patched = scratch.install_marked(marker);
+        c1m_sys::process::kill(master, libc::SIGUSR2).unwrap();
+        let s = server.wait_status(|s| s["commit"] == patched.as_str());
+        let new_pid = s["pid"].as_u64().unwrap() as u32;
+        assert_ne!(new_pid, master);
+        new_masters.push(KillOnDrop(new_pid));
+        assert_eq!(s["upgrades"]["completed"], round as u64 + 1, "{s}");
+        assert_eq!(s["upgrades"]["failed"], 0, "{s}");
+        wait_until("the old master to exit", Duration::from_secs(20), || {
+            !alive(master)
+        });
+        if round == 0 {
+            assert!(server.wait_exit(Duration::from_secs(5)).success());
+        }
+        master = new_pid;
+    }
+    publisher.join().unwrap();
+    let want = expected(n);
+    for (i, sse) in sses.into_iter().enumerate() {
+        assert_eq!(sse.join().unwrap(), want, "sse {i}");
+    }
+    assert_eq!(tcp_t.join().unwrap(), want, "tcp");
+    assert_eq!(ws_t.join().unwrap(), want, "websocket");
+    let s = server.wait_status(|s| s["connections"]["sse"] == 6);
+    assert_eq!(s["connections"]["tcp"], 1, "{s}");
+    assert_eq!(s["connections"]["websocket"], 1, "{s}");
+    assert_eq!(s["messages"]["published"], n as u64, "{s}");
+}
+
+/// Kills the given processes on drop (a hung fake binary and what it started), so a failing
+/// test leaves nothing behind.
+struct KillAll(Vec<u32>);
+
+impl Drop for KillAll {
+    fn drop(&mut self) {
+        for &pid in &self.0 {
+            if alive(pid) {
+                let _ = c1m_sys::process::kill(pid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+/// An upgrade to a binary that never answers: the master keeps serving while it waits
+/// (publishes and /healthz answer at once), and at `--upgrade-timeout` kills the new process
+/// and everything it started, so nothing keeps the port claimed.
+#[test]
+fn an_upgrade_to_a_hung_binary_neither_freezes_the_master_nor_outlives_the_timeout() {
+    let scratch = Scratch::new("hung");
+    let mut cmd = Command::new(scratch.exe());
+    cmd.args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--workers",
+        "1",
+        "--upgrade-timeout",
+        "3s",
+    ]);
+    let (mut server, logs) = Server::spawn_capturing_stderr(cmd);
+    let mut sub = Sse::connect(server.http, "/sub/news", "");
+    server.wait_status(|s| s["connections"]["sse"] == 1);
+    // The "new binary": a script that starts a child (which inherits its descriptors) and hangs.
+    let pids = scratch.0.join("pids");
+    let script = format!(
+        "#!/bin/sh\nsleep 60 &\necho \"$$ $!\" > {}.tmp\nmv {0}.tmp {0}\nwait\n",
+        pids.display()
+    );
+    let tmp = scratch.0.join("c1m.new");
+    std::fs::write(&tmp, script).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::rename(&tmp, scratch.exe()).unwrap();
+    server.signal(libc::SIGUSR2);
+    wait_until("the hung binary to start", Duration::from_secs(5), || {
+        pids.exists()
+    });
+    let hung: Vec<u32> = std::fs::read_to_string(&pids)
+        .unwrap()
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    let _cleanup = KillAll(hung.clone());
+    assert!(hung.iter().all(|&p| alive(p)), "{hung:?}");
+    // While the master waits for the hung binary, it answers as usual.
+    let mut slowest = Duration::ZERO;
+    for k in 0..5 {
+        let t = Instant::now();
+        let id = server.publish("news", format!("during {k}").as_bytes());
+        let ev = sub.next();
+        slowest = slowest.max(t.elapsed());
+        assert_eq!(ev.id, Some(id.to_string()));
+        let t = Instant::now();
+        let health = ureq::get(&server.url("/healthz")).call().unwrap();
+        slowest = slowest.max(t.elapsed());
+        assert_eq!(health.status(), 200);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!("slowest publish or /healthz while the upgrade waited: {slowest:?}");
+    assert!(slowest < Duration::from_millis(500), "{slowest:?}");
+    assert!(
+        hung.iter().all(|&p| alive(p)),
+        "the test must run inside the wait"
+    );
+    logs.wait_for("upgrade failed", Duration::from_secs(10))
+        .expect("the timeout fails the upgrade");
+    wait_until(
+        "the hung processes to be gone",
+        Duration::from_secs(3),
+        || hung.iter().all(|&p| !alive(p)),
+    );
+    let s = server.wait_status(|s| s["upgrades"]["failed"] == 1);
+    assert_eq!(s["pid"].as_u64(), Some(u64::from(server.child.id())));
+    // Stopped, the port is free for another server at once.
+    let port = server.http.port();
+    server.signal(libc::SIGTERM);
+    assert!(server.wait_exit(Duration::from_secs(10)).success());
+    let mut cmd = common::c1m();
+    cmd.args([
+        "serve",
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "--workers",
+        "1",
+    ]);
+    let again = Server::spawn(cmd);
+    assert_eq!(again.http.port(), port);
 }

@@ -65,11 +65,36 @@ pub struct Auth {
 }
 
 impl Auth {
+    /// Reads the key file itself (`--check-config`); the server uses [`Auth::new`] with the
+    /// bytes the master read.
     pub fn from_config(cfg: &Config) -> anyhow::Result<Auth> {
         let verifier = match &cfg.jwt_key {
             Some(path) => Some(Verifier::load(path).context("loading the JWT key")?),
             None => None,
         };
+        Ok(Auth::with_verifier(cfg, verifier))
+    }
+
+    /// From the key bytes the master read (`crate::secrets`).
+    pub fn new(cfg: &Config, secrets: &crate::secrets::Secrets) -> anyhow::Result<Auth> {
+        let verifier = match (&cfg.jwt_key, &secrets.jwt_key) {
+            (Some(path), Some(bytes)) => Some(
+                Verifier::from_bytes(bytes)
+                    .with_context(|| format!("--jwt-key {}", path.display()))
+                    .context("loading the JWT key")?,
+            ),
+            (Some(path), None) => {
+                anyhow::bail!(
+                    "--jwt-key {}: no key material from the master",
+                    path.display()
+                )
+            }
+            _ => None,
+        };
+        Ok(Auth::with_verifier(cfg, verifier))
+    }
+
+    fn with_verifier(cfg: &Config, verifier: Option<Verifier>) -> Auth {
         let cookie_origins = cfg
             .origin_list()
             .unwrap_or("")
@@ -82,7 +107,7 @@ impl Auth {
             .as_deref()
             .map(|c| format!(", cookie {c}"))
             .unwrap_or_default();
-        Ok(Auth {
+        Auth {
             mode: cfg.auth,
             verifier,
             cookie: cfg.auth_cookie.clone(),
@@ -92,7 +117,7 @@ impl Auth {
                  c1m.token.JWT"
             ),
             cors: cors::Cors::from_config(cfg),
-        })
+        }
     }
 
     /// Judges a subscribe to `channels`.

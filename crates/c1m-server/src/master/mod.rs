@@ -101,6 +101,9 @@ struct Slot {
 
 pub struct Master {
     cfg: Config,
+    /// The key material the workers run with (last read at start or at an accepted SIGHUP):
+    /// every worker started gets it from here, never from the files.
+    secrets: crate::secrets::Secrets,
     plan: Plan,
     poll: Poll,
     broker: Box<dyn Broker>,
@@ -133,13 +136,20 @@ pub struct Master {
     /// This master's arguments, given to the new binary as they were.
     args: Vec<std::ffi::OsString>,
     upgrades: upgrade::Counters,
-    /// A hand-over in progress (old master): publishing is paused.
+    /// A hand-over in progress (old master), fed by the workers' reports; publishing is paused
+    /// once it is `frozen`.
     handover: Option<upgrade::Progress>,
+    /// The upgrade in progress (old master), stepped by the loop.
+    upgrading: Option<upgrade::Run>,
+    /// New binaries of failed upgrades, until they are gone.
+    leftovers: Vec<upgrade::Leftover>,
+    /// SIGTERM, SIGINT and SIGHUP that came during an upgrade: handled once it ends.
+    deferred_signals: Vec<i32>,
     /// New master, until committed: the old master and what its workers hand over.
     handover_from: Option<HandoverFrom>,
-    /// The port reservations (socket, claim descriptors), passed on to a new master.
-    reserved_fds: Vec<std::os::fd::RawFd>,
-    reserved_env: Option<String>,
+    /// The port reservations (bound socket and port claim per address), held for the life
+    /// of this master and passed on to a new master at a live upgrade.
+    reservations: Vec<(crate::listener::Kind, crate::listener::Reservation)>,
 }
 
 /// A new master's predecessor during a live upgrade.
@@ -153,15 +163,19 @@ pub struct HandoverFrom {
 }
 
 impl Master {
-    pub fn new(cfg: Config, plan: Plan) -> anyhow::Result<Master> {
-        let mut master = Master::build(cfg, plan)?;
+    pub fn new(
+        cfg: Config,
+        plan: Plan,
+        secrets: crate::secrets::Secrets,
+    ) -> anyhow::Result<Master> {
+        let mut master = Master::build(cfg, plan, secrets)?;
         master.spawn_all()?;
         Ok(master)
     }
 
     /// A master with no worker started yet (the new master of an upgrade imports the hub
     /// first).
-    fn build(cfg: Config, plan: Plan) -> anyhow::Result<Master> {
+    fn build(cfg: Config, plan: Plan, secrets: crate::secrets::Secrets) -> anyhow::Result<Master> {
         let poll = Poll::new()?;
         check_io_path(&cfg)?;
         let limits = broker::Limits {
@@ -179,6 +193,7 @@ impl Master {
         };
         let master = Master {
             cfg,
+            secrets,
             plan,
             poll,
             broker,
@@ -201,9 +216,11 @@ impl Master {
             args: std::env::args_os().skip(1).collect(),
             upgrades: upgrade::Counters::default(),
             handover: None,
+            upgrading: None,
+            leftovers: Vec::new(),
+            deferred_signals: Vec::new(),
             handover_from: None,
-            reserved_fds: Vec::new(),
-            reserved_env: None,
+            reservations: Vec::new(),
         };
         Ok(master)
     }
@@ -245,9 +262,11 @@ impl Master {
     }
 
     /// The port reservations to pass on to a new master at upgrade.
-    pub fn set_reservations(&mut self, fds: Vec<std::os::fd::RawFd>, env: String) {
-        self.reserved_fds = fds;
-        self.reserved_env = Some(env);
+    pub fn set_reservations(
+        &mut self,
+        reservations: Vec<(crate::listener::Kind, crate::listener::Reservation)>,
+    ) {
+        self.reservations = reservations;
     }
 
     /// Kills every worker (a new master whose upgrade was not committed).
@@ -292,6 +311,10 @@ impl Master {
         for var in sd_notify::ENV_VARS {
             command.env_remove(var);
         }
+        // A new master's own start-up variables name descriptors its workers do not have.
+        command
+            .env_remove(upgrade::ENV_UPGRADE_FD)
+            .env_remove(upgrade::ENV_UPGRADE_RESERVED);
         let tunables = worker_malloc_tunables(std::env::var("GLIBC_TUNABLES").ok().as_deref());
         command.env("GLIBC_TUNABLES", tunables);
         let child = command
@@ -307,6 +330,9 @@ impl Master {
         drop(child_end);
         parent.set_nonblocking(true)?;
         let mut link = Link::new(UnixStream::from_std(parent));
+        // The first frame: the worker waits for its key material before it serves.
+        link.send(ToWorker::Secrets(self.secrets.clone()).encode())
+            .context("sending the worker its key material")?;
         self.poll.registry().register(
             &mut link.stream,
             Token(i),
@@ -370,26 +396,29 @@ impl Master {
             for event in events.iter() {
                 match event.token() {
                     SIGNALS => {
-                        let mut got: Vec<i32> = signals.pending().collect();
-                        if got.contains(&libc::SIGUSR2)
-                            && !got.iter().any(|&s| s == libc::SIGTERM || s == libc::SIGINT)
-                        {
-                            self.upgrade();
-                            // Signals that came while the upgrade ran its own loop.
-                            got.extend(signals.pending());
-                        }
-                        if got.iter().any(|&s| s == libc::SIGTERM || s == libc::SIGINT) {
-                            self.begin_shutdown();
-                        } else if got.contains(&libc::SIGHUP) {
-                            self.reload();
-                        }
-                        self.reap();
+                        let got: Vec<i32> = signals.pending().collect();
+                        self.on_signals(got);
                     }
                     BROKER => self.pump(),
+                    // The control socket of an upgrade: stepped below.
+                    upgrade::CONTROL => {}
                     Token(i) => self.on_worker_event(i, event.is_writable()),
                 }
             }
             self.resume_paused_reads();
+            self.advance_upgrade();
+            self.end_leftovers(false);
+            if self.upgrading.is_none() && !self.deferred_signals.is_empty() {
+                let got = std::mem::take(&mut self.deferred_signals);
+                if self.shutdown_deadline.is_some() {
+                    tracing::info!(
+                        ?got,
+                        "signals from during the upgrade: the new master serves now; not acted on"
+                    );
+                } else {
+                    self.on_signals(got);
+                }
+            }
             let now = Instant::now();
             self.notify_systemd(now);
             if now >= next_expire {
@@ -404,6 +433,7 @@ impl Master {
             if let Some(deadline) = self.shutdown_deadline {
                 let alive = self.slots.iter().any(|s| s.child.is_some());
                 if !alive {
+                    self.end_leftovers(true);
                     return Ok(());
                 }
                 if now >= deadline {
@@ -413,6 +443,7 @@ impl Master {
                             let _ = child.wait();
                         }
                     }
+                    self.end_leftovers(true);
                     return Ok(());
                 }
                 continue;
@@ -426,6 +457,33 @@ impl Master {
                 }
             }
         }
+    }
+
+    /// SIGUSR2 starts an upgrade (unless a stop came with it); SIGTERM/SIGINT stop and SIGHUP
+    /// reloads, but not in the middle of an upgrade: they wait until it has ended.
+    fn on_signals(&mut self, got: Vec<i32>) {
+        let stop = got.iter().any(|&s| s == libc::SIGTERM || s == libc::SIGINT);
+        if got.contains(&libc::SIGUSR2) && !stop {
+            self.upgrade();
+        }
+        if self.upgrading.is_some() {
+            for s in got {
+                if [libc::SIGTERM, libc::SIGINT, libc::SIGHUP].contains(&s)
+                    && !self.deferred_signals.contains(&s)
+                {
+                    tracing::info!(
+                        signal = s,
+                        "upgrade in progress: signal handled once it ends"
+                    );
+                    self.deferred_signals.push(s);
+                }
+            }
+        } else if stop {
+            self.begin_shutdown();
+        } else if got.contains(&libc::SIGHUP) {
+            self.reload();
+        }
+        self.reap();
     }
 
     fn on_worker_event(&mut self, i: usize, writable: bool) {
@@ -523,7 +581,7 @@ impl Master {
 
     fn on_frame(&mut self, i: usize, frame: ToMaster) {
         match frame {
-            ToMaster::Publish { req, .. } if self.handover.is_some() => {
+            ToMaster::Publish { req, .. } if self.handover.as_ref().is_some_and(|p| p.frozen) => {
                 // Upgrading: the hub is frozen until the new master has it. Refused before
                 // it gets an id, so nothing is half-published; the publisher retries.
                 self.publish_refused += 1;

@@ -1,7 +1,8 @@
 //! SIGHUP: re-read the configuration (file, then the same flags and environment as at start),
 //! apply what can change live, keep the rest, and tell the workers. An invalid file is refused
-//! with a logged error and the running configuration stays. Restarted workers are spawned with
-//! the new configuration, since they get the master's `cfg`.
+//! with a logged error and the running configuration stays, with the running key material:
+//! restarted workers are spawned with the master's `cfg` and the key bytes it last accepted
+//! (`crate::secrets`), never with what is on disk now.
 
 use super::Master;
 use crate::config::{Config, ServeArgs};
@@ -110,10 +111,14 @@ impl Master {
             tracing::info!("SIGHUP: configuration re-read; nothing to change live");
             return;
         }
-        if let Err(e) = crate::auth::Auth::from_config(&merged) {
-            tracing::error!(error = %format!("{e:#}"), "SIGHUP: configuration rejected, keeping the running one");
-            return;
-        }
+        // Read once, here: the workers get these bytes, so what was checked is what they use.
+        let secrets = match crate::secrets::Secrets::read(&merged) {
+            Ok(secrets) => secrets,
+            Err(e) => {
+                tracing::error!(error = %format!("{e:#}"), "SIGHUP: configuration rejected, keeping the running one");
+                return;
+            }
+        };
         if live.is_empty() {
             tracing::info!("SIGHUP: TLS certificate re-read");
         } else {
@@ -129,8 +134,11 @@ impl Master {
             Err(e) => return tracing::error!(error = %e, "SIGHUP: encoding the configuration"),
         };
         self.cfg = merged;
+        self.secrets = secrets;
+        let keys = ToWorker::Secrets(self.secrets.clone()).encode();
         let frame = ToWorker::Reconfigure { json }.encode();
         for i in 0..self.slots.len() {
+            self.send(i, keys.clone());
             self.send(i, frame.clone());
         }
     }

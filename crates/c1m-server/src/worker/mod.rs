@@ -160,6 +160,9 @@ pub struct Worker {
     link_read_paused: bool,
     /// Live upgrade: frozen, or handed over and waiting for the commit (docs/upgrade.md).
     handover: handover::HandOver,
+    /// The key material from the master (`crate::secrets`): TLS and JWT keys are built from
+    /// these bytes, at start and on each reconfiguration, never from the files.
+    secrets: crate::secrets::Secrets,
     /// Fan-out send path (`--io`): write() per socket or batched io_uring sends.
     sender: sender::Sender,
     /// Why this worker does not use io_uring though `--io` allowed it (empty otherwise).
@@ -199,7 +202,8 @@ fn run_configured(cfg: Config, index: usize) -> anyhow::Result<u8> {
     c1m_sys::process::die_with_parent(libc::SIGKILL, master_pid)
         .context("tying worker to master")?;
     c1m_sys::rlimit::raise_nofile_to_hard().context("raising RLIMIT_NOFILE")?;
-    let link = std::os::unix::net::UnixStream::from(c1m_sys::fd::adopt_inherited(fd)?);
+    let mut link = std::os::unix::net::UnixStream::from(c1m_sys::fd::adopt_inherited(fd)?);
+    let secrets = first_frame_secrets(&mut link).context("receiving the key material")?;
     link.set_nonblocking(true)?;
     let link = UnixStream::from_std(link);
     let ip_limits = ip_limits::IpLimits::from_env(&cfg, index)?;
@@ -210,7 +214,7 @@ fn run_configured(cfg: Config, index: usize) -> anyhow::Result<u8> {
         tracing::debug!(nice, "subscriber worker priority lowered");
     }
     let Ok(name) = std::env::var(handover::ENV_HANDOVER) else {
-        let mut worker = Worker::new(cfg, link, max_conns, control, &mut Vec::new())?;
+        let mut worker = Worker::new(cfg, secrets, link, max_conns, control, &mut Vec::new())?;
         worker.ip_limits = ip_limits;
         worker.run()?;
         return Ok(0);
@@ -226,7 +230,7 @@ fn run_configured(cfg: Config, index: usize) -> anyhow::Result<u8> {
         took_ms = started.elapsed().as_millis() as u64,
         "upgrade: connections received; waiting for commit"
     );
-    let mut worker = Worker::new(cfg, link, max_conns, control, &mut taken.listeners)?;
+    let mut worker = Worker::new(cfg, secrets, link, max_conns, control, &mut taken.listeners)?;
     worker.ip_limits = ip_limits;
     worker.restore(std::mem::take(&mut taken.conns))?;
     if !handover::await_commit(&taken.pair, timeout)? {
@@ -238,6 +242,33 @@ fn run_configured(cfg: Config, index: usize) -> anyhow::Result<u8> {
     worker.after_takeover();
     worker.run()?;
     Ok(0)
+}
+
+/// How long a new worker waits for its first frame (the master sends it right after the
+/// spawn).
+const FIRST_FRAME_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The master's first frame on the link: the key material this worker serves with.
+fn first_frame_secrets(
+    link: &mut std::os::unix::net::UnixStream,
+) -> anyhow::Result<crate::secrets::Secrets> {
+    use std::io::Read;
+    link.set_read_timeout(Some(FIRST_FRAME_TIMEOUT))?;
+    let mut len = [0u8; 4];
+    link.read_exact(&mut len)
+        .context("reading the master's first frame")?;
+    let len = u32::from_le_bytes(len) as usize;
+    if len > crate::ipc::MAX_FRAME {
+        anyhow::bail!("first frame of {len} bytes refused");
+    }
+    let mut body = vec![0u8; len];
+    link.read_exact(&mut body)
+        .context("reading the master's first frame")?;
+    link.set_read_timeout(None)?;
+    match ToWorker::decode(&body)? {
+        ToWorker::Secrets(secrets) => Ok(secrets),
+        other => anyhow::bail!("expected the key material first, got {other:?}"),
+    }
 }
 
 /// The listener handed over by the predecessor (live upgrade), else a fresh SO_REUSEPORT one
@@ -262,6 +293,7 @@ impl Worker {
     /// `--admin-listen`) on the admin address alone.
     fn new(
         cfg: Config,
+        secrets: crate::secrets::Secrets,
         link: UnixStream,
         max_conns: usize,
         control: bool,
@@ -307,12 +339,13 @@ impl Worker {
             })
             .transpose()?;
         let ws_policy = reload::origin_policy(&cfg);
-        let auth = crate::auth::Auth::from_config(&cfg)?;
-        if let (Some(cert), Some(key)) = (&cfg.tls_cert, &cfg.tls_key) {
-            tls_session::set_configs(Some(crate::tls::load(cert, key)?));
+        let auth = crate::auth::Auth::new(&cfg, &secrets)?;
+        if let Some(configs) = secrets.tls_configs(&cfg)? {
+            tls_session::set_configs(Some(configs));
         }
         let (sender, io_fallback_reason) = sender::Sender::from_config(&cfg)?;
         Ok(Worker {
+            secrets,
             sender,
             io_fallback_reason,
             admin_listener: admin,
@@ -977,6 +1010,7 @@ impl Worker {
             ToWorker::Status { req, body, metrics } => self.on_status(req, body, metrics),
             ToWorker::Shutdown => self.begin_shutdown(),
             ToWorker::Reconfigure { json } => self.reconfigure(&json),
+            ToWorker::Secrets(secrets) => self.secrets = secrets,
             ToWorker::JoinRefused { req, retry_after_s } => {
                 self.on_join_refused(req, retry_after_s)
             }

@@ -1,5 +1,5 @@
-//! Live configuration: the master re-reads its file on SIGHUP and sends the result; the worker
-//! swaps it in. Limits are read from `cfg` at each use, so the next request, publish or timer
+//! Live configuration: the master re-reads its file (and the key files) on SIGHUP and sends
+//! the result; the worker swaps it in. Limits are read from `cfg` at each use, so the next request, publish or timer
 //! sees the new values; nothing already connected is dropped. (Keys that need a restart were
 //! kept at their old values by the master.)
 
@@ -11,9 +11,8 @@ impl Worker {
     pub(super) fn reconfigure(&mut self, json: &str) {
         match serde_json::from_str::<Config>(json) {
             Ok(cfg) => {
-                // The key file is re-read (key rotation); the master checked it loads, but it
-                // may have changed since: an unreadable one keeps the running auth.
-                match crate::auth::Auth::from_config(&cfg) {
+                // The key material came from the master just before (it checked it loads).
+                match crate::auth::Auth::new(&cfg, &self.secrets) {
                     Ok(auth) => self.auth = auth,
                     Err(e) => tracing::error!(
                         error = %format!("{e:#}"),
@@ -21,7 +20,7 @@ impl Worker {
                     ),
                 }
                 self.ws_policy = origin_policy(&cfg);
-                reload_tls(&cfg);
+                reload_tls(&cfg, &self.secrets);
                 self.cfg = cfg;
                 self.apply_keepalive_to_listeners();
             }
@@ -33,17 +32,15 @@ impl Worker {
     }
 }
 
-/// Re-reads the certificate files (SIGHUP): the next handshakes use them; established
-/// connections keep their session. Unreadable files keep the running certificate.
-fn reload_tls(cfg: &Config) {
-    let (Some(cert), Some(key)) = (&cfg.tls_cert, &cfg.tls_key) else {
-        return;
-    };
+/// New certificate bytes from the master (SIGHUP): the next handshakes use them; established
+/// connections keep their session. Bytes that do not load keep the running certificate.
+fn reload_tls(cfg: &Config, secrets: &crate::secrets::Secrets) {
     if !super::tls_session::enabled() {
         return; // turning TLS on needs a restart (the master keeps it off)
     }
-    match crate::tls::load(cert, key) {
-        Ok(configs) => super::tls_session::set_configs(Some(configs)),
+    match secrets.tls_configs(cfg) {
+        Ok(Some(configs)) => super::tls_session::set_configs(Some(configs)),
+        Ok(None) => {}
         Err(e) => tracing::error!(
             error = %format!("{e:#}"),
             "TLS certificate not reloaded, keeping the running one"

@@ -17,7 +17,6 @@ mod procs;
 mod restart;
 mod setup;
 
-use procs::WorkerProc;
 use crate::hist::{add_pairs, new_hist, percentiles, record};
 use crate::http::fetch_status;
 use crate::publish::{self, PublishPlan};
@@ -26,6 +25,7 @@ use crate::run::{Msg, Run, Sample};
 use crate::BenchArgs;
 use anyhow::{bail, Context};
 use hdrhistogram::Histogram;
+use procs::WorkerProc;
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};

@@ -193,7 +193,7 @@ pub fn count_tcp_states_parallel(states: StateMask) -> io::Result<[u64; 16]> {
 mod tests {
     use super::request::SOCK_DIAG_BY_FAMILY;
     use super::*;
-    use std::net::{TcpListener, TcpStream};
+    use std::net::{SocketAddr, TcpListener, TcpStream};
 
     #[test]
     fn state_names_round_trip() {

@@ -75,20 +75,10 @@ pub fn percentiles(h: &Histogram<u64>) -> Percentiles {
     }
 }
 
-/// "1.2ms" style for text output.
-pub fn fmt_us(us: u64) -> String {
-    if us < 1_000 {
-        format!("{us}µs")
-    } else if us < 1_000_000 {
-        format!("{:.1}ms", us as f64 / 1e3)
-    } else {
-        format!("{:.2}s", us as f64 / 1e6)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::human::fmt_us;
 
     #[test]
     fn take_pairs_ships_a_delta_and_skips_empty_histograms() {

@@ -11,6 +11,10 @@
 //! - [`proto`]: which protocol a run speaks; the request bytes and parsers it uses live in
 //!   `c1m_proto::client` beside the server halves.
 //! - [`delivery`]: loss / duplicate / reorder accounting and the "delivered to all?" verdict.
+//! - [`run`]: the state of one run (plan, merged totals, timeline, the coordinator's messages)
+//!   that the coordinator fills and [`report`], [`plot`] and [`scenario`] read; [`human`]:
+//!   numbers and durations as text. Neither imports the coordinator, so nothing but this
+//!   entry does.
 //! - [`plan`], [`wire`], [`payload`], [`hist`], [`errors`], [`http`], [`publish`], [`env`],
 //!   [`report`], [`plot`], [`template`], [`tls`]: the pieces those use.
 //! - [`scenario`]: named run shapes (`--scenario fanout|channels|churn|reconnect-storm`) and
@@ -22,12 +26,14 @@ pub mod env;
 pub mod errors;
 pub mod hist;
 pub mod http;
+pub mod human;
 pub mod payload;
 pub mod plan;
 pub mod plot;
 pub mod proto;
 pub mod publish;
 pub mod report;
+pub mod run;
 pub mod scenario;
 pub mod storm;
 pub mod template;

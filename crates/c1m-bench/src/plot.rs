@@ -2,8 +2,8 @@
 //! and delivery (bottom, log scale: connects take µs to ms, deliveries to a million take up to
 //! seconds, and both must be readable on one axis), as a hand-written SVG with no dependencies.
 
-use crate::coordinator::Run;
-use crate::report::thousands;
+use crate::human::thousands;
+use crate::run::{Run, Sample};
 
 const W: f64 = 900.0;
 const H: f64 = 260.0;
@@ -118,7 +118,7 @@ pub fn svg(run: &Run) -> String {
             y + 4.0
         ));
     }
-    let log_pts = |f: &dyn Fn(&crate::report::Sample) -> u64| -> Vec<(f64, f64)> {
+    let log_pts = |f: &dyn Fn(&Sample) -> u64| -> Vec<(f64, f64)> {
         tl.iter()
             .filter(|p| f(p) > 0)
             .map(|p| {

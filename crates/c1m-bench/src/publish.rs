@@ -65,10 +65,12 @@ pub struct Published {
     pub error: Option<String>,
 }
 
-pub fn spawn(
+/// Starts the publisher threads; each outcome is sent on `out` as an `M` (the coordinator's
+/// message type), so this module does not depend on the coordinator.
+pub fn spawn<M: From<Published> + Send + 'static>(
     plan: PublishPlan,
     stop: Arc<AtomicBool>,
-    out: Sender<crate::coordinator::Msg>,
+    out: Sender<M>,
 ) -> std::thread::JoinHandle<()> {
     let n = plan.publishers.clamp(1, plan.channels.max(1));
     let plan = Arc::new(plan);
@@ -89,12 +91,12 @@ pub fn spawn(
     })
 }
 
-fn run(
+fn run<M: From<Published>>(
     plan: &PublishPlan,
     mine: &[u32],
     threads: u32,
     stop: &AtomicBool,
-    out: &Sender<crate::coordinator::Msg>,
+    out: &Sender<M>,
 ) {
     let mut client = match &plan.target {
         PublishTarget::Http {
@@ -159,7 +161,7 @@ fn run(
                 ack_us: now_us(),
                 error,
             };
-            if out.send(crate::coordinator::Msg::Published(msg)).is_err() {
+            if out.send(M::from(msg)).is_err() {
                 return;
             }
         }

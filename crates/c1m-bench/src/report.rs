@@ -1,39 +1,10 @@
 //! What a run tells its user: the live progress line, the final text summary, the JSON report
 //! (`--report`) and the exit code.
 
-use crate::coordinator::{Run, Totals};
-use crate::hist::{fmt_us, percentiles, Percentiles};
-use serde::Serialize;
+use crate::hist::{percentiles, Percentiles};
+use crate::human::{fmt_us, thousands};
+use crate::run::{Run, Totals};
 use serde_json::json;
-
-/// One point of the timeline (one per second).
-#[derive(Debug, Clone, Serialize)]
-pub struct Sample {
-    pub t_s: f64,
-    pub online: u64,
-    pub connecting: u64,
-    /// Subscriptions confirmed per second in this interval.
-    pub open_rate: f64,
-    /// Errors so far.
-    pub errors: u64,
-    pub connect_p99_us: u64,
-    pub delivery_p99_us: u64,
-    /// Messages received in this interval.
-    pub delivered: u64,
-}
-
-/// 1234567 → "1,234,567".
-pub fn thousands(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::with_capacity(s.len() + s.len() / 3);
-    for (i, ch) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(ch);
-    }
-    out
-}
 
 pub fn progress_line(run: &Run, t: &Totals, rate: f64, elapsed: f64) -> String {
     let errors: u64 = t.errors.values().sum();
@@ -330,16 +301,4 @@ pub fn finish(run: &Run) -> anyhow::Result<u8> {
             .with_context(|| format!("write plot {}", path.display()))?;
     }
     Ok(if success(run, &run.totals()) { 0 } else { 1 })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn thousands_separators() {
-        assert_eq!(thousands(0), "0");
-        assert_eq!(thousands(1000), "1,000");
-        assert_eq!(thousands(1_234_567), "1,234,567");
-    }
 }

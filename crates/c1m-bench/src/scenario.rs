@@ -14,9 +14,9 @@
 //!   drops, time until all are back and caught up, resumes, gaps, loss and duplicates across
 //!   the restart ([`crate::storm`]).
 
-use crate::coordinator::{Run, Totals};
-use crate::hist::{fmt_us, percentiles};
-use crate::report::thousands;
+use crate::hist::percentiles;
+use crate::human::{fmt_us, thousands};
+use crate::run::{Run, Totals};
 use crate::BenchOptions;
 use anyhow::bail;
 use serde_json::{json, Value};

@@ -21,8 +21,8 @@
 //!   cannot have come live; one acknowledged during the handshake may have, and is not
 //!   counted).
 
-use crate::hist::{fmt_us, percentiles, Percentiles};
-use crate::report::thousands;
+use crate::hist::{percentiles, Percentiles};
+use crate::human::{fmt_us, thousands};
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};

@@ -7,128 +7,30 @@
 //! hold (`--hold`; publishing runs from its start until `--drain` before its end), stop. The
 //! run also stops at `--duration`, on SIGINT/SIGTERM, when every connection failed and nothing
 //! reconnects, or when all workers are gone. Workers die with the coordinator (PDEATHSIG).
+//!
+//! This file is the loop that drives those phases and merges what arrives; [`setup`] turns the
+//! arguments into a [`Run`] and worker configs, `procs` starts, commands and reaps the worker
+//! processes, `restart` runs the reconnect storm's restart. The run's data lives in
+//! [`crate::run`], so the report and its sections never import this module.
 
-use crate::delivery::DeliveryTotals;
-use crate::errors::{merge, ErrorCounts};
-use crate::hist::{add_pairs, new_hist, percentiles, record};
-use crate::http::{fetch_status, ServerStatus, StatusSource};
-use crate::plan::Target;
-use crate::publish::{self, PublishPlan, Published};
-use crate::report::{self, Sample};
+mod procs;
+mod restart;
 mod setup;
 
-use crate::wire::{WorkerConfig, WorkerReport, CONFIG_ENV};
+use crate::hist::{add_pairs, new_hist, percentiles, record};
+use crate::http::fetch_status;
+use crate::publish::{self, PublishPlan};
+use crate::report;
+use crate::run::{Msg, Run, Sample};
 use crate::BenchArgs;
 use anyhow::{bail, Context};
 use hdrhistogram::Histogram;
-use std::io::{BufRead, BufReader, IsTerminal, Write};
-use std::net::{IpAddr, SocketAddr};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use procs::WorkerProc;
+use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// What reaches the coordinator's loop.
-pub enum Msg {
-    Report(Box<WorkerReport>),
-    WorkerGone(usize),
-    Published(Published),
-    /// `--restart-cmd` finished: its exit code (or why it did not run) and its run time.
-    RestartDone(Result<Option<i32>, String>, f64),
-}
-
-/// Everything the report needs, merged over workers.
-pub struct Totals {
-    pub attempts: u64,
-    pub connected: u64,
-    pub subscribed: u64,
-    pub closed: u64,
-    pub online: u64,
-    pub connecting: u64,
-    /// Connections closed and reopened on purpose (`--churn-rate`).
-    pub churned: u64,
-    pub errors: ErrorCounts,
-    pub delivery: DeliveryTotals,
-    pub storm: crate::storm::StormTotals,
-}
-
-pub struct Run {
-    pub args: BenchArgs,
-    pub target: Target,
-    pub dst: SocketAddr,
-    pub workers: usize,
-    pub sources: Vec<IpAddr>,
-    pub per_source: u64,
-    /// IP_LOCAL_PORT_RANGE applied to every socket, if any.
-    pub port_range: Option<(u16, u16)>,
-    pub started_utc: String,
-    pub command: String,
-    pub latest: Vec<WorkerReport>,
-    pub finals: Vec<bool>,
-    pub connect_h: Histogram<u64>,
-    pub subscribe_h: Histogram<u64>,
-    pub delivery_h: Histogram<u64>,
-    pub publish_h: Histogram<u64>,
-    pub published: u64,
-    pub publish_errors: ErrorCounts,
-    pub timeline: Vec<Sample>,
-    pub peak_online: u64,
-    /// Fewest connections online during the hold (churn: how many were away at worst).
-    pub hold_online_min: Option<u64>,
-    pub ramp_secs: Option<f64>,
-    pub elapsed_secs: f64,
-    pub stop_reason: String,
-    /// Where the server's figures are read (None: not an http target and no --status-url).
-    pub status_source: Option<StatusSource>,
-    pub server_before: Option<ServerStatus>,
-    pub server_peak: Option<ServerStatus>,
-    pub publishing: bool,
-    pub publish_target: crate::publish::PublishTarget,
-    /// When publishing started and was told to stop (for the publish rate).
-    pub publish_window: (Option<Instant>, Option<Instant>),
-    /// The coordinator's own PSS at start and at the end of the hold (bytes).
-    pub coordinator_pss: (u64, u64),
-    /// Things the reader of a report must know (e.g. a worker that never reported at the end).
-    pub notes: Vec<String>,
-    /// The restart of `--scenario reconnect-storm`.
-    pub storm: Option<crate::storm::StormRun>,
-}
-
-impl Run {
-    pub fn totals(&self) -> Totals {
-        let mut t = Totals {
-            attempts: 0,
-            connected: 0,
-            subscribed: 0,
-            closed: 0,
-            online: 0,
-            connecting: 0,
-            churned: 0,
-            errors: ErrorCounts::new(),
-            delivery: DeliveryTotals::default(),
-            storm: Default::default(),
-        };
-        for r in &self.latest {
-            t.attempts += r.attempts;
-            t.connected += r.connected;
-            t.subscribed += r.subscribed;
-            t.closed += r.closed;
-            t.online += r.online;
-            t.connecting += r.connecting;
-            t.churned += r.churned;
-            merge(&mut t.errors, &r.errors);
-            t.delivery.add(&r.delivery);
-            t.storm.add(&r.storm);
-        }
-        t
-    }
-}
-
-struct WorkerProc {
-    child: Child,
-    stdin: Option<ChildStdin>,
-}
 
 pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
     c1m_sys::bench_sys::install_sigint_flag().context("install SIGINT handler")?;
@@ -141,54 +43,11 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
     run.coordinator_pss.0 = own_pss();
     // The clock starts before the workers do: their start-up is part of the ramp.
     let t0 = (Instant::now(), crate::payload::now_us());
-    let mut procs = spawn_workers(&configs, &tx)?;
+    let mut procs = procs::spawn(&configs, &tx)?;
     let result = drive(&mut run, &mut procs, &tx, &rx, t0);
-    // Whatever happened, no worker outlives the run.
-    for p in &mut procs {
-        drop(p.stdin.take());
-        if p.child.try_wait().ok().flatten().is_none() {
-            let _ = p.child.kill();
-        }
-        let _ = p.child.wait();
-    }
+    procs::reap(&mut procs);
     result?;
     report::finish(&run)
-}
-
-fn spawn_workers(configs: &[WorkerConfig], tx: &Sender<Msg>) -> anyhow::Result<Vec<WorkerProc>> {
-    let exe = std::env::current_exe().context("find own executable to start workers")?;
-    let mut procs = Vec::with_capacity(configs.len());
-    for cfg in configs {
-        let json = serde_json::to_string(cfg).context("encode worker config")?;
-        let mut child = Command::new(&exe)
-            .arg("__bench-worker")
-            .env(CONFIG_ENV, json)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .with_context(|| format!("start worker {} ({})", cfg.index, exe.display()))?;
-        let stdout = child.stdout.take().context("worker stdout")?;
-        let stdin = child.stdin.take();
-        let tx = tx.clone();
-        let index = cfg.index;
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                match serde_json::from_str::<WorkerReport>(&line) {
-                    Ok(r) => {
-                        if tx.send(Msg::Report(Box::new(r))).is_err() {
-                            return;
-                        }
-                    }
-                    Err(e) => eprintln!("c1m bench: worker {index}: bad report line: {e}"),
-                }
-            }
-            let _ = tx.send(Msg::WorkerGone(index));
-        });
-        procs.push(WorkerProc { child, stdin });
-    }
-    Ok(procs)
 }
 
 /// Per-interval state for the timeline and progress line.
@@ -235,13 +94,7 @@ fn handle(run: &mut Run, procs: &mut [WorkerProc], iv: &mut Interval, msg: Msg, 
                 run.published += 1;
                 record(&mut run.publish_h, p.ack_us.saturating_sub(p.sent_us));
                 let line = format!("P {} {} {} {}\n", p.channel, p.seq, p.sent_us, p.ack_us);
-                for w in procs.iter_mut() {
-                    if let Some(stdin) = w.stdin.as_mut() {
-                        if stdin.write_all(line.as_bytes()).is_err() {
-                            w.stdin = None;
-                        }
-                    }
-                }
+                procs::broadcast(procs, &line);
             }
             Some(kind) => crate::errors::bump(&mut run.publish_errors, kind),
         },
@@ -249,65 +102,6 @@ fn handle(run: &mut Run, procs: &mut [WorkerProc], iv: &mut Interval, msg: Msg, 
             if let Some(st) = run.storm.as_mut() {
                 st.cmd_result = Some((result, secs));
             }
-        }
-    }
-}
-
-/// Reconnect storm: at `--restart-after` into the hold, tells the workers the restart time and
-/// runs `--restart-cmd` on its own thread (or says that bench waits for a restart by hand).
-fn start_restart(run: &mut Run, procs: &mut [WorkerProc], tx: &Sender<Msg>) {
-    let before: u64 = run.publish_errors.values().sum();
-    let Some(st) = run.storm.as_mut() else {
-        return;
-    };
-    st.started = Some(Instant::now());
-    st.publish_errors_before = before;
-    let Some(cmd) = run.args.restart_cmd.clone() else {
-        // The restart time is unknown: each worker takes its first drop as the reference.
-        if !run.args.quiet {
-            eprintln!("c1m bench: reconnect storm: waiting for the server to be restarted by hand");
-        }
-        return;
-    };
-    let line = format!("R {}\n", crate::payload::now_us());
-    for w in procs.iter_mut() {
-        if let Some(stdin) = w.stdin.as_mut() {
-            if stdin.write_all(line.as_bytes()).is_err() {
-                w.stdin = None;
-            }
-        }
-    }
-    if !run.args.quiet {
-        eprintln!("c1m bench: reconnect storm: running --restart-cmd");
-    }
-    let tx = tx.clone();
-    let pid = st.cmd_pid.clone();
-    std::thread::spawn(move || {
-        let t = Instant::now();
-        // The command's output goes to bench's stderr: the summary on stdout stays clean.
-        let result = Command::new("sh")
-            .arg("-c")
-            .arg(&cmd)
-            .stdin(Stdio::null())
-            .stdout(std::io::stderr())
-            .spawn()
-            .and_then(|mut child| {
-                pid.store(child.id(), Ordering::SeqCst);
-                child.wait()
-            })
-            .map(|s| s.code())
-            .map_err(|e| format!("could not run sh -c: {e}"));
-        let _ = tx.send(Msg::RestartDone(result, t.elapsed().as_secs_f64()));
-    });
-}
-
-/// A `--restart-cmd` still running when the run ends is killed (reported as not finished), so
-/// bench leaves no process of its own behind.
-fn stop_restart_cmd(run: &Run) {
-    if let Some(st) = run.storm.as_ref().filter(|st| st.cmd_result.is_none()) {
-        let pid = st.cmd_pid.load(Ordering::SeqCst);
-        if pid != 0 {
-            let _ = c1m_sys::process::kill(pid, libc::SIGKILL);
         }
     }
 }
@@ -405,7 +199,7 @@ fn drive(
             _ => false,
         };
         if restart_due {
-            start_restart(run, procs, tx);
+            restart::start(run, procs, tx);
         }
         if publish_until.is_some_and(|u| now >= u) && run.publish_window.1.is_none() {
             pub_stop.store(true, Ordering::SeqCst);
@@ -479,7 +273,7 @@ fn drive(
         run.server_peak = fetch_status(src);
     }
     pub_stop.store(true, Ordering::SeqCst);
-    stop_restart_cmd(run);
+    restart::stop_cmd(run);
     if run.publish_window.0.is_some() && run.publish_window.1.is_none() {
         run.publish_window.1 = Some(Instant::now());
     }
@@ -490,11 +284,7 @@ fn drive(
     while let Ok(m) = rx.try_recv() {
         handle(run, procs, &mut iv, m, &mut gone);
     }
-    for p in procs.iter_mut() {
-        if let Some(mut stdin) = p.stdin.take() {
-            let _ = stdin.write_all(b"S\n");
-        }
-    }
+    procs::stop(procs);
     let wait_until = Instant::now() + Duration::from_secs(15);
     while Instant::now() < wait_until && !run.finals.iter().zip(&gone).all(|(f, g)| *f || *g) {
         match rx.recv_timeout(Duration::from_millis(100)) {

@@ -2,13 +2,13 @@
 //! port range, sources and the per-pair cap, worker count, the default run bound, and one
 //! [`WorkerConfig`] per worker.
 
-use super::Run;
 use crate::errors::ErrorCounts;
 use crate::hist::new_hist;
 use crate::http::StatusSource;
 use crate::plan;
 use crate::proto::Proto;
 use crate::publish::PublishTarget;
+use crate::run::Run;
 use crate::template;
 use crate::tls::{Tls, TlsTarget};
 use crate::wire::{WorkerConfig, WorkerReport};

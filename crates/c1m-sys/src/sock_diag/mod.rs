@@ -7,234 +7,28 @@
 //! caller that only counts never holds a million of them.
 //!
 //! No `unsafe` here: socket2 owns the descriptor and the records are decoded from bytes.
+//!
+//! This file sends the request and walks the answer (dumps, counts, the two-thread count);
+//! [`state`] holds the TCP states and masks, `request` the request bytes and shard filter,
+//! `record` the decoding of one record.
 
+mod record;
+mod request;
+mod state;
+
+pub use record::DiagMsg;
+pub use request::{Family, Shard};
+pub use state::{StateMask, TcpState, BOUND_INACTIVE};
+
+use record::DIAG_MSG_LEN;
+use request::{encode_request, NLMSG_HDR};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io::{self, Read};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-/// `SOCK_DIAG_BY_FAMILY` from linux/sock_diag.h.
-const SOCK_DIAG_BY_FAMILY: u16 = 20;
-/// `TCPDIAG_GETSOCK` (linux/inet_diag.h): the original request, `struct inet_diag_req`, which
-/// carries no family and so dumps TCP over both IPv4 and IPv6 in one walk.
-const TCPDIAG_GETSOCK: u16 = 18;
-/// Size of `struct inet_diag_req` (the `TCPDIAG_GETSOCK` request).
-const REQ_COMPAT_LEN: usize = 60;
-/// Size of `struct nlmsghdr`.
-const NLMSG_HDR: usize = 16;
-/// Size of `struct inet_diag_req_v2`.
-const REQ_V2_LEN: usize = 56;
-/// Size of `struct inet_diag_msg` (attributes may follow; we ask for none).
-const DIAG_MSG_LEN: usize = 72;
 /// The kernel fills at most ~32 KiB per dump message batch; a larger buffer never truncates.
 const RECV_BUF: usize = 256 * 1024;
 /// NLM_F_DUMP_INTR: the table changed while being dumped (still a usable snapshot for counts).
 const NLM_F_DUMP_INTR: u16 = 0x10;
-
-/// TCP states as the kernel numbers them (include/net/tcp_states.h).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[repr(u8)]
-pub enum TcpState {
-    Established = 1,
-    SynSent = 2,
-    SynRecv = 3,
-    FinWait1 = 4,
-    FinWait2 = 5,
-    TimeWait = 6,
-    Close = 7,
-    CloseWait = 8,
-    LastAck = 9,
-    Listen = 10,
-    Closing = 11,
-    NewSynRecv = 12,
-}
-
-impl TcpState {
-    /// Every state, in kernel order.
-    pub const ALL: [TcpState; 12] = [
-        TcpState::Established,
-        TcpState::SynSent,
-        TcpState::SynRecv,
-        TcpState::FinWait1,
-        TcpState::FinWait2,
-        TcpState::TimeWait,
-        TcpState::Close,
-        TcpState::CloseWait,
-        TcpState::LastAck,
-        TcpState::Listen,
-        TcpState::Closing,
-        TcpState::NewSynRecv,
-    ];
-
-    /// The state for a kernel state number.
-    pub fn from_u8(n: u8) -> Option<TcpState> {
-        TcpState::ALL.get((n as usize).wrapping_sub(1)).copied()
-    }
-
-    /// The name `ss` prints for this state.
-    pub fn name(self) -> &'static str {
-        match self {
-            TcpState::Established => "ESTAB",
-            TcpState::SynSent => "SYN-SENT",
-            TcpState::SynRecv => "SYN-RECV",
-            TcpState::FinWait1 => "FIN-WAIT-1",
-            TcpState::FinWait2 => "FIN-WAIT-2",
-            TcpState::TimeWait => "TIME-WAIT",
-            TcpState::Close => "UNCONN",
-            TcpState::CloseWait => "CLOSE-WAIT",
-            TcpState::LastAck => "LAST-ACK",
-            TcpState::Listen => "LISTEN",
-            TcpState::Closing => "CLOSING",
-            TcpState::NewSynRecv => "NEW-SYN-RECV",
-        }
-    }
-
-    /// Parses an `ss`-style name (case-insensitive; `established`, `time-wait`, `tw` also work).
-    pub fn parse(s: &str) -> Option<TcpState> {
-        let norm = s.to_ascii_uppercase().replace('_', "-");
-        let alias = match norm.as_str() {
-            "ESTABLISHED" => "ESTAB",
-            "TW" | "TIMEWAIT" => "TIME-WAIT",
-            "CLOSE" => "UNCONN",
-            other => other,
-        };
-        TcpState::ALL.into_iter().find(|st| st.name() == alias)
-    }
-
-    /// This state's bit in an `idiag_states` mask.
-    pub fn bit(self) -> u32 {
-        1 << (self as u32)
-    }
-}
-
-/// A set of TCP states, as the kernel-side `idiag_states` filter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StateMask(pub u32);
-
-impl StateMask {
-    /// Every state (request sockets included: the kernel adds NEW_SYN_RECV for SYN_RECV).
-    pub const ALL: StateMask = StateMask(u32::MAX);
-
-    /// A mask of the given states.
-    pub fn of(states: &[TcpState]) -> StateMask {
-        StateMask(states.iter().fold(0, |m, s| m | s.bit()))
-    }
-}
-
-/// Address family to dump.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Family {
-    V4,
-    V6,
-    /// Both families in one walk of the kernel's tables. The v2 request names one family and
-    /// the kernel walks the whole (shared) TCP hash for each, skipping the other family's
-    /// sockets, so two v2 dumps walk it twice. The older `TCPDIAG_GETSOCK` request has no
-    /// family (the kernel sets `AF_UNSPEC`) and returns both in one walk.
-    Both,
-}
-
-impl Family {
-    fn raw(self) -> u8 {
-        match self {
-            Family::V4 => libc::AF_INET as u8,
-            Family::V6 => libc::AF_INET6 as u8,
-            Family::Both => libc::AF_UNSPEC as u8,
-        }
-    }
-
-    /// The netlink message type of the request (and of the records answering it).
-    fn msg_type(self) -> u16 {
-        match self {
-            Family::Both => TCPDIAG_GETSOCK,
-            _ => SOCK_DIAG_BY_FAMILY,
-        }
-    }
-}
-
-/// One socket record, borrowed from the receive buffer (`struct inet_diag_msg`).
-#[derive(Clone, Copy)]
-pub struct DiagMsg<'a> {
-    raw: &'a [u8],
-}
-
-impl<'a> DiagMsg<'a> {
-    fn u32_at(&self, off: usize) -> u32 {
-        u32::from_ne_bytes(self.raw[off..off + 4].try_into().expect("4 bytes"))
-    }
-
-    /// The kernel's state number (see [`TcpState`]).
-    pub fn state_raw(&self) -> u8 {
-        self.raw[1]
-    }
-
-    /// The state, if the kernel reported a known one.
-    pub fn state(&self) -> Option<TcpState> {
-        TcpState::from_u8(self.state_raw())
-    }
-
-    fn is_v6(&self) -> bool {
-        self.raw[0] == libc::AF_INET6 as u8
-    }
-
-    fn addr(&self, off: usize) -> IpAddr {
-        if self.is_v6() {
-            let b: [u8; 16] = self.raw[off..off + 16].try_into().expect("16 bytes");
-            IpAddr::V6(Ipv6Addr::from(b))
-        } else {
-            let b: [u8; 4] = self.raw[off..off + 4].try_into().expect("4 bytes");
-            IpAddr::V4(Ipv4Addr::from(b))
-        }
-    }
-
-    /// Local port (host order).
-    pub fn local_port(&self) -> u16 {
-        u16::from_be_bytes([self.raw[4], self.raw[5]])
-    }
-
-    /// Remote port (host order).
-    pub fn remote_port(&self) -> u16 {
-        u16::from_be_bytes([self.raw[6], self.raw[7]])
-    }
-
-    /// Local address.
-    pub fn local_ip(&self) -> IpAddr {
-        self.addr(8)
-    }
-
-    /// Remote address.
-    pub fn remote_ip(&self) -> IpAddr {
-        self.addr(24)
-    }
-
-    /// Local address and port.
-    pub fn local(&self) -> SocketAddr {
-        SocketAddr::new(self.local_ip(), self.local_port())
-    }
-
-    /// Remote address and port.
-    pub fn remote(&self) -> SocketAddr {
-        SocketAddr::new(self.remote_ip(), self.remote_port())
-    }
-
-    /// For a listener: connections waiting in the accept queue. Otherwise: unread bytes.
-    pub fn rqueue(&self) -> u32 {
-        self.u32_at(56)
-    }
-
-    /// For a listener: its backlog (already capped by somaxconn). Otherwise: unsent bytes.
-    pub fn wqueue(&self) -> u32 {
-        self.u32_at(60)
-    }
-
-    /// Owner uid.
-    pub fn uid(&self) -> u32 {
-        self.u32_at(64)
-    }
-
-    /// Socket inode (0 for TIME_WAIT and request sockets, which have no file).
-    pub fn inode(&self) -> u32 {
-        self.u32_at(68)
-    }
-}
 
 /// What a dump saw besides the records.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -243,100 +37,6 @@ pub struct DumpStats {
     pub records: u64,
     /// The kernel said the table changed during the dump (counts are then approximate).
     pub interrupted: bool,
-}
-
-/// `INET_DIAG_REQ_BYTECODE`: the request attribute carrying a filter program.
-const INET_DIAG_REQ_BYTECODE: u16 = 1;
-/// Filter opcodes (linux/inet_diag.h).
-const BC_JMP: u8 = 1;
-const BC_S_GE: u8 = 2;
-const BC_D_GE: u8 = 4;
-const BC_D_LE: u8 = 5;
-
-/// One half of the socket table, chosen in the kernel by a filter on ports, so two threads
-/// can each dump (and pay the kernel's per-record cost for) about half the sockets.
-///
-/// With `mid` in the middle of the ephemeral range: a socket whose local and remote ports sit
-/// on the same side of `mid` is in [`Shard::Same`], the others in [`Shard::Cross`]. Every
-/// socket is in exactly one. A connection has one fixed port (the service) and one ephemeral
-/// port spread over the range, so each end of it lands in either shard about equally often.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Shard {
-    Same { mid: u16 },
-    Cross { mid: u16 },
-}
-
-fn op(code: u8, yes: u8, no: u16) -> [u8; 4] {
-    let n = no.to_ne_bytes();
-    [code, yes, n[0], n[1]]
-}
-
-/// The filter program for a shard. The kernel's auditor follows `yes` offsets from the start
-/// and wants every jump target on that chain, so the program is laid out linearly and all
-/// branching goes through `no`: jumping to the end accepts, past the end (+4) rejects.
-///
-/// ```text
-/// @0  S_GE mid        yes @8   no @20      (sport >= mid ?)
-/// @8  D_GE/D_LE mid   yes @16  no reject   (high sport: dport on the wanted side?)
-/// @16 JMP                      no accept
-/// @20 D_LE/D_GE mid   yes end  no reject   (low sport: dport on the wanted side?)
-/// ```
-fn shard_bytecode(shard: Shard) -> Vec<u8> {
-    const LEN: u16 = 28;
-    let (mid, hi_wants, lo_wants) = match shard {
-        Shard::Same { mid } => (mid, BC_D_GE, BC_D_LE),
-        Shard::Cross { mid } => (mid, BC_D_LE, BC_D_GE),
-    };
-    let mid = mid.max(1);
-    // A "<= port" test against mid-1 is the "< mid" side; ">= mid" is the other.
-    let port_for = |code: u8| if code == BC_D_LE { mid - 1 } else { mid };
-    let mut bc = Vec::with_capacity(LEN as usize);
-    bc.extend(op(BC_S_GE, 8, 20));
-    bc.extend(op(0, 0, mid));
-    bc.extend(op(hi_wants, 8, (LEN - 8) + 4));
-    bc.extend(op(0, 0, port_for(hi_wants)));
-    bc.extend(op(BC_JMP, 4, LEN - 16));
-    bc.extend(op(lo_wants, 8, (LEN - 20) + 4));
-    bc.extend(op(0, 0, port_for(lo_wants)));
-    debug_assert_eq!(bc.len(), LEN as usize);
-    bc
-}
-
-fn encode_request(family: Family, states: StateMask, seq: u32, shard: Option<Shard>) -> Vec<u8> {
-    let bc = shard.map(shard_bytecode).unwrap_or_default();
-    let attr_len = if bc.is_empty() { 0 } else { 4 + bc.len() };
-    let req_len = match family {
-        Family::Both => REQ_COMPAT_LEN,
-        _ => REQ_V2_LEN,
-    };
-    let total = NLMSG_HDR + req_len + attr_len;
-    let mut buf = vec![0u8; total];
-    let flags = (libc::NLM_F_REQUEST | libc::NLM_F_DUMP) as u16;
-    buf[0..4].copy_from_slice(&(total as u32).to_ne_bytes());
-    buf[4..6].copy_from_slice(&family.msg_type().to_ne_bytes());
-    buf[6..8].copy_from_slice(&flags.to_ne_bytes());
-    buf[8..12].copy_from_slice(&seq.to_ne_bytes());
-    // nlmsg_pid 0: addressed to the kernel.
-    let req = &mut buf[NLMSG_HDR..NLMSG_HDR + req_len];
-    req[0] = family.raw();
-    // The sockid stays zero: a dump ignores it. idiag_ext 0: no extra attributes, keeps
-    // records small.
-    match family {
-        // inet_diag_req: family, src_len, dst_len, ext, sockid (48 bytes), states, dbs.
-        Family::Both => req[52..56].copy_from_slice(&states.0.to_ne_bytes()),
-        // inet_diag_req_v2: family, protocol, ext, pad, states, sockid.
-        _ => {
-            req[1] = libc::IPPROTO_TCP as u8;
-            req[4..8].copy_from_slice(&states.0.to_ne_bytes());
-        }
-    }
-    if attr_len > 0 {
-        let a = &mut buf[NLMSG_HDR + req_len..];
-        a[0..2].copy_from_slice(&(attr_len as u16).to_ne_bytes());
-        a[2..4].copy_from_slice(&INET_DIAG_REQ_BYTECODE.to_ne_bytes());
-        a[4..].copy_from_slice(&bc);
-    }
-    buf
 }
 
 /// Dumps the TCP sockets of one family whose state is in `states`, handing each record to `f`.
@@ -426,7 +126,7 @@ fn walk(
                 }
                 _ if ty == record_type && payload.len() >= DIAG_MSG_LEN => {
                     stats.records += 1;
-                    f(&DiagMsg { raw: payload });
+                    f(&DiagMsg::new(payload));
                 }
                 _ => {}
             }
@@ -463,11 +163,6 @@ pub fn dump_tcp_all(
     }
 }
 
-/// `TCPF_BOUND_INACTIVE` (Linux 6.7+): not a socket state but a request bit for sockets that
-/// are bound and neither listening nor connected (they are reported as CLOSE). Asking for it
-/// makes the kernel walk its bind table, every bound socket, on top of the connection table.
-pub const BOUND_INACTIVE: StateMask = StateMask(1 << 13);
-
 /// Counts TCP sockets per kernel state number (index = state) over both families, streaming.
 pub fn count_tcp_states(states: StateMask) -> io::Result<[u64; 16]> {
     let mut counts = [0u64; 16];
@@ -496,8 +191,9 @@ pub fn count_tcp_states_parallel(states: StateMask) -> io::Result<[u64; 16]> {
 
 #[cfg(test)]
 mod tests {
+    use super::request::SOCK_DIAG_BY_FAMILY;
     use super::*;
-    use std::net::{TcpListener, TcpStream};
+    use std::net::{SocketAddr, TcpListener, TcpStream};
 
     #[test]
     fn state_names_round_trip() {

@@ -1,7 +1,8 @@
 //! The push gateway (`c1m serve`).
 //!
 //! # Layout
-//! - [`config`]: flags, environment and TOML resolved into one `Config`.
+//! - [`config`]: flags, environment and TOML resolved into one `Config`, and the reports on it
+//!   (`--check-config`, `--print-config`).
 //! - `master`: supervises workers and is the in-node hub (`hub`) that assigns ids, keeps
 //!   history and routes each publish to the workers with subscribers.
 //! - `worker`: one process per SO_REUSEPORT listener, one edge-triggered loop over a slab of
@@ -19,7 +20,6 @@ mod growing_read;
 #[doc(hidden)]
 pub use broker::redis::key_slot as redis_cluster_key_slot;
 pub mod config;
-pub mod config_report;
 // Public because `ipc::WorkerStats` (public for the fuzz harness) carries histograms.
 #[doc(hidden)]
 pub mod histogram;
@@ -58,7 +58,7 @@ fn build_info() -> (&'static str, &'static str) {
 /// which values came from flags and which from the environment.
 pub fn run(args: ServeArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result<u8> {
     if args.check_config {
-        let problems = config_report::check(&args);
+        let problems = config::report::check(&args);
         for p in &problems {
             eprintln!("c1m: config: {p}");
         }
@@ -70,10 +70,10 @@ pub fn run(args: ServeArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Resul
     }
     let cfg = args.resolve()?;
     if args.print_config {
-        print!("{}", config_report::print(&args, &cfg, matches));
+        print!("{}", config::report::print(&args, &cfg, matches));
         return Ok(0);
     }
-    log::init(&cfg);
+    log::init(cfg.log_format, &cfg.log_level);
     let _span = tracing::info_span!("master", pid = std::process::id()).entered();
     let json = cfg.log_format == config::LogFormat::Json;
     match serve(args, cfg, matches) {
@@ -107,7 +107,7 @@ fn serve(
     let workers_why = master::workers_reason(cfg.workers, cfg.max_conns, limit.hard, cpus, &plan);
     let workers_from = match cfg.workers {
         config::Workers::Count(_) => {
-            match config_report::source_of(&args, "workers", matches).as_str() {
+            match config::report::source_of(&args, "workers", matches).as_str() {
                 "file" => " (from the --config file)".to_string(),
                 from => format!(" (from {from})"),
             }

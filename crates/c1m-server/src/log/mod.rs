@@ -8,17 +8,31 @@
 //! attacker can cause at will are summed by the master into one warning per
 //! [`REFUSAL_SUMMARY_EVERY`] ([`RefusalSummary`]), and a worker's own error paths that can
 //! repeat per connection go through [`Limited`].
+//!
+//! The two log settings, [`LogFormat`] and the `--log-level` [`filter`], are defined here and
+//! the configuration uses them; this module takes plain values, never the configuration, so
+//! the logger can be set up (and tested) without it.
 
 mod worker_lines;
 
-use crate::config::{Config, LogFormat};
-use crate::ipc::Refused;
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 use tracing_subscriber::EnvFilter;
 
 /// How often at most the master writes its refusal summary.
 pub const REFUSAL_SUMMARY_EVERY: Duration = Duration::from_secs(10);
+
+/// How log lines are written to stderr.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// `2026-11-23T13:40:00.123456Z  INFO worker{n=0 pid=123}: message key=value`
+    Text,
+    /// One JSON object per line: timestamp, level, fields (message and values), span.
+    Json,
+}
 
 /// The filter `--log-level` names (a level or a tracing filter directive list).
 pub fn filter(level: &str) -> Result<EnvFilter, String> {
@@ -30,13 +44,13 @@ pub fn filter(level: &str) -> Result<EnvFilter, String> {
 
 /// Installs a worker's subscriber ([`worker_lines`]): the same lines as the master's, each
 /// naming the worker by index and pid, without tracing-subscriber's span registry.
-pub fn init_worker(cfg: &Config, index: usize) {
+pub fn init_worker(format: LogFormat, level: &str, index: usize) {
     use tracing_subscriber::layer::SubscriberExt;
-    let filter = filter(&cfg.log_level).unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = filter(level).unwrap_or_else(|_| EnvFilter::new("info"));
     let lines = worker_lines::WorkerLines {
         index,
         pid: std::process::id(),
-        json: matches!(cfg.log_format, LogFormat::Json),
+        json: matches!(format, LogFormat::Json),
         ansi: std::io::stderr().is_terminal(),
     };
     let _ = tracing::subscriber::set_global_default(lines.with(filter));
@@ -44,15 +58,15 @@ pub fn init_worker(cfg: &Config, index: usize) {
 
 /// Installs the master's subscriber. Called once, first thing; a second call (tests in one
 /// process) is ignored.
-pub fn init(cfg: &Config) {
-    let filter = filter(&cfg.log_level).unwrap_or_else(|_| EnvFilter::new("info"));
+pub fn init(format: LogFormat, level: &str) {
+    let filter = filter(level).unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(filter)
         .with_target(false)
         // Colour only for a person at a terminal: a journal or a file gets plain text.
         .with_ansi(std::io::stderr().is_terminal());
-    let _ = match cfg.log_format {
+    let _ = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder
             .json()
@@ -64,30 +78,38 @@ pub fn init(cfg: &Config) {
 
 /// Sums the refusal counters over the interval and writes one warning per
 /// [`REFUSAL_SUMMARY_EVERY`] naming what rose, so a flood of bad requests costs one line per 10 s.
+/// It takes the counters as named values, so the logger does not depend on where they are
+/// counted.
 pub struct RefusalSummary {
-    last: Refused,
+    /// The totals at the last summary; a counter not seen yet was 0.
+    last: Vec<(&'static str, u64)>,
     at: Instant,
 }
 
 impl RefusalSummary {
     pub fn new(now: Instant) -> RefusalSummary {
         RefusalSummary {
-            last: Refused::default(),
+            last: Vec::new(),
             at: now,
         }
     }
 
-    /// Called with the current totals; writes the summary when one is due and anything rose.
-    pub fn tick(&mut self, now: Instant, totals: &Refused) {
+    /// Called with the current totals (name and count); writes the summary when one is due and
+    /// anything rose.
+    pub fn tick(&mut self, now: Instant, totals: &[(&'static str, u64)]) {
         if now.duration_since(self.at) < REFUSAL_SUMMARY_EVERY {
             return;
         }
+        let before = |name: &str| {
+            self.last
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map_or(0, |(_, v)| *v)
+        };
         let rose: Vec<String> = totals
-            .fields()
             .iter()
-            .zip(self.last.fields())
-            .filter(|((_, now), (_, before))| now > before)
-            .map(|((name, now), (_, before))| format!("{name} +{}", now - before))
+            .filter(|(name, now)| *now > before(name))
+            .map(|(name, now)| format!("{name} +{}", now - before(name)))
             .collect();
         if !rose.is_empty() {
             tracing::warn!(
@@ -96,7 +118,7 @@ impl RefusalSummary {
                 "connections or requests refused"
             );
         }
-        self.last = *totals;
+        self.last = totals.to_vec();
         self.at = now;
     }
 }

@@ -426,7 +426,7 @@ impl Master {
                 self.pump();
                 next_expire = now + Duration::from_secs(1);
                 let refused = status::refused_totals(self);
-                self.refusal_log.tick(now, &refused);
+                self.refusal_log.tick(now, &refused.fields());
                 self.push_dashboard();
             }
             self.reap();

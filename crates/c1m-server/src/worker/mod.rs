@@ -178,7 +178,7 @@ pub fn run_from_env() -> anyhow::Result<u8> {
     let cfg: Config = serde_json::from_str(&var(ENV_CONFIG)?).context("worker config")?;
     let index: usize = var(ENV_INDEX)?.parse().context("worker index")?;
     // Every line this worker writes carries its index and pid.
-    crate::log::init_worker(&cfg, index);
+    crate::log::init_worker(cfg.log_format, &cfg.log_level, index);
     let json = cfg.log_format == crate::config::LogFormat::Json;
     match run_configured(cfg, index) {
         // In JSON mode every line the process writes is JSON, its last words too.

@@ -3,7 +3,7 @@
 //! reference of every key (docs/CONFIG.md, generated from the same clap definitions as `--help`,
 //! so the two cannot drift; a test compares them).
 
-use crate::config::{Config, ServeArgs};
+use super::{Config, ServeArgs};
 use clap::parser::ValueSource;
 use clap::{ArgMatches, Args, Command};
 use std::fmt::Write as _;
@@ -93,32 +93,11 @@ pub fn print(args: &ServeArgs, cfg: &Config, matches: Option<&ArgMatches>) -> St
                 let _ = writeln!(out, "{key} = {v}  # {from}");
             }
             None => {
-                let _ = writeln!(out, "# {key} = ({})  # {from}", unset_meaning(&key, cfg));
+                let _ = writeln!(out, "# {key} = ({})  # {from}", cfg.unset_meaning(&key));
             }
         }
     }
     out
-}
-
-/// What the server does for a key that is not set: usually nothing (off), but some keys fall
-/// back to another value, which `--print-config` must show as `--help` states it.
-fn unset_meaning(key: &str, cfg: &Config) -> String {
-    match key {
-        "tcp_user_timeout" => match cfg.effective_user_timeout() {
-            Some(d) => format!(
-                "keepalive idle + interval x count: {}",
-                humantime::format_duration(d)
-            ),
-            None => "off: keepalive is off".to_string(),
-        },
-        "ws_origins" if cfg.cors_origins.is_some() => "the cors_origins list".to_string(),
-        "ws_origins" => "any origin".to_string(),
-        "publish_key" => "none: loopback peers only".to_string(),
-        "admin_listen" => "none: served on listen".to_string(),
-        "broker" => "none: the in-process hub".to_string(),
-        "broker_ca" => "the system's CA roots".to_string(),
-        _ => "off".to_string(),
-    }
 }
 
 /// docs/CONFIG.md: every key with its flag, environment variable and help text.

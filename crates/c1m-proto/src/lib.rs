@@ -3,12 +3,15 @@
 //! HTTP/1.1 request heads, SSE, WebSocket frames and handshake,
 //! long-poll bodies, the raw TCP line protocol, and connection counts as written on the command
 //! line ([`count`]) and the ephemeral-port budget per (source, destination) ([`ports`]). Shared by `c1m-server` and `c1m-bench`.
+//! The gateway's internal binary formats share one codec ([`codec`]): the master ↔ worker
+//! link and the versioned live-upgrade hand-over ([`handover`]).
 //! Everything here is pure and fuzzable: bytes in, values or bytes out. docs/PROTOCOL.md is the
 //! contract these functions implement.
 
 pub mod channel;
 pub mod chunked;
 pub mod client;
+pub mod codec;
 pub mod count;
 pub mod handover;
 pub mod http;

@@ -1,0 +1,95 @@
+//! One connection's state as it crosses a live upgrade beside its descriptor, and batches of
+//! them. The server maps its own connection kinds onto `kind`; this module only carries bytes.
+
+use super::SCOPE;
+use crate::codec::{Reader, Result, Writer};
+
+/// One connection's state beside its descriptor. `kind` is the server's own code for what
+/// the connection is doing (the server maps it; unknown codes are refused there).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConnRecord {
+    pub kind: u8,
+    pub keep_alive: bool,
+    pub flags: u8,
+    pub edge: u8,
+    /// Milliseconds left on the connection's timer (0: none).
+    pub timer_ms: u64,
+    /// Channels subscribed, by name.
+    pub channels: Vec<String>,
+    /// Input read but not yet used (a half-read request or line, an unfinished frame).
+    pub inbuf: Vec<u8>,
+    /// Bytes owed to the client, in order (the unsent tail of its queue).
+    pub out: Vec<u8>,
+    /// A chunked replay waiting for its next chunk after this id.
+    pub replay_after: Option<u64>,
+    /// CORS headers owed on this connection's next answer.
+    pub cors: Option<String>,
+    /// A `/dashboard/events` stream.
+    pub dashboard: bool,
+    /// WebSocket mid-message: the decoder's state and the message so far.
+    pub ws_decoder: Option<Vec<u8>>,
+    pub ws_data: Vec<u8>,
+}
+
+impl ConnRecord {
+    fn write(&self, w: &mut Writer) {
+        w.u8(self.kind)
+            .bool(self.keep_alive)
+            .u8(self.flags)
+            .u8(self.edge)
+            .u64(self.timer_ms);
+        w.count(self.channels.len());
+        for c in &self.channels {
+            w.str(c);
+        }
+        w.bytes(&self.inbuf)
+            .bytes(&self.out)
+            .opt_u64(self.replay_after);
+        w.opt_str(self.cors.as_deref())
+            .bool(self.dashboard)
+            .opt_bytes(self.ws_decoder.as_deref())
+            .bytes(&self.ws_data);
+    }
+
+    fn read(r: &mut Reader) -> Result<ConnRecord> {
+        let mut rec = ConnRecord {
+            kind: r.u8("kind")?,
+            keep_alive: r.bool("keep-alive")?,
+            flags: r.u8("flags")?,
+            edge: r.u8("edge")?,
+            timer_ms: r.u64("timer")?,
+            ..Default::default()
+        };
+        for _ in 0..r.count(4, "channel count")? {
+            rec.channels.push(r.string("channel")?);
+        }
+        rec.inbuf = r.bytes("inbuf")?;
+        rec.out = r.bytes("out")?;
+        rec.replay_after = r.opt_u64("replay")?;
+        rec.cors = r.opt_string("cors")?;
+        rec.dashboard = r.bool("dashboard")?;
+        rec.ws_decoder = r.opt_bytes("ws decoder")?;
+        rec.ws_data = r.bytes("ws data")?;
+        Ok(rec)
+    }
+
+    /// A batch of records: a count, then each record.
+    pub fn encode_batch(records: &[ConnRecord]) -> Vec<u8> {
+        let mut w = Writer::new();
+        w.count(records.len());
+        for rec in records {
+            rec.write(&mut w);
+        }
+        w.into_bytes()
+    }
+
+    pub fn decode_batch(data: &[u8]) -> Result<Vec<ConnRecord>> {
+        let mut r = Reader::new(data, SCOPE);
+        let n = r.count(30, "record count")?;
+        let records = (0..n)
+            .map(|_| ConnRecord::read(&mut r))
+            .collect::<Result<Vec<_>>>()?;
+        r.end("record batch")?;
+        Ok(records)
+    }
+}

@@ -1,5 +1,5 @@
 //! The one binary codec the gateway's internal formats share: the master ↔ worker link
-//! (`c1m-server`'s ipc) and the live upgrade's hand-over ([`crate::handover`]). It owns the
+//! (`c1m-server`'s ipc) and the live upgrade's hand-over (the `handover` module). It owns the
 //! primitive encodings (little-endian numbers, byte strings with a u32 length, u32 counts,
 //! optional values), the bounds checks every read makes, and named records: a struct sent
 //! field by field as (name, value) pairs, so a field added or removed on one side cannot shift

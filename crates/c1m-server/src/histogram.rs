@@ -12,9 +12,6 @@ pub const BOUNDS_US: [u64; 19] = [
 /// Buckets including the last (+Inf) one.
 pub const BUCKETS: usize = BOUNDS_US.len() + 1;
 
-/// Values sent over the ipc link per histogram: the bucket counts, then the sum.
-pub const WIRE_VALUES: usize = BUCKETS + 1;
-
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Histogram {
     /// Per-bucket (not cumulative) counts: `counts[i]` holds values ≤ `BOUNDS_US[i]` and above
@@ -39,22 +36,6 @@ impl Histogram {
             *a += b;
         }
         self.sum_us = self.sum_us.saturating_add(other.sum_us);
-    }
-
-    pub fn to_values(&self) -> [u64; WIRE_VALUES] {
-        let mut v = [0; WIRE_VALUES];
-        v[..BUCKETS].copy_from_slice(&self.counts);
-        v[BUCKETS] = self.sum_us;
-        v
-    }
-
-    pub fn from_values(v: [u64; WIRE_VALUES]) -> Histogram {
-        let mut counts = [0; BUCKETS];
-        counts.copy_from_slice(&v[..BUCKETS]);
-        Histogram {
-            counts,
-            sum_us: v[BUCKETS],
-        }
     }
 
     /// The upper bound (µs) of the bucket holding quantile `q`; None when empty, u64::MAX when
@@ -172,7 +153,6 @@ mod tests {
         assert_eq!(h.counts[BUCKETS - 2], 1);
         assert_eq!(h.counts[BUCKETS - 1], 1); // +Inf
         assert_eq!(h.count(), 6);
-        assert_eq!(Histogram::from_values(h.to_values()), h);
     }
 
     #[test]

@@ -21,7 +21,7 @@
 //! resumes against a restarted server is told about a gap instead of being replayed the wrong
 //! messages.
 
-use crate::ipc::Replay;
+use crate::replay::Replay;
 use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};

@@ -23,7 +23,7 @@ mod target;
 
 use super::{Broker, BrokerStats, Event, Limits, Req};
 use crate::hub::ReplayChunk;
-use crate::ipc::Replay;
+use crate::replay::Replay;
 use anyhow::Context;
 pub use io::Shared;
 use io::{Incoming, Request, Which};

@@ -12,7 +12,7 @@
 //! ignores the database number, so it is part of the name).
 
 use crate::hub::{gap_through, ReplayChunk};
-use crate::ipc::Replay;
+use crate::replay::Replay;
 use redis::Value;
 
 /// Shared by the scripts of both modes (one Redis, `cluster_script`): the epoch on first touch

@@ -1,0 +1,216 @@
+//! Worker → master messages: publishes, subscriptions joined and left, the periodic stats
+//! push, `/status` and `/channels` queries, and the worker's side of a live upgrade. Each tag
+//! number is written once, in [`Tag`]; `encode` and `decode` both go through it.
+
+use super::stats::{IoReport, WorkerStats};
+use super::{frame, reader, MAX_CHANNELS};
+use c1m_proto::codec::{Reader, Result};
+use std::io;
+
+c1m_proto::wire_tags! {
+    /// The first byte of every worker → master frame.
+    enum Tag {
+        Publish = 1,
+        Join = 2,
+        Leave = 3,
+        Stats = 4,
+        StatusQuery = 5,
+        Counts = 6,
+        ChannelInfo = 7,
+        HandOverPrepared = 24,
+        HandOverSent = 25,
+        HandOverFailed = 26,
+        Io = 30,
+        PublishKeyed = 60,
+    }
+}
+
+/// Worker → master.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToMaster {
+    Publish {
+        req: u64,
+        channel: String,
+        payload: Vec<u8>,
+    },
+    /// Register this worker's interest in `channels` and answer with what followed `after`.
+    Join {
+        req: u64,
+        channels: Vec<String>,
+        after: Option<u64>,
+    },
+    /// This worker has no subscribers left on `channel`.
+    Leave {
+        channel: String,
+    },
+    /// Boxed: the figures are several times larger than any other message.
+    Stats(Box<WorkerStats>),
+    StatusQuery {
+        req: u64,
+        metrics: bool,
+    },
+    /// This worker's subscriber count on each channel whose count changed since its last
+    /// report (0: none left). Sent with the stats; feeds `GET /channels/{ch}`.
+    Counts {
+        counts: Vec<(String, u32)>,
+    },
+    /// `GET /channels/{ch}`: answered with a `Status` frame carrying the JSON body.
+    ChannelInfo {
+        req: u64,
+        channel: String,
+    },
+    /// A publish with an `Idempotency-Key`: a retry with the same key on the same channel is
+    /// answered with the first one's id and stored and delivered once.
+    PublishKeyed {
+        req: u64,
+        channel: String,
+        payload: Vec<u8>,
+        key: String,
+    },
+    // ---- live upgrade (docs/upgrade.md) ----
+    /// Input and accepts are stopped and every request this worker made is on the link before
+    /// this frame: the master's answers to them come before `HandOverGo`.
+    HandOverPrepared,
+    /// Every connection (`conns`) and listener went to the new worker, which has them all; this
+    /// worker touches none of them any more and waits for commit or abort.
+    HandOverSent {
+        conns: u64,
+    },
+    /// The hand-over from this worker failed (the new worker died, refused, or timed out); it
+    /// serves on as before.
+    HandOverFailed {
+        reason: String,
+    },
+    /// The worker's send path and io_uring counters, sent with each stats push.
+    Io(IoReport),
+}
+
+impl ToMaster {
+    /// The whole frame: length prefix, tag, fields.
+    pub fn encode(&self) -> Vec<u8> {
+        match self {
+            ToMaster::Publish {
+                req,
+                channel,
+                payload,
+            } => frame(Tag::Publish as u8, |w| {
+                w.u64(*req).str(channel).bytes(payload);
+            }),
+            ToMaster::Join {
+                req,
+                channels,
+                after,
+            } => frame(Tag::Join as u8, |w| {
+                w.u64(*req).count(channels.len());
+                for c in channels {
+                    w.str(c);
+                }
+                w.opt_u64(*after);
+            }),
+            ToMaster::Leave { channel } => frame(Tag::Leave as u8, |w| {
+                w.str(channel);
+            }),
+            ToMaster::Stats(s) => frame(Tag::Stats as u8, |w| {
+                w.record(|r| s.write_fields(r));
+            }),
+            ToMaster::StatusQuery { req, metrics } => frame(Tag::StatusQuery as u8, |w| {
+                w.u64(*req).bool(*metrics);
+            }),
+            ToMaster::Counts { counts } => frame(Tag::Counts as u8, |w| {
+                w.count(counts.len());
+                for (channel, n) in counts {
+                    w.str(channel).u32(*n);
+                }
+            }),
+            ToMaster::ChannelInfo { req, channel } => frame(Tag::ChannelInfo as u8, |w| {
+                w.u64(*req).str(channel);
+            }),
+            ToMaster::PublishKeyed {
+                req,
+                channel,
+                payload,
+                key,
+            } => frame(Tag::PublishKeyed as u8, |w| {
+                w.u64(*req).str(channel).bytes(payload).str(key);
+            }),
+            ToMaster::HandOverPrepared => frame(Tag::HandOverPrepared as u8, |_| {}),
+            ToMaster::HandOverSent { conns } => frame(Tag::HandOverSent as u8, |w| {
+                w.u64(*conns);
+            }),
+            ToMaster::HandOverFailed { reason } => frame(Tag::HandOverFailed as u8, |w| {
+                w.str(reason);
+            }),
+            ToMaster::Io(io) => frame(Tag::Io as u8, |w| {
+                w.record(|r| io.write_fields(r));
+            }),
+        }
+    }
+
+    /// A frame body (the length prefix already stripped, as `Link` hands frames over).
+    pub fn decode(body: &[u8]) -> io::Result<ToMaster> {
+        let mut r = reader(body);
+        let msg = ToMaster::read(&mut r)?;
+        r.end("worker message")?;
+        Ok(msg)
+    }
+
+    fn read(r: &mut Reader) -> Result<ToMaster> {
+        let tag = r.u8("tag")?;
+        let tag = Tag::try_from(tag).map_err(|t| r.bad(format!("worker message tag {t}")))?;
+        Ok(match tag {
+            Tag::Publish => ToMaster::Publish {
+                req: r.u64("req")?,
+                channel: r.string("channel")?,
+                payload: r.bytes("payload")?,
+            },
+            Tag::Join => {
+                let req = r.u64("req")?;
+                let n = r.count(4, "channel count")?;
+                if n > MAX_CHANNELS {
+                    return Err(r.bad(format!("channel count {n} (at most {MAX_CHANNELS})")));
+                }
+                let channels = (0..n).map(|_| r.string("channel")).collect::<Result<_>>()?;
+                ToMaster::Join {
+                    req,
+                    channels,
+                    after: r.opt_u64("after")?,
+                }
+            }
+            Tag::Leave => ToMaster::Leave {
+                channel: r.string("channel")?,
+            },
+            Tag::Stats => ToMaster::Stats(Box::new(WorkerStats::read_fields(r.record("stats")?)?)),
+            Tag::StatusQuery => ToMaster::StatusQuery {
+                req: r.u64("req")?,
+                metrics: r.bool("metrics")?,
+            },
+            Tag::Counts => {
+                // Each entry takes at least 8 bytes (empty name, count).
+                let n = r.count(8, "count entries")?;
+                let mut counts = Vec::with_capacity(n);
+                for _ in 0..n {
+                    counts.push((r.string("channel")?, r.u32("count")?));
+                }
+                ToMaster::Counts { counts }
+            }
+            Tag::ChannelInfo => ToMaster::ChannelInfo {
+                req: r.u64("req")?,
+                channel: r.string("channel")?,
+            },
+            Tag::PublishKeyed => ToMaster::PublishKeyed {
+                req: r.u64("req")?,
+                channel: r.string("channel")?,
+                payload: r.bytes("payload")?,
+                key: r.string("idempotency key")?,
+            },
+            Tag::HandOverPrepared => ToMaster::HandOverPrepared,
+            Tag::HandOverSent => ToMaster::HandOverSent {
+                conns: r.u64("conns")?,
+            },
+            Tag::HandOverFailed => ToMaster::HandOverFailed {
+                reason: r.string("reason")?,
+            },
+            Tag::Io => ToMaster::Io(IoReport::read_fields(r.record("io report")?)?),
+        })
+    }
+}

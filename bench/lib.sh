@@ -51,7 +51,10 @@ c1m_binary() {
         (cd "$ROOT" && timeout 900 cargo build --release -q -p c1m)
         C1M="$ROOT/target/release/c1m"
     fi
-    export C1M
+    # The server may be another build than the load generator (bench/ab.sh: the same bench
+    # against two servers).
+    SERVE_C1M=${SERVE_C1M:-$C1M}
+    export C1M SERVE_C1M
 }
 
 wait_http() {
@@ -67,7 +70,7 @@ wait_http() {
 start_serve() {
     local log=$1
     shift
-    "$C1M" serve "$@" >"$log" 2>&1 &
+    "${SERVE_C1M:-$C1M}" serve "$@" >"$log" 2>&1 &
     SERVE_PID=$!
     track_pid "$SERVE_PID"
 }

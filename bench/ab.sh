@@ -27,6 +27,20 @@ WORKERS=${WORKERS:-6}
 TAG=${TAG:-ab}
 source "$(dirname "$0")/lib.sh" # BENCH_DIR, ROOT, OUT, c1m_binary
 c1m_binary
+# The scripts write their usual outputs (peers.json, serve-memory-N.json, ...), which other
+# entries of BENCHMARKS.md cite: keep those as they were.
+KEEP=$(mktemp -d)
+for f in peers.json peers.md "serve-memory-$MEM_N.json"; do
+    [ -e "$OUT/$f" ] && cp -p "$OUT/$f" "$KEEP/$f"
+done
+restore_outputs() {
+    local f
+    for f in peers.json peers.md "serve-memory-$MEM_N.json"; do
+        if [ -e "$KEEP/$f" ]; then cp -p "$KEEP/$f" "$OUT/$f"; else rm -f "$OUT/$f"; fi
+    done
+    rm -rf "$KEEP"
+}
+on_exit restore_outputs
 for bin in "$A" "$B"; do
     [ -x "$bin" ] || { echo "ab.sh: $bin is not an executable" >&2; exit 2; }
 done

@@ -5,7 +5,8 @@
 #   fan-out : bench/peers.sh's fanout scenario (FANOUT_N SSE subscribers, one channel):
 #             delivery p50/p99 of one message to all;
 #   publish : bench/peers.sh's channels scenario (CHANNELS channels, CHAN_SUBS subscribers,
-#             PUBLISHERS keep-alive publishers as fast as acks come): acked publishes/s.
+#             PUBLISHERS keep-alive publishers as fast as acks come): acked publishes/s and
+#             the server's CPU per delivered message.
 # The load generator is always the current build (C1M, built when unset); only the server
 # differs (SERVE_C1M, see lib.sh). Loopback only; every step is bounded by the scripts it runs.
 #
@@ -71,16 +72,18 @@ def figures(side, rnd):
     fan, ch = rows["fanout-c1m-1"], rows["channels-c1m-1"]
     return {"mem B/sub": mem["bytes_per_subscriber"], "fan-out p50 ms": fan["p50_ms"],
             "fan-out p99 ms": fan["p99_ms"], "publish/s": ch["publish_rate"],
+            "CPU µs/delivered": ch.get("cpu_us_per_delivered"),
             "missing": fan["missing"] + ch["missing"], "errors": fan["errors"] + ch["errors"]}
 runs = {(s, r): figures(s, r) for r in range(1, rounds + 1) for s in "AB"}
-keys = ["mem B/sub", "fan-out p50 ms", "fan-out p99 ms", "publish/s", "missing", "errors"]
+keys = ["mem B/sub", "fan-out p50 ms", "fan-out p99 ms", "publish/s", "CPU µs/delivered",
+        "missing", "errors"]
 lines = [f"A = {a_bin}", f"B = {b_bin}", "",
          "| round | side | " + " | ".join(keys) + " |", "|---|---|" + "---|" * len(keys)]
 for (s, r), v in sorted(runs.items(), key=lambda kv: (kv[0][1], kv[0][0])):
     lines.append(f"| {r} | {s} | " + " | ".join(f"{v[k]:,.2f}" if v[k] is not None else "n/a" for k in keys) + " |")
-lines += ["", "B / A, median of the rounds' ratios (memory and p99: below 1 is better for B; "
-          "publish/s: above 1 is better for B):", ""]
-for k in keys[:4]:
+lines += ["", "B / A, median of the rounds' ratios (memory, p99 and CPU: below 1 is better for "
+          "B; publish/s: above 1 is better for B):", ""]
+for k in keys[:5]:
     xs = [runs[("B", r)][k] / runs[("A", r)][k] for r in range(1, rounds + 1)
           if runs[("A", r)][k] and runs[("B", r)][k]]
     lines.append(f"- {k}: " + ("n/a" if not xs else

@@ -121,6 +121,16 @@ cpu_ticks() {
     awk '{print $14 + $15}' "/proc/$1/stat"
 }
 
+# utime + stime of PID and its children, in clock ticks (getconf CLK_TCK per second). A
+# server's workers live as long as the run, so nothing it spent is left in cutime.
+tree_cpu_ticks() {
+    local pid=$1 p
+    for p in "$pid" $(pgrep -P "$pid" 2>/dev/null); do
+        # comm (field 2) may hold spaces: count fields from the closing parenthesis.
+        sed 's/^.*) //' "/proc/$p/stat" 2>/dev/null || true
+    done | awk '{ t += $12 + $13 } END { print t + 0 }'
+}
+
 work_dir() {
     if [ -n "${KEEP_WORK:-}" ]; then
         WORK=$KEEP_WORK

@@ -22,7 +22,7 @@ mod slots;
 mod target;
 
 use super::{Broker, BrokerStats, Event, Limits, Req};
-use crate::hub::ReplayChunk;
+use crate::broker::ReplayChunk;
 use crate::ipc::Replay;
 use anyhow::Context;
 pub use io::Shared;

@@ -11,7 +11,7 @@
 //! stream expired as a whole). Pub/sub channel `c1m:DB:p:CH` carries `ID\nPAYLOAD` (pub/sub
 //! ignores the database number, so it is part of the name).
 
-use crate::hub::{gap_through, ReplayChunk};
+use crate::broker::{gap_through, ReplayChunk};
 use crate::ipc::Replay;
 use redis::Value;
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The abuse suite (issue #9): every way a request, a peer or a signal once broke c1m serve,
+"""The abuse suite: every way a request, a peer or a signal once broke c1m serve,
 replayed against real servers on loopback. Run through bench/abuse.sh (it builds c1m).
 
 One line per case: what was sent, what a production gateway must answer, what was seen, and

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# abuse.sh: the issue #9 abuse suite — every request, peer behaviour and signal that once broke
+# abuse.sh: the abuse suite — every request, peer behaviour and signal that once broke
 # c1m serve, replayed against servers it starts on loopback (bench/abuse.py holds the cases).
 # Prints one line per case (sent | expected | seen) and a summary: worker deaths and messages
 # lost without a gap event, both must be 0. Exit 0 when every case holds.

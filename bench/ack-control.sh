@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# ack-control.sh: publish acknowledgements while every subscriber worker is busy (issue 16).
+# ack-control.sh: publish acknowledgements while every subscriber worker is busy.
 # N SSE subscribers of one channel spread over WORKERS serve workers (many, as at 1M on a box
 # whose RLIMIT_NOFILE forces ~19K connections per process), bench publishing one message every
 # EVERY, each fan-out taking most of that time, so most publishes arrive while all workers are
 # delivering. Modes, alternating in one run, same binary (C1M) and same bench:
-#   public  - publishes on --listen, served by a subscriber worker (the layout before issue 16)
+#   public  - publishes on --listen, served by a subscriber worker (the layout without a control worker)
 #   control - --admin-listen --admin-publish: publishes served by the control worker
 #   nice    - control + `serve --worker-nice NICE` and `bench --load-nice NICE`
 # Figures: bench's publish_ack (client side) and serve's own publish_ack histogram (/status).

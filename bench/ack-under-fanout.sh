@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ack-under-fanout.sh: publish acknowledgement time while fan-outs overlap (issue 16). One
+# ack-under-fanout.sh: publish acknowledgement time while fan-outs overlap. One
 # serve worker holds N SSE subscribers of one channel (N ≤ 19,000: no lock, no sysctl) and
 # bench publishes a SIZE-byte message every EVERY, faster than one fan-out to N sockets ends,
 # so most publishes arrive while the worker is in the middle of a fan-out. Figures: bench's

@@ -2,7 +2,7 @@
 # fanout-perf.sh: where a worker's fan-out time goes, epoll vs io_uring. For each --io mode:
 # c1m serve --workers 1, N SSE subscribers from c1m bench, one message every EVERY; `perf record
 # -g` on the worker process for the publishing window; the stacks become a flame graph
-# (bench/flamegraph.py, standard-library Python) and a top-functions summary. Issue #16.
+# (bench/flamegraph.py, standard-library Python) and a top-functions summary.
 #
 # Usage: bench/fanout-perf.sh [N]   (default 15000: one worker holds them all within its 20000-descriptor limit)
 # Env: TAG (report name suffix), MODES ("epoll uring"): each a --io value, or serve flags joined by commas

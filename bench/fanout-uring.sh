@@ -3,7 +3,7 @@
 # c1m serve --io epoll (one write() per socket), c1m serve --io uring (batched io_uring sends)
 # and the C floor (bench/fanout_floor.c: a multi-process epoll loop, one write() per socket),
 # same client (c1m bench), same N, alternating ROUNDS times (the order rotates each round so
-# a drift in the box's load does not favour one). Loopback only. Issue #16.
+# a drift in the box's load does not favour one). Loopback only.
 #
 # Each run: `c1m bench --proto sse --conns N --rate RATE --channels 1 --hold HOLD
 # --publish-every EVERY --drain DRAIN`: each message's fan-out is measured alone. Delivery

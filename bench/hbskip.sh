@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # hbskip.sh: what skipping the SSE heartbeat of streams sent other bytes within the interval
-# (issue 16, branch hbskip) does to the subscribe ramp. Two binaries in the same run,
+# does to the subscribe ramp. Two binaries in the same run,
 # alternating, ROUNDS rounds each, in two scenarios:
 #   quiet: N SSE subscribers, nothing published (every stream gets heartbeats once silent);
 #   busy:  the same with a message to all every 2 s from the start (--publish-from-start), so

@@ -51,7 +51,10 @@ c1m_binary() {
         (cd "$ROOT" && timeout 900 cargo build --release -q -p c1m)
         C1M="$ROOT/target/release/c1m"
     fi
-    export C1M
+    # The server may be another build than the load generator (bench/ab.sh: the same bench
+    # against two servers).
+    SERVE_C1M=${SERVE_C1M:-$C1M}
+    export C1M SERVE_C1M
 }
 
 wait_http() {
@@ -67,7 +70,7 @@ wait_http() {
 start_serve() {
     local log=$1
     shift
-    "$C1M" serve "$@" >"$log" 2>&1 &
+    "${SERVE_C1M:-$C1M}" serve "$@" >"$log" 2>&1 &
     SERVE_PID=$!
     track_pid "$SERVE_PID"
 }
@@ -116,6 +119,16 @@ tree_procs() {
 
 cpu_ticks() {
     awk '{print $14 + $15}' "/proc/$1/stat"
+}
+
+# utime + stime of PID and its children, in clock ticks (getconf CLK_TCK per second). A
+# server's workers live as long as the run, so nothing it spent is left in cutime.
+tree_cpu_ticks() {
+    local pid=$1 p
+    for p in "$pid" $(pgrep -P "$pid" 2>/dev/null); do
+        # comm (field 2) may hold spaces: count fields from the closing parenthesis.
+        sed 's/^.*) //' "/proc/$p/stat" 2>/dev/null || true
+    done | awk '{ t += $12 + $13 } END { print t + 0 }'
 }
 
 work_dir() {

@@ -2,12 +2,17 @@
 # peers.sh: c1m serve beside nginx + nchan (Debian's nginx-light + libnginx-mod-nchan), the same
 # `c1m bench` command against each, in the same run, one scenario after the other:
 #   fanout   : N SSE subscribers on one channel, one message every EVERY (fan-out latency);
-#   channels : CHANNELS channels × k subscribers, round-robin publishing as fast as acks come.
+#   channels : CHANNELS channels × k subscribers, round-robin publishing as fast as acks come;
+#   rooms    : ROOMS rooms × ROOM_SIZE subscribers (chat rooms), the same publishing; runs
+#              only when SCENARIOS names it (200,000 connections by default).
 # Both servers get POST /pub/{ch} and GET /sub/{ch} (c1m's own paths; nchan is configured with
 # the same ones by bench/lib.sh start_nchan), so the bench command differs only in nothing.
 # Server memory is measured the same way for both: PSS of the server's process tree (master +
 # workers) at its peak during the run minus before it, per subscriber (user memory; kernel
-# socket buffers are not in PSS).
+# socket buffers are not in PSS). Server CPU per delivered message is measured the same way
+# too: utime + stime of the server's process tree, sampled every second, over the publish
+# phase only (from the first to the last second of bench's timeline with a delivery), divided
+# by the messages delivered in it.
 #
 # ROUNDS rounds, each running every server once per scenario, alternating, so a box whose load
 # changes during the run (it is shared) treats both alike; the table lists every round.
@@ -15,8 +20,9 @@
 # Usage: bench/peers.sh [FANOUT_N] [CHANNEL_SUBSCRIBERS]   (defaults 190000, 80000)
 # Env: CHANNELS (40000), RATE (40000 new connections/s), HOLD (30s) / EVERY (5s) / DRAIN (12s:
 # no publish in the last DRAIN of the hold, so the slower server's last fan-out still lands)
-# for fanout, CHOLD (15s) / PUBLISHERS (4) for channels, ROUNDS (2), PORT (18480),
-# SERVERS ("c1m nchan"), C1M (binary; built when unset).
+# for fanout, CHOLD (15s) / PUBLISHERS (4) for channels and rooms, ROOMS (10000) / ROOM_SIZE
+# (20), SCENARIOS ("fanout channels"), ROUNDS (2), PORT (18480), SERVERS ("c1m nchan"), C1M
+# (binary; built when unset).
 # Writes bench/out/peers.json (figures + both reports per run) and bench/out/peers.md (table).
 set -euo pipefail
 FANOUT_N=${1:-190000}
@@ -31,6 +37,9 @@ CHOLD=${CHOLD:-15s}
 PUBLISHERS=${PUBLISHERS:-4}
 PORT=${PORT:-18480}
 SERVERS=${SERVERS:-"c1m nchan"}
+SCENARIOS=${SCENARIOS:-"fanout channels"}
+ROOMS=${ROOMS:-10000}
+ROOM_SIZE=${ROOM_SIZE:-20}
 source "$(dirname "$0")/lib.sh"
 c1m_binary
 ensure_nchan
@@ -72,12 +81,16 @@ run_one() { # ROUND SCENARIO SERVER CONNS BENCH-ARGS...
     local src="127.$((10 + RUN_NO)).0.2-127.$((10 + RUN_NO)).0.21"
     base=$(tree_pss "$SERVER_PID")
     peak=$base
+    local t0
+    t0=$(date +%s.%N)
+    : >"$TMP/$label.cpu"
     timeout 600 "$C1M" bench "$@" --source "$src" --duration 300s --interval 5s --report "$TMP/$label.json" \
         >"$TMP/$label.txt" 2>&1 &
     bpid=$!
     while kill -0 "$bpid" 2>/dev/null; do
         p=$(tree_pss "$SERVER_PID")
         [ "$p" -gt "$peak" ] && peak=$p
+        echo "$(date +%s.%N) $t0 $(tree_cpu_ticks "$SERVER_PID")" >>"$TMP/$label.cpu"
         sleep 1
     done
     wait "$bpid" || true
@@ -90,22 +103,50 @@ run_one() { # ROUND SCENARIO SERVER CONNS BENCH-ARGS...
 
 URL="http://127.0.0.1:$PORT/sub/{ch}"
 PUB="http://127.0.0.1:$PORT/pub/{ch}"
+wants() { [[ " $SCENARIOS " == *" $1 "* ]]; }
 for round in $(seq "$ROUNDS"); do
-    for s in $SERVERS; do
+    wants fanout && for s in $SERVERS; do
         run_one "$round" fanout "$s" "$FANOUT_N" "$URL" --scenario fanout --conns "$FANOUT_N" \
             --rate "$RATE" --hold "$HOLD" --publish-every "$EVERY" --drain "$DRAIN" --publish-url "$PUB"
     done
-    for s in $SERVERS; do
+    wants channels && for s in $SERVERS; do
         run_one "$round" channels "$s" "$CHAN_SUBS" "$URL" --scenario channels --channels "$CHANNELS" \
             --conns "$CHAN_SUBS" --rate "$RATE" --hold "$CHOLD" --publishers "$PUBLISHERS" --publish-url "$PUB"
     done
+    # Rooms: the channels scenario with ROOM_SIZE subscribers on each of ROOMS channels.
+    wants rooms && for s in $SERVERS; do
+        run_one "$round" rooms "$s" $((ROOMS * ROOM_SIZE)) "$URL" --scenario channels --channels "$ROOMS" \
+            --conns $((ROOMS * ROOM_SIZE)) --rate "$RATE" --hold "$CHOLD" --publishers "$PUBLISHERS" --publish-url "$PUB"
+    done
 done
 
-python3 - "$TMP" "$OUT" "$SERVERS" "$ROUNDS" <<'PY'
+python3 - "$TMP" "$OUT" "$SERVERS" "$ROUNDS" "$SCENARIOS" "$(getconf CLK_TCK)" <<'PY'
 import datetime, json, statistics, sys
 tmp, out, servers, rounds = sys.argv[1], sys.argv[2], sys.argv[3].split(), int(sys.argv[4])
+scenarios, hz = sys.argv[5].split(), int(sys.argv[6])
+
+def cpu_per_delivered_us(label, timeline):
+    """Server CPU (µs) over the publish phase / messages delivered in it, or None."""
+    busy = [p for p in timeline if p["delivered"] > 0]
+    samples = []
+    for line in open(f"{tmp}/{label}.cpu"):
+        now, t0, ticks = line.split()
+        samples.append((float(now) - float(t0), int(ticks) * 1e6 / hz))
+    if len(busy) < 2 or len(samples) < 2:
+        return None
+    # The first busy second's deliveries began during the second before it.
+    start = busy[0]["t_s"] - (busy[1]["t_s"] - busy[0]["t_s"])
+    end = busy[-1]["t_s"]
+    def cpu_at(t):
+        for (ta, ca), (tb, cb) in zip(samples, samples[1:]):
+            if ta <= t <= tb:
+                return ca + (cb - ca) * (t - ta) / (tb - ta) if tb > ta else ca
+        return samples[0][1] if t < samples[0][0] else samples[-1][1]
+    delivered = sum(p["delivered"] for p in busy)
+    return (cpu_at(end) - cpu_at(start)) / delivered if delivered else None
+
 rows, reports = {}, {}
-for scen in ("fanout", "channels"):
+for scen in [s for s in ("fanout", "channels", "rooms") if s in scenarios]:
   for rnd in range(1, rounds + 1):
     for s in servers:
         r = json.load(open(f"{tmp}/{scen}-{s}-{rnd}.json"))
@@ -122,6 +163,7 @@ for scen in ("fanout", "channels"):
             "p99_ms": (sc.get("fanout_p99_us") or sc.get("delivery_p99_us") or 0) / 1e3,
             "p50_ms": (sc.get("fanout_p50_us") or sc.get("delivery_p50_us") or 0) / 1e3,
             "publish_rate": sc.get("publish_rate_per_s"),
+            "cpu_us_per_delivered": cpu_per_delivered_us(f"{scen}-{s}-{rnd}", r.get("timeline") or []),
             "published": r["publishing"]["published"],
             "expected": d["expected"], "missing": d["missing"], "duplicates": d["duplicates"],
             "errors": r["errors_total"], "success": res["success"], "command": r["command"],
@@ -135,16 +177,18 @@ def f(v, fmt):
     return "n/a" if v is None else format(v, fmt)
 lines = [f"Run {date}; kernel {env.get('kernel')}, {env.get('cpus')} CPUs, "
          f"{env.get('mem_total_bytes', 0) / 2**30:.1f} GiB; servers and bench on one box over loopback.", "",
-         "| scenario | round | server | online | subscribe rate | server user B/conn | p50 | p99 | publish rate (acked) | delivered / expected (missing) | errors | load1 after |",
-         "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+         "| scenario | round | server | online | subscribe rate | server user B/conn | p50 | p99 | publish rate (acked) | server CPU µs / delivered | delivered / expected (missing) | errors | load1 after |",
+         "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 for (scen, s, rnd), v in rows.items():
     lines.append(f"| {scen} | {rnd} | {s} | {v['online']:,} / {v['conns']:,} | {v['subscribe_rate']:,.0f}/s | {f(v['bytes_per_conn'], ',.0f')} "
-                 f"| {v['p50_ms']:.1f} ms | {v['p99_ms']:.1f} ms | {f(v['publish_rate'], ',.0f') + '/s' if v['publish_rate'] else '—'} "
+                 f"| {v['p50_ms']:.1f} ms | {v['p99_ms']:.1f} ms | {f(v['publish_rate'], ',.0f') + '/s' if v['publish_rate'] else '—'} | {f(v['cpu_us_per_delivered'], '.2f')} "
                  f"| {v['expected'] - v['missing']:,} / {v['expected']:,} ({v['missing']:,}) | {v['errors']:,} | {v['load1_after']:.1f} |")
 if "c1m" in servers and "nchan" in servers:
     lines += ["", "Ratios c1m ÷ nchan, median over rounds of each round's ratio (subscribe and publish rate: "
-              "above 1 is better for c1m; bytes per connection and p99: below 1 is better for c1m):", "",
-              "| scenario | subscribe rate | user B/conn | p99 | publish rate |", "|---|---|---|---|---|"]
+              "above 1 is better for c1m; bytes per connection, p99 and CPU per delivered message: "
+              "below 1 is better for c1m):", "",
+              "| scenario | subscribe rate | user B/conn | p99 | publish rate | server CPU / delivered |",
+              "|---|---|---|---|---|---|"]
     def ratio(key, scen):
         xs = []
         for rnd in range(1, rounds + 1):
@@ -152,9 +196,10 @@ if "c1m" in servers and "nchan" in servers:
             if a and b:
                 xs.append(a / b)
         return "n/a" if not xs else f"{statistics.median(xs):.2f} ({', '.join(f'{x:.2f}' for x in xs)})"
-    for scen in ("fanout", "channels"):
+    for scen in [s for s in ("fanout", "channels", "rooms") if s in scenarios]:
         lines.append(f"| {scen} | {ratio('subscribe_rate', scen)} | {ratio('bytes_per_conn', scen)} "
-                     f"| {ratio('p99_ms', scen)} | {ratio('publish_rate', scen) if scen == 'channels' else '—'} |")
+                     f"| {ratio('p99_ms', scen)} | {ratio('publish_rate', scen) if scen != 'fanout' else '—'} "
+                     f"| {ratio('cpu_us_per_delivered', scen)} |")
 lines += ["", "Commands (identical for both servers; PORT differs only by run):", ""]
 for (scen, s, rnd), v in rows.items():
     if s == servers[0] and rnd == 1:

@@ -44,7 +44,7 @@
 #      ends; the socket timing runs in that quiet window), MAX_CONNS (1000000, serve's own
 #      default: 53 workers of 19,812 here, whose 5 % spread slack held 1M with no refusal on
 #      2026-11-22; 1500000 forced 80 workers, 27 more processes' fixed cost, ~8 B per
-#      connection at 1M: BENCHMARKS.md "Issue 16 (branch fixedmem)"), PORT (18480), C1M,
+#      connection at 1M: BENCHMARKS.md "A worker's fixed cost down by a quarter"), PORT (18480), C1M,
 #      SERVE_ARGS (more flags for c1m serve, e.g. "--sse-heartbeat 0"),
 #      CONTROL (1: serve with --admin-listen PORT+2 --admin-publish, so publishes and /status
 #      go to the control worker, which holds no subscriber; 0: everything on PORT),

@@ -73,7 +73,7 @@ read -r -a EXTRA <<<"${SERVE_FLAGS:-}"
 SERVE_ARGS+=("${EXTRA[@]}")
 
 for PROTO in $PROTOS; do
-    "$C1M" serve "${SERVE_ARGS[@]}" >"$TMP/serve-$PROTO.log" 2>&1 &
+    "$SERVE_C1M" serve "${SERVE_ARGS[@]}" >"$TMP/serve-$PROTO.log" 2>&1 &
     SPID=$!
     for _ in $(seq 1 200); do
         if (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; then break; fi

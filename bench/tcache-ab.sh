@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# tcache-ab.sh: does switching glibc's tcache off in serve's workers (serve's default since
-# issue 16, for memory) cost subscribe speed? One binary, the workers' tcache off as shipped
+# tcache-ab.sh: does switching glibc's tcache off in serve's workers (serve's default, for
+# memory) cost subscribe speed? One binary, the workers' tcache off as shipped
 # and back on through the operator override GLIBC_TUNABLES=glibc.malloc.tcache_count=7,
 # alternated ROUNDS times: N SSE subscribers at bench --rate 0 against --workers W, loopback.
 # Per run: bench's ramp rate and serve's CPU (utime + stime of master and workers across the

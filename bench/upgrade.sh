@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# upgrade.sh: replace the c1m binary under N held SSE subscribers (issue #15), and for contrast
+# upgrade.sh: replace the c1m binary under N held SSE subscribers, and for contrast
 # the same with a plain restart and client resume. Loopback only.
 #
 # Both runs are `c1m bench --scenario reconnect-storm`: N SSE subscribers on one channel (bench

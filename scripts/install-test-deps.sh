@@ -2,7 +2,7 @@
 # Debian packages the tests use, installed only when missing (idempotent, quiet).
 set -euo pipefail
 # curl: an independent SSE client; iproute2 (ip), util-linux (unshare, prlimit): doctor live tests
-# (ip also builds the network namespace of serve_operations' item8_dead_peer_reaped);
+# (ip also builds the network namespace of serve_operations' dead_peer_reaped);
 # tmux: drives `c1m top` as a terminal; python3 and gcc: bench/ helpers; chromium: the browser test;
 # haproxy: the front proxy of crates/c1m/tests/serve_smuggling_haproxy.rs (fails under CI if absent).
 # openssl: `openssl s_client`, the raw-TCP-over-TLS client of crates/c1m/tests/serve_tls.rs

@@ -1,4 +1,4 @@
-//! The `Idempotency-Key` publish header (issue #10, redis5): which keys are accepted. A
+//! The `Idempotency-Key` publish header: which keys are accepted. A
 //! publish retried with the same key on the same channel is answered with the first one's id
 //! and stored once (docs/PROTOCOL.md, "Publishing exactly once").
 

@@ -1,7 +1,7 @@
 //! Reads that land straight in an input buffer (a client connection's, the master link's):
 //! the first asks for one page, and each read that fills its request doubles the next, up to a
-//! maximum. No stack array: a 16 or 64 KiB one stayed resident in every process for good
-//! (issue 16), and a quiet socket never makes its buffer grow.
+//! maximum. No stack array: a 16 or 64 KiB one stayed resident in every process for good,
+//! and a quiet socket never makes its buffer grow.
 
 use std::io;
 

@@ -7,8 +7,7 @@
 //!   history and routes each publish to the workers with subscribers.
 //! - `worker`: one process per SO_REUSEPORT listener, one edge-triggered loop over a slab of
 //!   small connection structs. All client traffic is here.
-//! - `ipc` / `link`: the framed Unix-socket protocol between them; `replay`: the resume answer
-//!   the hub backends build and the link carries.
+//! - `ipc` / `link`: the framed Unix-socket protocol between them.
 //! - `tls`: certificate loading for `--tls-cert` (the TLS byte paths are in the worker).
 //!
 //! Must not touch: raw syscalls (they live in `c1m-sys`) or wire-format details (`c1m-proto`).
@@ -33,7 +32,6 @@ mod link;
 mod listener;
 mod log;
 mod master;
-mod replay;
 mod secrets;
 mod tls;
 mod upgrade_cli;

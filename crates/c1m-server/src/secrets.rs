@@ -67,7 +67,11 @@ impl Secrets {
             bail!("key files of {total} bytes together; at most {MAX_BYTES} are accepted");
         }
         secrets.tls_configs(cfg)?;
-        crate::auth::Auth::new(cfg, &secrets)?;
+        if let (Some(path), Some(bytes)) = (&cfg.jwt_key, &secrets.jwt_key) {
+            crate::auth::key::Verifier::from_bytes(bytes)
+                .with_context(|| format!("--jwt-key {}", path.display()))
+                .context("loading the JWT key")?;
+        }
         Ok(secrets)
     }
 

@@ -38,7 +38,7 @@ pub fn load(cert: &Path, key: &Path) -> anyhow::Result<Configs> {
 }
 
 /// As [`load`], from the files' bytes (`cert` and `key` name them in errors): a worker builds
-/// its configurations from the bytes the master read (`crate::secrets`).
+/// its configurations from the bytes the master read and sent it.
 pub fn from_pem(
     cert_pem: &[u8],
     key_pem: &[u8],

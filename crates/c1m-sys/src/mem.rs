@@ -73,7 +73,8 @@ const STACK_MARGIN: usize = 16 * 1024;
 /// (parsing config, building tables and reading the first frames dig deeper than the serving
 /// loop does, and those pages stay resident otherwise). Call it at a shallow point right
 /// before a long-running loop. A later deeper call only faults fresh zero pages back in:
-/// nothing is lost, which is why this is safe at any time. Issue 16: fixed cost per process.
+/// nothing is lost, which is why this is safe at any time. It cuts a fixed cost paid in every
+/// process.
 #[inline(never)]
 pub fn release_idle_memory() -> Released {
     let mut released = Released {

@@ -48,8 +48,8 @@ enum Command {
 fn main() -> ExitCode {
     c1m_server::set_build_info(env!("CARGO_PKG_VERSION"), env!("C1M_GIT_COMMIT"));
     // Worker processes (53 of them at 1M) take no arguments: building clap's command tree
-    // first would cost each ~120 KiB of heap at its peak (heaptrack) for nothing (issue 16,
-    // memory per connection). They are hidden: clap never sees them.
+    // first would cost each ~120 KiB of heap at its peak (heaptrack) for nothing (a fixed
+    // cost paid in every worker). They are hidden: clap never sees them.
     if let Some(result) = run_internal(std::env::args_os().nth(1).as_deref()) {
         return exit_code(result);
     }

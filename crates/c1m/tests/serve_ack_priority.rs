@@ -1,4 +1,4 @@
-//! Issue #16, acks independent of fan-out: a worker delivers a published message in bounded
+//! Acks independent of fan-out: a worker delivers a published message in bounded
 //! slices and serves its other connections between slices, so a publish acknowledgement does
 //! not wait for a fan-out to thousands of sockets in the same worker. And the slicing keeps
 //! delivery exact: a subscriber resuming in the middle of a sliced fan-out gets every message

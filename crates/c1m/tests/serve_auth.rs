@@ -1,4 +1,4 @@
-//! Subscriber and publisher auth by JWT (issue #11) against the real binary. Tokens are minted
+//! Subscriber and publisher auth by JWT against the real binary. Tokens are minted
 //! by tests/auth/mint.py (python3 hmac/hashlib, and the openssl CLI for RS256/ES256/EdDSA),
 //! not by the crate the server verifies with; clients are curl, tungstenite and the harness's
 //! spec-written SSE reader.

@@ -1,4 +1,4 @@
-//! Issue #9, items 1, 2 and 6: resumes larger than any internal frame or socket queue arrive
+//! Resumes larger than any internal frame or socket queue arrive
 //! whole, in chunks, on every protocol; a worker that falls behind pushes publishers back (503
 //! with Retry-After) instead of the master buffering without end or dropping in silence.
 
@@ -52,7 +52,7 @@ fn long_poll_all(server: &Server, channel: &str, through: u64) -> (Vec<(u64, usi
 }
 
 #[test]
-fn item1_replay_larger_than_an_ipc_frame_arrives_whole_and_no_worker_dies() {
+fn replay_larger_than_an_ipc_frame_arrives_whole_and_no_worker_dies() {
     // 20 × 1 MiB of history: the old join answer was one 20 MiB frame, over the 16 MiB limit,
     // and the worker that asked died ("ipc frame too large") with all of its clients.
     let server = Server::start(&[
@@ -92,7 +92,7 @@ fn item1_replay_larger_than_an_ipc_frame_arrives_whole_and_no_worker_dies() {
 }
 
 #[test]
-fn item6_resume_larger_than_the_unsent_cap_arrives_whole_on_every_protocol() {
+fn resume_larger_than_the_unsent_cap_arrives_whole_on_every_protocol() {
     // 100 × 60 KiB = 6 MB of history, six times --max-unsent: the old long-poll answer was cut
     // at ~4 MB (the client looped on the same last_id) and SSE was cut at ~6 MB.
     let server = Server::start(&[
@@ -218,7 +218,7 @@ impl Publisher {
 }
 
 #[test]
-fn item2_a_stalled_worker_pushes_publishers_back_and_nothing_is_lost() {
+fn a_stalled_worker_pushes_publishers_back_and_nothing_is_lost() {
     // A generous --max-unsent: this test is about the master's link, and the stalled worker
     // hands its whole backlog to its subscribers at once when it wakes up.
     let server = Server::start(&["--workers", "2", "--max-unsent", "67108864"]);

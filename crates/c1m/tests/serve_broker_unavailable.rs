@@ -2,7 +2,9 @@
 //! the broker (`broker unavailable: …`), counted as `refused.broker_unavailable` (not as
 //! `refused.busy`, which means subscribers are behind), and logged as a summary rather than a
 //! line per publish. Two causes with a real redis-server: it is gone (killed by the test), and
-//! it refuses writes (out of memory under `maxmemory` with `noeviction`).
+//! it refuses writes (out of memory under `maxmemory` with `noeviction`). And what the broker
+//! can take it does not refuse: a Redis that forgot the scripts (`SCRIPT FLUSH`) has them
+//! loaded again when it answers `NOSCRIPT`, and the publish goes through.
 //!
 //! redis-server must be installed (scripts/install-test-deps.sh); without it the tests are
 //! skipped loudly, except under CI, where they fail.
@@ -103,4 +105,26 @@ fn publish_to_an_out_of_memory_redis_names_it_and_logs_a_summary() {
         .filter(|l| l.contains("redis refused a request"))
         .count();
     assert!(lines <= 2, "{lines} log lines for 51 refused publishes");
+}
+
+#[test]
+fn a_redis_that_forgot_the_scripts_gets_them_again() {
+    let Some(redis) = Redis::start(&[]) else {
+        return;
+    };
+    let (node, _logs) = node_on(&redis);
+    redis_support::publish_retrying(node.http, "news", "before");
+    assert_eq!(redis.cli(&[], &["SCRIPT", "FLUSH"]).trim(), "OK");
+    // Every publish goes through at once, each after the flush as before it.
+    for i in 0..3 {
+        let (code, _, body) = publish(&node, "news", format!("after{i}").as_bytes());
+        assert_eq!(code, 200, "{body}");
+    }
+    assert_eq!(refused(&node, "broker_unavailable"), 0);
+    // So does a resume, which reads history with the other script (forgotten again here).
+    assert_eq!(redis.cli(&[], &["SCRIPT", "FLUSH"]).trim(), "OK");
+    let mut sub = redis_support::Sub::connect(node.http, "news", Some(0)).expect("subscribe");
+    for payload in ["before", "after0", "after1", "after2"] {
+        sub.expect_message(payload);
+    }
 }

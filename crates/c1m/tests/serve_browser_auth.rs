@@ -1,4 +1,4 @@
-//! A real browser across origins with tokens (issue #11): headless Chromium loads a page from
+//! A real browser across origins with tokens: headless Chromium loads a page from
 //! a second loopback origin (`http://127.0.0.2:PORT`, served by this test), which subscribes
 //! to the c1m server on `http://127.0.0.1:PORT2` over SSE (`?token=`) and WebSocket
 //! (subprotocol `c1m.token.JWT`), CORS and the Origin check sharing `--cors-origins`. It gets a

@@ -1,4 +1,4 @@
-//! A real cluster (issue #10): `redis-server` and `haproxy` from Debian (started here on
+//! A real cluster: `redis-server` and `haproxy` from Debian (started here on
 //! loopback ports, each in its own temp dir) and three `c1m serve --broker redis://…` nodes.
 //! Publishes on node A reach subscribers on B and C once and in order; a kill -9 of B sends
 //! its subscribers through HAProxy to C, where they resume with nothing lost or repeated; a

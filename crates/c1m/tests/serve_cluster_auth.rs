@@ -1,4 +1,4 @@
-//! `--broker` with credentials (issue #10, redis5): a real redis-server with `requirepass` and
+//! `--broker` with credentials: a real redis-server with `requirepass` and
 //! an ACL user. Both of a node's Redis connections authenticate (the pub/sub one used not to:
 //! its subscribers never went live), a refused password stops the start with exit 2, a
 //! password changed under a running node gives 503s, a log line and a counter (never a panic),

@@ -1,4 +1,4 @@
-//! `--broker rediss://` (issue #10, redis5): a real redis-server serving TLS only, with a
+//! `--broker rediss://`: a real redis-server serving TLS only, with a
 //! server certificate for 127.0.0.1 signed by a CA that openssl mints in the test. With
 //! `--broker-ca` naming that CA both of a node's connections (commands and pub/sub) run over
 //! TLS and messages cross nodes; a CA that did not sign Redis' certificate (or the system

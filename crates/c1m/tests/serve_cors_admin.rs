@@ -1,5 +1,5 @@
 //! CORS for subscribe and publish, one Origin allow-list with the WebSocket check, and the
-//! admin listener (issue #11), against the real binary with curl as the client.
+//! admin listener, against the real binary with curl as the client.
 
 use crate::auth;
 use crate::common;
@@ -297,7 +297,7 @@ fn admin_publish_moves_pub_to_the_admin_listener() {
 fn one_control_worker_alone_serves_the_admin_listener() {
     // Two subscriber workers and the control worker: the admin listener is one socket, held by
     // the control worker, and no subscriber lands there, so a publish or /status never waits
-    // behind a fan-out (issue 16).
+    // behind a fan-out.
     let (server, admin) = start_with_admin(&["--workers", "2", "--admin-publish"]);
     assert_eq!(
         common::listening_sockets(admin.port()),

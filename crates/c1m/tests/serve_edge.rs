@@ -1,4 +1,4 @@
-//! The server's edge against the real binary (issue #9): who may publish over a WebSocket
+//! The server's edge against the real binary: who may publish over a WebSocket
 //! (item 5), per-source-address connection limits, and WebSocket resume and slow-consumer
 //! closes (item 11). tungstenite is the independent WebSocket client.
 
@@ -57,7 +57,7 @@ fn expect_close(socket: &mut Ws) -> (CloseCode, String) {
 }
 
 #[test]
-fn item5_ws_client_publish_needs_key() {
+fn ws_client_publish_needs_key() {
     let server = Server::start(&[
         "--workers",
         "1",
@@ -170,7 +170,7 @@ fn server_frames(mut bytes: &[u8]) -> Vec<(u8, Vec<u8>)> {
 }
 
 #[test]
-fn item5_refused_websocket_gets_one_close_and_one_count() {
+fn refused_websocket_gets_one_close_and_one_count() {
     let server = Server::start(&[
         "--workers",
         "1",
@@ -218,7 +218,7 @@ fn next_json(socket: &mut Ws) -> serde_json::Value {
 }
 
 #[test]
-fn item11_websocket_default_frames_carry_ids_and_resume() {
+fn websocket_default_frames_carry_ids_and_resume() {
     let server = Server::start(&["--workers", "1", "--history-size", "2"]);
     // No query at all: what a plain `new WebSocket(url)` gets.
     let (mut socket, _) = ws_with(&server, "/sub/res", &[]);
@@ -255,7 +255,7 @@ fn item11_websocket_default_frames_carry_ids_and_resume() {
 }
 
 #[test]
-fn item11_plain_format_is_explicit_and_cannot_resume() {
+fn plain_format_is_explicit_and_cannot_resume() {
     let server = Server::start(&["--workers", "1"]);
     let (mut plain, _) = ws_with(&server, "/sub/p?format=plain", &[]);
     let (mut json, _) = ws_with(&server, "/sub/p?format=json", &[]);
@@ -285,7 +285,7 @@ fn item11_plain_format_is_explicit_and_cannot_resume() {
 }
 
 #[test]
-fn item11_slow_websocket_is_closed_with_4008_and_can_resume() {
+fn slow_websocket_is_closed_with_4008_and_can_resume() {
     let server = Server::start(&[
         "--workers",
         "1",
@@ -334,7 +334,7 @@ fn item11_slow_websocket_is_closed_with_4008_and_can_resume() {
 }
 
 #[test]
-fn item11_slow_websocket_that_never_reads_is_cut_off() {
+fn slow_websocket_that_never_reads_is_cut_off() {
     let server = Server::start(&["--workers", "1", "--max-unsent", "65536"]);
     let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
     socket.set_recv_buffer_size(4096).unwrap();

@@ -1,4 +1,4 @@
-//! HTTP/1.1 body framing (RFC 9112 §6, issue #9 item 3), against the real binary on loopback:
+//! HTTP/1.1 body framing (RFC 9112 §6), against the real binary on loopback:
 //! a body is never read as the next request, ambiguous or malformed framing gets 400 (501 for a
 //! transfer coding we do not implement) and the connection closes, and chunked publishes work,
 //! from raw bytes and from curl.
@@ -165,7 +165,7 @@ fn attacks() -> Vec<(&'static str, Vec<u8>, u16)> {
 }
 
 #[test]
-fn item3_cl0_get_body_is_refused() {
+fn cl0_get_body_is_refused() {
     let server = Server::start(&["--workers", "1", "--head-timeout", "2s"]);
     let mut watcher = Sse::connect(server.http, "/sub/smuggled", "");
     let request = with_cl("GET /healthz HTTP/1.1\r\nHost: t\r\n", SMUGGLED);
@@ -185,7 +185,7 @@ fn item3_cl0_get_body_is_refused() {
 }
 
 #[test]
-fn item3_conflicting_and_malformed_framing_is_refused_and_closed() {
+fn conflicting_and_malformed_framing_is_refused_and_closed() {
     let server = Server::start(&["--workers", "1", "--head-timeout", "2s"]);
     let mut watcher = Sse::connect(server.http, "/sub/smuggled", "");
     let cases = attacks();
@@ -215,7 +215,7 @@ fn item3_conflicting_and_malformed_framing_is_refused_and_closed() {
 }
 
 #[test]
-fn item3_chunked_publish_is_decoded_bounded_and_strict() {
+fn chunked_publish_is_decoded_bounded_and_strict() {
     let server = Server::start(&["--workers", "1", "--max-payload", "1024"]);
     let mut sub = Sse::connect(server.http, "/sub/ch", "");
     // Extensions and trailers are read and ignored; the next pipelined request is answered.
@@ -247,7 +247,7 @@ fn item3_chunked_publish_is_decoded_bounded_and_strict() {
 }
 
 #[test]
-fn item3_curl_streams_a_chunked_publish_from_stdin() {
+fn curl_streams_a_chunked_publish_from_stdin() {
     let server = Server::start(&["--workers", "1"]);
     let mut sub = Sse::connect(server.http, "/sub/piped", "");
     let payload: String = (0..3000).map(|i| format!("{i} ")).collect();

@@ -1,4 +1,4 @@
-//! Issue #16, fan-out through io_uring (`--io uring`): every subscriber of every protocol gets
+//! Fan-out through io_uring (`--io uring`): every subscriber of every protocol gets
 //! every message once and in order, including readers whose socket fills (short send / EAGAIN
 //! → out-queue → EPOLLOUT) and a slow consumer over --max-unsent (dropped and counted); /status
 //! and /metrics say which path each worker uses; a kernel that refuses io_uring makes `auto`

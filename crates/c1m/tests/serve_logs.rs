@@ -1,4 +1,4 @@
-//! Logs as an operator ships them (issue 14): `--log-format json` gives one JSON object per
+//! Logs as an operator ships them: `--log-format json` gives one JSON object per
 //! line with an RFC 3339 timestamp, a level, the message and its fields, and the worker's index
 //! and pid on worker lines; lifecycle events are logged once each, messages never, and a flood
 //! of bad requests becomes one summary warning instead of a line per request.

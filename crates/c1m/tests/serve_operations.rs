@@ -1,4 +1,4 @@
-//! Operating the server (issue #9): SIGTERM drains queued data and says goodbye in every
+//! Operating the server: SIGTERM drains queued data and says goodbye in every
 //! protocol; SIGHUP re-reads the configuration without dropping anyone; the kernel reaps peers
 //! that vanished; `_total` counters survive a worker's death; `/healthz` reflects the master;
 //! a second instance cannot join the first's port.
@@ -34,7 +34,7 @@ fn totals(metrics: &str) -> Vec<(String, u64)> {
 }
 
 #[test]
-fn item7_sigterm_flushes_queue_and_goodbye() {
+fn sigterm_flushes_queue_and_goodbye() {
     let mut server = Server::start(&[
         "--workers",
         "1",
@@ -119,7 +119,7 @@ fn item7_sigterm_flushes_queue_and_goodbye() {
 }
 
 #[test]
-fn item7_slow_reader_is_closed_when_grace_ends() {
+fn slow_reader_is_closed_when_grace_ends() {
     let mut server = Server::start(&[
         "--workers",
         "1",
@@ -147,7 +147,7 @@ fn item7_slow_reader_is_closed_when_grace_ends() {
 }
 
 #[test]
-fn item7_sighup_reloads_live_config_and_keeps_connections() {
+fn sighup_reloads_live_config_and_keeps_connections() {
     let dir = std::env::temp_dir().join(format!("c1m-reload-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("serve.toml");
@@ -294,7 +294,7 @@ impl Drop for KillOnDrop {
 }
 
 #[test]
-fn item8_dead_peer_reaped() {
+fn dead_peer_reaped() {
     let ns = Netns::create();
     let mut cmd = common::c1m();
     cmd.args([
@@ -345,7 +345,7 @@ fn item8_dead_peer_reaped() {
 }
 
 #[test]
-fn item10_counters_monotonic_across_worker_restart() {
+fn counters_monotonic_across_worker_restart() {
     let server = Server::start(&["--workers", "2"]);
     let mut subs: Vec<Sse> = (0..16)
         .map(|_| Sse::connect(server.http, "/sub/count", ""))
@@ -418,7 +418,7 @@ fn wait_until_ok(server: &Server, path: &str) {
 }
 
 #[test]
-fn item11_healthz_fails_while_master_stopped() {
+fn healthz_fails_while_master_stopped() {
     let server = Server::start(&["--workers", "1"]);
     assert_eq!(get(&server, "/healthz"), (200, "ok\n".to_string()));
     server.signal(libc::SIGSTOP);
@@ -459,7 +459,7 @@ fn status_answers_503_while_master_stopped() {
 }
 
 #[test]
-fn item11_healthz_fails_while_a_worker_stopped() {
+fn healthz_fails_while_a_worker_stopped() {
     let server = Server::start(&["--workers", "2"]);
     let stopped = server.worker_pids()[0];
     c1m_sys::process::kill(stopped, libc::SIGSTOP).unwrap();
@@ -487,7 +487,7 @@ fn item11_healthz_fails_while_a_worker_stopped() {
 }
 
 #[test]
-fn item11_second_instance_refused() {
+fn second_instance_refused() {
     let server = Server::start(&["--workers", "1"]);
     let mut second = KillOnDrop(
         common::c1m()
@@ -531,7 +531,7 @@ fn item11_second_instance_refused() {
 }
 
 #[test]
-fn item11_foreign_reuseport_listener_refused() {
+fn foreign_reuseport_listener_refused() {
     // Another program of the same user listening with SO_REUSEPORT: joining its group would
     // silently split its connections with it.
     let other = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();

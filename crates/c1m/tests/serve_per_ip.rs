@@ -1,4 +1,4 @@
-//! Per-source-address limits against the real binary (issue #9): `--max-conns-per-ip` and
+//! Per-source-address limits against the real binary: `--max-conns-per-ip` and
 //! `--max-new-conns-per-ip-per-sec` hold over all workers, answer 429 with Retry-After (ERR on
 //! the raw TCP port), are counted, and give a connection's place back on every close,
 //! including a worker's crash. Clients bind to distinct 127.0.0.N addresses (all of 127/8 is

@@ -1,4 +1,4 @@
-//! Pipelined HTTP/1.1 input (issue #9 item 9), against the real binary on loopback: however much
+//! Pipelined HTTP/1.1 input, against the real binary on loopback: however much
 //! a client pipelines, and however slowly it reads the answers, every request is answered in
 //! order. Before the fix the worker stopped reading at its input limit (~73 KB with the default
 //! --max-payload) without reaching WouldBlock, and edge-triggered epoll never woke it again.
@@ -52,7 +52,7 @@ fn healthz_requests(n: usize) -> Vec<u8> {
 }
 
 #[test]
-fn item9_pipelined_200k_is_answered() {
+fn pipelined_200k_is_answered() {
     let server = Server::start(&["--workers", "1"]);
     let n = 6000; // 35 bytes each: 210 KB, three times the old stall point
     let input = healthz_requests(n);
@@ -67,7 +67,7 @@ fn item9_pipelined_200k_is_answered() {
 }
 
 #[test]
-fn item9_pipelined_input_to_a_late_reader_is_held_back_not_dropped() {
+fn pipelined_input_to_a_late_reader_is_held_back_not_dropped() {
     // The client sends 1.4 MB and reads nothing for a second: answers fill the socket, the
     // worker stops taking requests (its unsent queue stays small), TCP holds the rest in the
     // client, and everything is answered once the client reads.
@@ -81,7 +81,7 @@ fn item9_pipelined_input_to_a_late_reader_is_held_back_not_dropped() {
 }
 
 #[test]
-fn item9_pipelined_publishes_are_all_delivered_in_order() {
+fn pipelined_publishes_are_all_delivered_in_order() {
     // Each publish waits for the master's answer before the next is read, so the input sits in
     // the socket and the worker's buffer fills: the path that paused reading for good.
     let server = Server::start(&["--workers", "1"]);
@@ -127,7 +127,7 @@ fn ws_client_frame(payload: &[u8]) -> Vec<u8> {
 }
 
 #[test]
-fn item9_websocket_input_past_the_limit_during_a_long_replay_is_read_on() {
+fn websocket_input_past_the_limit_during_a_long_replay_is_read_on() {
     // A WebSocket that resumes 7 MB of history and does not read stays joining (the replay
     // waits for the socket), while it sends 200 KB of frames: the worker buffers up to its input
     // limit and stops reading. When the client reads and the replay ends, reading must go on;

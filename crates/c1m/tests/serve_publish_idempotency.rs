@@ -1,4 +1,4 @@
-//! `Idempotency-Key` on publish (issue #10, redis5): a publish retried with the same key on
+//! `Idempotency-Key` on publish: a publish retried with the same key on
 //! the same channel is answered with the first one's id and stored and delivered once. With
 //! the in-process hub, and with Redis where the case that matters is real: Redis stalls with a
 //! publish in flight (the node answers 503 after its I/O timeout), then runs it, then restarts

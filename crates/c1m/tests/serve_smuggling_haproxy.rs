@@ -1,4 +1,4 @@
-//! Request smuggling behind a real front proxy (issue #9 item 3). The test starts HAProxy (the
+//! Request smuggling behind a real front proxy. The test starts HAProxy (the
 //! Debian package) on loopback in front of the real `c1m serve`, with an ACL that denies
 //! `/pub/` from outside, and sends the classic desync attacks through it, each hiding a
 //! `POST /pub/smuggled`. A subscriber on `smuggled` must receive nothing and
@@ -218,14 +218,14 @@ fn attacks() -> Vec<(&'static str, String)> {
 }
 
 #[test]
-fn item3_smuggling_through_haproxy_never_publishes() {
+fn smuggling_through_haproxy_never_publishes() {
     let Some(binary) = haproxy_binary() else {
         assert!(
             std::env::var_os("CI").is_none(),
             "haproxy is not installed but CI is set: scripts/install-test-deps.sh must install it"
         );
         eprintln!(
-            "\n!!!!! SKIPPED item3_smuggling_through_haproxy_never_publishes: haproxy is not \
+            "\n!!!!! SKIPPED smuggling_through_haproxy_never_publishes: haproxy is not \
              installed (apt-get install haproxy) !!!!!\n"
         );
         return;

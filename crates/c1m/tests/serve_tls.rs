@@ -1,4 +1,4 @@
-//! TLS on the HTTP and raw TCP listeners (issue #11), with independent clients: curl (SSE,
+//! TLS on the HTTP and raw TCP listeners, with independent clients: curl (SSE,
 //! long-poll, ALPN), tungstenite over a rustls client (WebSocket), `openssl s_client` (raw TCP
 //! line protocol); certificate reload on SIGHUP; plaintext clients, stalled handshakes and bad
 //! certificate files.

@@ -1,4 +1,4 @@
-//! Live binary upgrade (issue #15, docs/upgrade.md): `kill -USR2` makes the master start the
+//! Live binary upgrade (docs/upgrade.md): `kill -USR2` makes the master start the
 //! binary now at its path — here a copy of c1m whose commit string the test patched, so its
 //! `--version` and `/status` differ — and hand it the listeners, every connection and the hub.
 //! Real clients on every protocol (the harness's SSE parser, raw TCP, tungstenite, a raw

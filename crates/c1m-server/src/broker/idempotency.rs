@@ -1,5 +1,5 @@
-//! The in-process hub's memory of `Idempotency-Key`s (issue #10, redis5): which id each
-//! (channel, key) got, so a retried publish is answered with it instead of being stored twice.
+//! The in-process hub's memory of `Idempotency-Key`s: which id each (channel, key) got, so a
+//! retried publish is answered with it instead of being stored twice.
 //! Bounded by count (the oldest key goes first) and by age (`IDEMPOTENCY_TTL`), the same
 //! contract the Redis broker keeps with `SET NX PX`.
 

@@ -4,7 +4,7 @@
 
 use super::idempotency::Keys;
 use super::{Broker, BrokerStats, Event, Limits, Req, IDEMPOTENCY_MAX_KEYS, IDEMPOTENCY_TTL};
-use crate::hub::{Hub, MemoryHub};
+use crate::hub::MemoryHub;
 use std::rc::Rc;
 use std::time::Instant;
 

@@ -4,12 +4,20 @@
 //! broker's [`mio::Waker`] fires. The in-process [`memory::MemoryBroker`] answers synchronously
 //! (its events are ready before the call returns); [`redis::RedisBroker`] answers from its own
 //! threads. A further backend (NATS JetStream, see docs/cluster.md) is one more module here.
+//!
+//! The [`Broker`] trait is the only seam between the master and what holds history. There is no second,
+//! hub-level trait under it: a hub that answers a publish with its id before returning (the
+//! in-process store, the `hub` module) cannot describe Redis, whose answers arrive later from
+//! another thread, so such a trait could only ever have the one implementation it would wrap.
+//! The memory broker therefore owns the concrete hub and turns its answers into events; what
+//! every backend must agree on (the gap rule and the shape of a replay) lives in `replay`.
 
 mod idempotency;
 pub mod memory;
 pub mod redis;
+mod replay;
 
-use crate::hub::ReplayChunk;
+pub use replay::{gap_through, Replay, ReplayChunk};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 

@@ -228,7 +228,7 @@ mod tests {
     }
 
     #[test]
-    fn item11_limits_that_contradict_each_other_are_refused_at_start() {
+    fn limits_that_contradict_each_other_are_refused_at_start() {
         let check = |args: ServeArgs| args.resolve().map(|_| ()).map_err(|e| e.to_string());
         // A payload larger than one ipc frame could carry used to kill a worker on publish.
         let err = check(ServeArgs {

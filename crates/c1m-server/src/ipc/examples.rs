@@ -3,8 +3,8 @@
 //! new message kind added here is fuzzed without more work.
 
 use super::{IoReport, Refused, TlsStats, ToMaster, ToWorker, WorkerStats};
+use crate::broker::Replay;
 use crate::histogram::Latencies;
-use crate::replay::Replay;
 
 /// Valid messages of every kind: (worker → master, master → worker).
 #[doc(hidden)]

@@ -7,14 +7,14 @@
 //! are nonetheless sent by field name ([`stats`]), so a counter added to one struct cannot
 //! shift the others' values. Files by direction: [`to_master`], [`to_worker`]; what the stats
 //! are and how they cross in [`stats`]; test and fuzz seeds in [`examples`]. The hub's resume
-//! answer ([`Replay`]) lives in `crate::replay`, shared with the brokers that build it.
+//! answer ([`Replay`]) is the broker's (`crate::broker`), which builds it.
 
 mod examples;
 mod stats;
 mod to_master;
 mod to_worker;
 
-pub use crate::replay::Replay;
+pub use crate::broker::Replay;
 pub use examples::examples;
 pub use stats::{IoReport, Refused, TlsStats, WorkerStats};
 pub use to_master::ToMaster;

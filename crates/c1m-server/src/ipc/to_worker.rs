@@ -4,7 +4,7 @@
 //! written once, in [`Tag`] (replay entries in [`ReplayTag`]).
 
 use super::{frame, reader, MAX_CHANNELS};
-use crate::replay::Replay;
+use crate::broker::Replay;
 use crate::secrets::Secrets;
 use c1m_proto::codec::{Reader, Result};
 use std::io;

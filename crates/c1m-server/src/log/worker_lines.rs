@@ -3,9 +3,9 @@
 //! `level`, `fields`, `span`), written by a small subscriber of our own.
 //!
 //! Why not `fmt` here too: its span registry allocates a 4096-slot shard table up front, 32 KiB
-//! of heap in each of the ~53 workers a 1M box runs (1.7 B per connection at 1M, issue 16's
-//! 64 B budget), and a worker has one span for its whole life, the worker's identity, which
-//! this subscriber prints on every line instead. Spans are not tracked: no code a worker runs
+//! of heap in each of the ~53 workers a 1M box runs (1.7 B per connection at 1M, of the 64 B
+//! per-connection budget), and a worker has one span for its whole life, the worker's
+//! identity, which this subscriber prints on every line instead. Spans are not tracked: no code a worker runs
 //! opens one (a span opened anyway is accepted and left out of the lines).
 
 use std::fmt::{self, Write as _};

@@ -84,7 +84,7 @@ struct Slot {
     /// its own joins and publishes cannot add to the backlog.
     reading_paused: bool,
     stats: WorkerStats,
-    /// The worker's send path and io_uring counters (`ToMaster::Io`, issue #16); none until
+    /// The worker's send path and io_uring counters (`ToMaster::Io`); none until
     /// the worker has reported it.
     io: Option<crate::ipc::IoReport>,
     /// Counters of this slot's dead predecessors, so `_total` figures never go down.
@@ -130,7 +130,7 @@ pub struct Master {
     notifier: Option<sd_notify::Notifier>,
     /// READY=1 went out (once: a restarted worker does not make the service "start" again).
     ready_sent: bool,
-    // ---- live upgrade (issue #15) ----
+    // ---- live upgrade ----
     /// The binary's path when this master started: SIGUSR2 starts whatever is there now.
     exe: std::path::PathBuf,
     /// This master's arguments, given to the new binary as they were.
@@ -966,7 +966,7 @@ mod tests {
 /// count as in use, so `malloc_trim` cannot give back the pages they sit on (measured at serve's
 /// 1M plan, 54 idle workers: heap 120 → 68 KiB each, Σ PSS −2.8 MiB, i.e. −3 B per connection
 /// at 1M); what it saves is a few ns per malloc, and a worker mallocs per publish and per
-/// connection, not per delivered message. (issue 16: memory per idle subscriber.)
+/// connection, not per delivered message.
 pub fn worker_malloc_tunables(existing: Option<&str>) -> String {
     const OURS: &str = "glibc.malloc.mmap_threshold=65536:glibc.malloc.trim_threshold=131072:glibc.malloc.arena_max=1:glibc.malloc.tcache_count=0";
     match existing {

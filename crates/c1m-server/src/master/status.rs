@@ -483,7 +483,7 @@ impl Report {
             let rows: Vec<(&str, u64)> = rows.iter().map(|(k, v)| (k.as_str(), *v)).collect();
             metric(name, "gauge", help, &rows);
         }
-        // I/O path (issue #16): which workers send through io_uring, and how much.
+        // I/O path: which workers send through io_uring, and how much.
         let io_rows = |f: fn(&crate::ipc::IoReport) -> u64| -> Vec<(String, u64)> {
             self.io
                 .iter()

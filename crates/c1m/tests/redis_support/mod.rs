@@ -1,4 +1,4 @@
-//! What the Redis-backed cluster tests share (issue #10, redis5): a real `redis-server` from
+//! What the Redis-backed cluster tests share: a real `redis-server` from
 //! Debian started on a loopback port in its own temp dir (with a password, an ACL user, TLS
 //! from an openssl-minted CA, or as one master of a Redis Cluster), `redis-cli` to change it
 //! under a running node, and an SSE subscriber that reports messages and gaps.

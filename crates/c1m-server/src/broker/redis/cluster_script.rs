@@ -53,7 +53,7 @@ return {id, 0}
 /// replay answer for one channel: {newest id, forgotten-through (0: nothing lost), the
 /// channel's start, {id, payload, …}}. A channel without meta (never published, or its shard
 /// lost it) gets one now, starting at the wall clock: later ids are above it, and a resume from
-/// an id before it is told the gap (`hub::gap_through`).
+/// an id before it is told the gap (`gap_through`, the one gap rule).
 const REPLAY_BODY: &str = r#"
 local h, m = KEYS[1], KEYS[2]
 local t = redis.call('TIME')

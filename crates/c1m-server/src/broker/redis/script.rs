@@ -11,8 +11,8 @@
 //! stream expired as a whole). Pub/sub channel `c1m:DB:p:CH` carries `ID\nPAYLOAD` (pub/sub
 //! ignores the database number, so it is part of the name).
 
-use crate::hub::{gap_through, ReplayChunk};
-use crate::replay::Replay;
+use crate::broker::Replay;
+use crate::broker::{gap_through, ReplayChunk};
 use redis::Value;
 
 /// Shared by the scripts of both modes (one Redis, `cluster_script`): the epoch on first touch

@@ -1,0 +1,407 @@
+//! The Redis broker's face to the master: [`RedisBroker`] implements the broker seam on Redis.
+//! It starts the mode's connection threads, tags each request it queues for them, and turns
+//! their answers into events: publishes, presence and channel info here; a channel's
+//! subscription, sync and joins in `channels`, where exactly-once delivery is kept.
+
+use super::channels::{Chan, Join};
+use super::protocol::{try_request, Incoming, Request, Which};
+use super::shared::{Link, Shared};
+use super::{cluster, script, single, RedisTarget};
+use crate::broker::{Broker, BrokerStats, Event, Limits, Req};
+use anyhow::Context;
+use redis::Value;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, SyncSender, TryRecvError};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Requests the master may have outstanding; past it publishes get 503 and joins are refused.
+const MAX_IN_FLIGHT: usize = 65_536;
+/// Messages the threads may have queued for the master before they wait.
+const INCOMING_QUEUE: usize = 65_536;
+/// A node's subscriber counts count this long after its last report (it reports every tick,
+/// about once a second), so a dead node stops counting within it.
+const PRESENCE_TTL_MS: u64 = 5000;
+/// Most channel counts sent in one presence report (the rest go in the next ones).
+const PRESENCE_BATCH: usize = 10_000;
+/// Longest a join may wait for Redis before its subscriber is refused.
+pub(super) const JOIN_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// What a request sent to Redis was for, until its answer comes.
+pub(super) enum Pending {
+    Publish {
+        req: Req,
+        channel: String,
+    },
+    Join {
+        join: u64,
+    },
+    Sync {
+        channel: String,
+        generation: u64,
+        after: Option<u64>,
+    },
+    /// A presence report; on failure everything is sent again.
+    Presence,
+    Info {
+        req: Req,
+        channel: String,
+        local: u64,
+    },
+}
+
+/// The broker seam on Redis: one node's view of the shared ids, history and delivery.
+pub struct RedisBroker {
+    pub(super) to_redis: SyncSender<Request>,
+    pub(super) incoming: Receiver<Incoming>,
+    pub(super) shared: Arc<Shared>,
+    pub(super) limits: Limits,
+    pub(super) channels: HashMap<String, Chan>,
+    pub(super) joins: HashMap<u64, Join>,
+    pub(super) pending: HashMap<u64, Pending>,
+    pub(super) next_tag: u64,
+    pub(super) ready: Vec<Event>,
+    pub(super) pubsub_up: bool,
+    pub(super) ever_up: bool,
+    /// SUBSCRIBEs sent and not yet confirmed, per channel: a channel syncs only once all its
+    /// confirmations are in (an older one may belong to a subscription since left).
+    pub(super) unconfirmed: HashMap<String, u32>,
+    /// This node in presence reports (pid and start time: unique enough among live nodes).
+    pub(super) node_id: String,
+    /// This node's subscriber count per channel, and the ones not yet reported.
+    pub(super) counts: HashMap<String, u64>,
+    pub(super) unreported: HashMap<String, u64>,
+    pub(super) stats: BrokerStats,
+}
+
+impl RedisBroker {
+    /// Starts the connection threads; the first connection is made in the background (a node
+    /// may start before Redis: it refuses publishes until Redis answers).
+    pub fn start(
+        target: RedisTarget,
+        limits: Limits,
+        waker: mio::Waker,
+    ) -> anyhow::Result<RedisBroker> {
+        let (probed, shown) = match &target {
+            RedisTarget::Single(t) => (&**t, &t.shown),
+            RedisTarget::Cluster(c) => (&c.seeds[0], &c.shown),
+        };
+        single::probe(probed).with_context(|| {
+            format!(
+                "--broker {shown}: redis refused this node (check the URL's user and password, \
+                 the ACL, --broker-ca)"
+            )
+        })?;
+        let shared = Arc::new(Shared::new(waker));
+        let (to_redis, requests) = std::sync::mpsc::sync_channel(MAX_IN_FLIGHT);
+        let (tx, incoming) = std::sync::mpsc::sync_channel(INCOMING_QUEUE);
+        let link = Link {
+            tx,
+            shared: shared.clone(),
+        };
+        let kind = match target {
+            RedisTarget::Single(target) => {
+                single::start(*target, requests, link)?;
+                "redis"
+            }
+            RedisTarget::Cluster(target) => {
+                cluster::start(target, requests, link)?;
+                "redis-cluster"
+            }
+        };
+        Ok(RedisBroker {
+            to_redis,
+            incoming,
+            shared,
+            limits,
+            channels: HashMap::new(),
+            joins: HashMap::new(),
+            pending: HashMap::new(),
+            next_tag: 1,
+            ready: Vec::new(),
+            pubsub_up: false,
+            ever_up: false,
+            unconfirmed: HashMap::new(),
+            node_id: format!(
+                "{}-{}",
+                std::process::id(),
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_micros())
+            ),
+            counts: HashMap::new(),
+            unreported: HashMap::new(),
+            stats: BrokerStats {
+                kind,
+                ..Default::default()
+            },
+        })
+    }
+
+    /// The age bound in ms, as the scripts take it (at least 1).
+    pub(super) fn max_age_ms(&self) -> u64 {
+        (self.limits.max_age.as_millis() as u64).max(1)
+    }
+
+    /// A new request tag, remembering what it is for.
+    pub(super) fn tag(&mut self, what: Pending) -> u64 {
+        let tag = self.next_tag;
+        self.next_tag += 1;
+        self.pending.insert(tag, what);
+        tag
+    }
+
+    /// Queues a request for Redis; false (and nothing pending) when the queue is full.
+    pub(super) fn request(&mut self, req: Request) -> bool {
+        let tag = req.tag();
+        match try_request(&self.to_redis, req) {
+            Ok(()) => true,
+            Err(_) => {
+                if let Some(tag) = tag {
+                    self.pending.remove(&tag);
+                }
+                false
+            }
+        }
+    }
+
+    /// Sends the counts that changed (at most a batch) and refreshes this node's liveness.
+    pub(super) fn report_presence(&mut self) {
+        let mut args = vec![self.node_id.clone(), PRESENCE_TTL_MS.to_string()];
+        let batch: Vec<String> = self
+            .unreported
+            .keys()
+            .take(PRESENCE_BATCH)
+            .cloned()
+            .collect();
+        for channel in batch {
+            if let Some(n) = self.unreported.remove(&channel) {
+                args.push(channel);
+                args.push(n.to_string());
+            }
+        }
+        let tag = self.tag(Pending::Presence);
+        if !self.request(Request::Script {
+            tag,
+            which: Which::Presence,
+            args,
+        }) {
+            self.unreported = self.counts.clone();
+        }
+    }
+
+    /// Why a request got no answer: Redis' own error when it refused one (e.g. out of
+    /// memory), else the lost connection.
+    pub(super) fn failure_cause(&self) -> String {
+        let refusal = self.shared.last_refusal();
+        if !self.shared.command_up.load(Ordering::SeqCst) || refusal.is_empty() {
+            "the connection to redis was lost".to_string()
+        } else {
+            format!("redis refused the write: {refusal}")
+        }
+    }
+
+    /// Redis answered (or, `None`, failed) the request that was for `what`.
+    pub(super) fn on_answer(&mut self, what: Pending, value: Option<Value>) {
+        match what {
+            Pending::Publish { req, channel } => {
+                match value.as_ref().and_then(script::decode_published) {
+                    Some((id, repeated)) => {
+                        self.stats.idempotent_replays += u64::from(repeated);
+                        self.ready.push(Event::Published { req, channel, id })
+                    }
+                    None => {
+                        self.stats.publish_unavailable += 1;
+                        let cause = self.failure_cause();
+                        self.ready.push(Event::PublishUnavailable { req, cause });
+                    }
+                }
+            }
+            Pending::Join { join } => self.on_join_found(join, value),
+            Pending::Presence => {
+                if value.is_none() {
+                    self.unreported = self.counts.clone();
+                }
+            }
+            Pending::Info {
+                req,
+                channel,
+                local,
+            } => {
+                let parts = match value {
+                    Some(Value::Array(parts)) if parts.len() == 3 => Some(parts),
+                    _ => None,
+                };
+                let event = match parts {
+                    Some(p) => Event::ChannelInfo {
+                        req,
+                        channel,
+                        subscribers: local + script::as_u64(&p[0]).unwrap_or(0),
+                        nodes: script::as_u64(&p[1]).unwrap_or(1),
+                        last_id: script::as_u64(&p[2]),
+                        complete: true,
+                    },
+                    None => Event::ChannelInfo {
+                        req,
+                        channel,
+                        subscribers: local,
+                        nodes: 1,
+                        last_id: None,
+                        complete: false,
+                    },
+                };
+                self.ready.push(event);
+            }
+            Pending::Sync {
+                channel,
+                generation,
+                after,
+            } => self.on_sync_found(channel, generation, after, value),
+        }
+    }
+}
+
+impl Broker for RedisBroker {
+    fn publish(&mut self, req: Req, channel: String, payload: Rc<[u8]>, key: Option<String>) {
+        let refused = if !self.shared.command_up.load(Ordering::SeqCst) {
+            Some("redis is not reachable")
+        } else if self.pending.len() >= MAX_IN_FLIGHT {
+            Some("too many requests waiting for redis")
+        } else {
+            None
+        };
+        if let Some(cause) = refused {
+            self.stats.publish_unavailable += 1;
+            let cause = cause.to_string();
+            return self.ready.push(Event::PublishUnavailable { req, cause });
+        }
+        let tag = self.tag(Pending::Publish {
+            req,
+            channel: channel.clone(),
+        });
+        let max_age_ms = self.max_age_ms();
+        if !self.request(Request::Publish {
+            tag,
+            channel,
+            payload: payload.to_vec(),
+            max_count: self.limits.max_count,
+            max_age_ms,
+            key: key.unwrap_or_default(),
+        }) {
+            self.stats.publish_unavailable += 1;
+            let cause = "the redis command thread is gone".to_string();
+            self.ready.push(Event::PublishUnavailable { req, cause });
+        }
+    }
+
+    fn join(&mut self, req: Req, channels: Vec<String>, after: Option<u64>, budget: usize) {
+        if !self.shared.command_up.load(Ordering::SeqCst)
+            || !self.pubsub_up
+            || self.pending.len() >= MAX_IN_FLIGHT
+        {
+            self.stats.join_unavailable += 1;
+            return self.ready.push(Event::JoinUnavailable { req });
+        }
+        self.open_join(req, channels, after, budget);
+    }
+
+    fn leave(&mut self, channel: &str) {
+        if self.channels.remove(channel).is_some() {
+            let _ = self.request(Request::Unsubscribe(channel.to_string()));
+        }
+    }
+
+    fn drain(&mut self, out: &mut Vec<Event>) {
+        self.shared.woken();
+        loop {
+            // Hand over in slices so one burst does not pile up here; the master comes back
+            // for the rest at once.
+            if self.ready.len() >= 1024 {
+                self.shared.rewake();
+                break;
+            }
+            match self.incoming.try_recv() {
+                Ok(msg) => self.on_incoming(msg),
+                Err(TryRecvError::Empty) | Err(TryRecvError::Disconnected) => break,
+            }
+        }
+        out.append(&mut self.ready);
+    }
+
+    fn tick(&mut self, now: Instant) {
+        if self.shared.command_up.load(Ordering::SeqCst) {
+            self.report_presence();
+        }
+        self.refuse_late_joins(now);
+        self.resubscribe_stuck();
+        // Syncs that failed while the connection stayed up (under Redis Cluster one master
+        // can refuse while the others answer).
+        if self.shared.command_up.load(Ordering::SeqCst) {
+            self.resend_stuck_syncs();
+        }
+    }
+
+    fn set_limits(&mut self, limits: Limits) {
+        self.limits = limits;
+    }
+
+    fn set_count(&mut self, channel: &str, n: u64) {
+        if n == 0 {
+            self.counts.remove(channel);
+        } else {
+            self.counts.insert(channel.to_string(), n);
+        }
+        self.unreported.insert(channel.to_string(), n);
+    }
+
+    fn channel_info(&mut self, req: Req, channel: String, local: u64) {
+        if !self.shared.command_up.load(Ordering::SeqCst) {
+            return self.ready.push(Event::ChannelInfo {
+                req,
+                channel,
+                subscribers: local,
+                nodes: 1,
+                last_id: None,
+                complete: false,
+            });
+        }
+        let args = vec![
+            self.node_id.clone(),
+            PRESENCE_TTL_MS.to_string(),
+            channel.clone(),
+        ];
+        let tag = self.tag(Pending::Info {
+            req,
+            channel: channel.clone(),
+            local,
+        });
+        if !self.request(Request::Script {
+            tag,
+            which: Which::Info,
+            args,
+        }) {
+            self.ready.push(Event::ChannelInfo {
+                req,
+                channel,
+                subscribers: local,
+                nodes: 1,
+                last_id: None,
+                complete: false,
+            });
+        }
+    }
+
+    fn stats(&self) -> BrokerStats {
+        BrokerStats {
+            channels: self.channels.len(),
+            connected: self.shared.command_up.load(Ordering::SeqCst) && self.pubsub_up,
+            in_flight: self.pending.len() as u64,
+            connect_failures: self.shared.connect_failures.load(Ordering::Relaxed),
+            auth_failures: self.shared.auth_failures.load(Ordering::Relaxed),
+            pubsub_dead_links: self.shared.dead_links.load(Ordering::Relaxed),
+            ..self.stats.clone()
+        }
+    }
+}

@@ -1,0 +1,254 @@
+//! The pub/sub side of the transport, one for both modes: a thread holds one pub/sub
+//! connection (reconnecting with backoff, dropping a link gone silent) and turns each push
+//! into a [`Push`]. The push kind is the only parameter: one Redis uses plain pub/sub
+//! (`SUBSCRIBE`, `message`) on names that carry the database number, a cluster uses sharded
+//! pub/sub (`SSUBSCRIBE`, `smessage`) on names that carry the channel's hash tag. What a
+//! connection's ups, downs and pushes mean to the master is the [`Owner`]'s: one Redis
+//! reports the whole pub/sub side up or down, a cluster node reports its channels lost.
+
+use super::pubsub_conn::{self, Conn, Next, Writer};
+use super::shared::{backoff, log_once, Shared, BACKOFF_MIN, CONNECT_TIMEOUT};
+use super::slots::{self, Redirect};
+use super::target::Target;
+use super::{cluster_script, script};
+use redis::Value;
+
+/// Which pub/sub a connection speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// One Redis: `SUBSCRIBE`; the database number is part of the name (pub/sub ignores it).
+    Plain { db: i64 },
+    /// Redis Cluster: `SSUBSCRIBE`, served by the master of the channel's slot.
+    Sharded,
+}
+
+/// What a push says.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Push {
+    Message {
+        channel: String,
+        id: u64,
+        payload: Vec<u8>,
+    },
+    /// A subscription is confirmed.
+    Subscribed(String),
+    /// A subscription ended (ours, or Redis ended it: the slot moved).
+    Unsubscribed(String),
+    /// A subscribe was redirected (`MOVED`/`ASK`): this slot is served elsewhere now.
+    Moved(u16),
+    /// A subscribe was refused for another reason.
+    Refused(String),
+    /// Anything else (a PING's answer, another program's channel).
+    Other,
+}
+
+impl Kind {
+    /// The pub/sub name carrying `channel`'s messages.
+    pub fn name(self, channel: &str) -> String {
+        match self {
+            Kind::Plain { db } => script::pubsub_name(db, channel),
+            Kind::Sharded => cluster_script::pubsub_name(channel),
+        }
+    }
+
+    /// The channel of a pub/sub name, if it is one of ours.
+    fn channel_of(self, name: &[u8]) -> Option<&str> {
+        match self {
+            Kind::Plain { db } => script::channel_of(db, name),
+            Kind::Sharded => cluster_script::channel_of(name),
+        }
+    }
+
+    /// `SUBSCRIBE`/`SSUBSCRIBE` (or the unsubscribe) of `channel`.
+    pub fn command(self, subscribe: bool, channel: &str) -> redis::Cmd {
+        let verb = match (self, subscribe) {
+            (Kind::Plain { .. }, true) => "SUBSCRIBE",
+            (Kind::Plain { .. }, false) => "UNSUBSCRIBE",
+            (Kind::Sharded, true) => "SSUBSCRIBE",
+            (Kind::Sharded, false) => "SUNSUBSCRIBE",
+        };
+        redis::cmd(verb).arg(self.name(channel)).clone()
+    }
+
+    /// The names of the three pushes: a message, a confirmation, an ended subscription.
+    fn pushes(self) -> [&'static [u8]; 3] {
+        match self {
+            Kind::Plain { .. } => [b"message", b"subscribe", b"unsubscribe"],
+            Kind::Sharded => [b"smessage", b"ssubscribe", b"sunsubscribe"],
+        }
+    }
+
+    /// Reads one push.
+    pub fn parse(self, value: Value) -> Push {
+        let [message, subscribe, unsubscribe] = self.pushes();
+        let parts = match value {
+            Value::Array(parts) => parts,
+            Value::ServerError(e) => {
+                return match slots::redirect(e.code(), e.details().unwrap_or_default()) {
+                    Some(Redirect::Moved(slot, _) | Redirect::Ask(slot, _)) => Push::Moved(slot),
+                    None => {
+                        Push::Refused(format!("{} {}", e.code(), e.details().unwrap_or_default()))
+                    }
+                };
+            }
+            _ => return Push::Other,
+        };
+        let [Value::BulkString(kind), Value::BulkString(name), data] = parts.as_slice() else {
+            return Push::Other;
+        };
+        let Some(channel) = self.channel_of(name) else {
+            return Push::Other;
+        };
+        let channel = channel.to_string();
+        match (kind.as_slice(), data) {
+            (k, Value::BulkString(data)) if k == message => match script::split_message(data) {
+                Some((id, payload)) => Push::Message {
+                    channel,
+                    id,
+                    payload: payload.to_vec(),
+                },
+                None => Push::Other,
+            },
+            (k, _) if k == subscribe => Push::Subscribed(channel),
+            (k, _) if k == unsubscribe => Push::Unsubscribed(channel),
+            _ => Push::Other,
+        }
+    }
+}
+
+/// What one pub/sub connection's events mean, and where its write half is kept.
+pub trait Owner {
+    fn shared(&self) -> &Shared;
+    /// The node, for logs (a URL as it may be shown, or `host:port`).
+    fn shown(&self) -> &str;
+    /// How to reach it.
+    fn target(&self) -> anyhow::Result<Target>;
+    fn kind(&self) -> Kind;
+    /// Connected: keeps the write half. False when the master is gone.
+    fn up(&self, writer: Writer) -> bool;
+    /// A push came. False when the master is gone.
+    fn push(&self, push: Push) -> bool;
+    /// Sends a PING (the link was silent); false when it could not.
+    fn ping(&self) -> bool;
+    /// The connection ended, or (`connected` false) could not be made. False when the master
+    /// is gone.
+    fn down(&self, connected: bool) -> bool;
+    /// Whether to keep the connection after a loss (a cluster node without channels is left).
+    fn stay(&self) -> bool {
+        true
+    }
+    /// How a failed connection attempt is named in the log.
+    fn label(&self) -> String;
+}
+
+/// Holds one pub/sub connection until the owner lets it go or the master goes away.
+pub fn link_thread(owner: &impl Owner) {
+    let mut delay = BACKOFF_MIN;
+    loop {
+        let connected = owner
+            .target()
+            .and_then(|t| pubsub_conn::connect(&t, CONNECT_TIMEOUT));
+        match connected {
+            Ok((mut conn, writer)) => {
+                delay = BACKOFF_MIN;
+                if !owner.up(writer) || !read(&mut conn, owner) || !owner.down(true) {
+                    return;
+                }
+            }
+            Err(e) => {
+                owner.shared().failed(pubsub_conn::is_refused(&e));
+                log_once(&format!(
+                    "c1m: {} (pub/sub): {e:#}; retrying",
+                    owner.label()
+                ));
+                if !owner.down(false) {
+                    return;
+                }
+            }
+        }
+        std::thread::sleep(delay);
+        delay = backoff(delay);
+        if !owner.stay() {
+            return;
+        }
+    }
+}
+
+/// Reads pushes until the connection ends or goes silent. False when the master is gone.
+fn read(conn: &mut Conn, owner: &impl Owner) -> bool {
+    let kind = owner.kind();
+    let mut ping = || owner.ping();
+    loop {
+        let value = match conn.next_watched(&mut ping) {
+            Next::Value(v) => v,
+            Next::Dead => {
+                owner.shared().dead_link(owner.shown());
+                return true;
+            }
+            Next::Closed => return true,
+        };
+        if !owner.push(kind.parse(value)) {
+            return false;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn push(parts: &[&[u8]]) -> Value {
+        Value::Array(
+            parts
+                .iter()
+                .map(|p| Value::BulkString(p.to_vec()))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn the_push_kind_is_the_only_difference() {
+        let plain = Kind::Plain { db: 3 };
+        let name = plain.name("news");
+        assert_eq!(
+            plain.parse(push(&[b"message", name.as_bytes(), b"7\nhi"])),
+            Push::Message {
+                channel: "news".into(),
+                id: 7,
+                payload: b"hi".to_vec()
+            }
+        );
+        assert_eq!(
+            plain.parse(push(&[b"subscribe", name.as_bytes(), b"1"])),
+            Push::Subscribed("news".into())
+        );
+        // A sharded push on a plain connection is not a message, nor another database's.
+        assert_eq!(
+            plain.parse(push(&[b"smessage", name.as_bytes(), b"7\nhi"])),
+            Push::Other
+        );
+        let other_db = Kind::Plain { db: 4 }.name("news");
+        assert_eq!(
+            plain.parse(push(&[b"message", other_db.as_bytes(), b"7\nhi"])),
+            Push::Other
+        );
+        let sharded = Kind::Sharded;
+        let name = sharded.name("news");
+        assert_eq!(
+            sharded.parse(push(&[b"smessage", name.as_bytes(), b"8\nyo"])),
+            Push::Message {
+                channel: "news".into(),
+                id: 8,
+                payload: b"yo".to_vec()
+            }
+        );
+        assert_eq!(
+            sharded.parse(push(&[b"sunsubscribe", name.as_bytes(), b"0"])),
+            Push::Unsubscribed("news".into())
+        );
+        assert_eq!(
+            sharded.command(true, "news").get_packed_command(),
+            redis::cmd("SSUBSCRIBE").arg(&name).get_packed_command()
+        );
+    }
+}

@@ -89,7 +89,6 @@ pub const CONTINUE_SENT: u8 = 16;
 /// The pending status query answers `/healthz`, not `/status`.
 pub const HEALTH_CHECK: u8 = 32;
 /// The WebSocket's upgrade passed the publish rule: its data messages may be published.
-/// (64, not 8: main's READ_PAUSED, CONTINUE_SENT and HEALTH_CHECK took 8, 16 and 32.)
 pub const WS_MAY_PUBLISH: u8 = 64;
 /// Already counted as a slow consumer (closed for falling behind): the end of its linger
 /// must not count it a second time.

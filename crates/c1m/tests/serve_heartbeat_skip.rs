@@ -4,7 +4,7 @@
 //! `--sse-heartbeat 1s`: a stream sent a message every 300 ms gets none, a silent one beside it
 //! gets one a period (never more than 2 periods after its last byte), and a stream that just
 //! subscribed gets none in its first period (its response head counts as traffic). With a 1 s
-//! period the sweep visits every stream each 0.5 s (worker/streams.rs `send_heartbeats`).
+//! period the sweep visits every stream each 0.5 s (worker/heartbeats.rs `send_heartbeats`).
 
 use crate::common::Server;
 use std::io::{ErrorKind, Read, Write};

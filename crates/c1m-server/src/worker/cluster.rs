@@ -73,7 +73,7 @@ impl Worker {
             self.refuse(idx, 400, &why);
             return Some(len);
         }
-        let conn = &mut self.conns[idx];
+        let mut conn = self.conns.at(idx);
         conn.kind = Kind::Status;
         let token = super::token_of(idx, conn.generation);
         self.arm_timer(idx, super::health::STATUS_TIMEOUT);
@@ -88,8 +88,8 @@ impl Worker {
     /// with its last id then, so nothing is lost). A stream already open (a replay in chunks)
     /// has no way to say it but closing.
     pub(super) fn on_join_refused(&mut self, token: u64, retry_after_s: u64) {
-        let continuing = self.replays.remove(&token).is_some();
-        let Some((idx, conn)) = self.conn_mut(token) else {
+        let continuing = self.conns.replays.remove(&token).is_some();
+        let Some((idx, conn)) = self.conns.by_token(token) else {
             return;
         };
         let kind = conn.kind;
@@ -135,7 +135,7 @@ impl Worker {
         let max = self.cfg.max_unsent;
         for member in members {
             let idx = member as usize;
-            let Some(conn) = self.conns.get_mut(idx) else {
+            let Some(mut conn) = self.conns.get_mut(idx) else {
                 continue;
             };
             let sent = match conn.kind {

@@ -15,24 +15,24 @@ impl Worker {
     /// `GET /dashboard/events`: an SSE stream (no channel) that gets the next snapshots.
     pub(super) fn dashboard_request(&mut self, idx: usize) {
         self.prune_dashboards();
-        if self.dashboards.len() >= MAX_VIEWERS {
+        if self.conns.dashboards.len() >= MAX_VIEWERS {
             return self.refuse_busy(idx, 1);
         }
-        let conn = &mut self.conns[idx];
+        let mut conn = self.conns.at(idx);
         conn.kind = Kind::Sse;
         conn.deadline = 0;
         let token = token_of(idx, conn.generation);
         let head = self.sse_head(idx);
         self.send_or_close(idx, head);
         if self.conns.get(idx).is_some_and(|c| c.kind == Kind::Sse) {
-            self.dashboards.push(token);
+            self.conns.dashboards.push(token);
         }
     }
 
     /// Viewers still connected (what this worker reports to the master).
     pub(super) fn dashboard_viewers(&mut self) -> u64 {
         self.prune_dashboards();
-        self.dashboards.len() as u64
+        self.conns.dashboards.len() as u64
     }
 
     /// One snapshot to every viewer; a viewer that cannot take it is closed like any slow
@@ -41,8 +41,8 @@ impl Worker {
         self.prune_dashboards();
         let event: Rc<[u8]> = sse::encode_event("snapshot", json.as_bytes()).into();
         let max = self.cfg.max_unsent;
-        for token in self.dashboards.clone() {
-            let Some((idx, conn)) = self.conn_mut(token) else {
+        for token in self.conns.dashboards.clone() {
+            let Some((idx, mut conn)) = self.conns.by_token(token) else {
                 continue;
             };
             match conn.send_shared(&event, max) {
@@ -56,11 +56,17 @@ impl Worker {
     /// Forgets streams that closed (their slot is gone or reused by a later connection).
     fn prune_dashboards(&mut self) {
         let conns = &self.conns;
-        self.dashboards.retain(|&token| {
-            let idx = (token & 0xffff_ffff) as usize;
-            conns
-                .get(idx)
-                .is_some_and(|c| token_of(idx, c.generation) == token && c.kind == Kind::Sse)
-        });
+        let live: Vec<u64> = conns
+            .dashboards
+            .iter()
+            .copied()
+            .filter(|&token| {
+                let idx = (token & 0xffff_ffff) as usize;
+                conns
+                    .get(idx)
+                    .is_some_and(|c| token_of(idx, c.generation) == token && c.kind == Kind::Sse)
+            })
+            .collect();
+        self.conns.dashboards = live;
     }
 }

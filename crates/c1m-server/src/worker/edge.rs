@@ -94,27 +94,25 @@ impl Worker {
             .headers(req.header_str("Origin"))
             .filter(|_| !upgrade)
         {
-            let token = super::token_of(idx, self.conns[idx].generation);
-            self.cors_pending.insert(token, lines);
+            let token = self.conns.token(idx);
+            self.conns.cors_pending.insert(token, lines);
         }
         true
     }
 
     /// The CORS header lines owed to this connection's next answer (taken: once per request).
     pub(super) fn take_cors(&mut self, idx: usize) -> Option<std::rc::Rc<str>> {
-        if self.cors_pending.is_empty() {
+        if self.conns.cors_pending.is_empty() {
             return None;
         }
-        let token = super::token_of(idx, self.conns[idx].generation);
-        self.cors_pending.remove(&token)
+        let token = self.conns.token(idx);
+        self.conns.cors_pending.remove(&token)
     }
 
     /// Whether an answer to this connection still owes CORS headers.
     pub(super) fn owes_cors(&self, idx: usize) -> bool {
-        !self.cors_pending.is_empty()
-            && self
-                .cors_pending
-                .contains_key(&super::token_of(idx, self.conns[idx].generation))
+        !self.conns.cors_pending.is_empty()
+            && self.conns.cors_pending.contains_key(&self.conns.token(idx))
     }
 
     /// The SSE response head, with CORS headers when the request came from an allowed Origin.
@@ -204,7 +202,7 @@ impl Worker {
 
     fn set_expiry(&mut self, idx: usize, exp: u64) {
         let deadline = self.wheel.deadline_after(expiry_millis(exp));
-        let conn = &mut self.conns[idx];
+        let mut conn = self.conns.at(idx);
         let had = conn.deadline;
         conn.deadline = deadline;
         conn.edge |= EXPIRES;

@@ -87,7 +87,7 @@ impl Worker {
             let end = (job.next + CHECK_EVERY).min(job.members.len());
             for i in job.next..end {
                 let token = job.members[i];
-                if let Some((idx, _)) = self.conn_mut(token) {
+                if let Some((idx, _)) = self.conns.by_token(token) {
                     self.deliver(&job.msg, idx, job.published_us);
                 }
             }

@@ -161,7 +161,7 @@ impl Worker {
             }
         }
         send(&pair, &Pair::Listeners { kinds }, &fds)?;
-        let idxs: Vec<usize> = self.conns.iter().map(|(i, _)| i).collect();
+        let idxs = self.conns.slots();
         for batch in idxs.chunks(handover::FDS_PER_BATCH) {
             let records = batch
                 .iter()
@@ -221,7 +221,7 @@ impl Worker {
             0 => 0,
             d => (u64::from(d.saturating_sub(self.wheel.now())) * super::timers::TICK_MS).max(1),
         };
-        let replay_after = match self.replays.get(&token) {
+        let replay_after = match self.conns.replays.get(&token) {
             None => None,
             Some(Some(after)) => Some(*after),
             Some(None) => bail!("a replay chunk is still on its way from the master"),
@@ -240,8 +240,8 @@ impl Worker {
             inbuf: conn.inbuf().to_vec(),
             out: conn.out().map(|q| q.unsent()).unwrap_or_default(),
             replay_after,
-            cors: self.cors_pending.get(&token).map(|c| c.to_string()),
-            dashboard: self.dashboards.contains(&token),
+            cors: self.conns.cors_pending.get(&token).map(|c| c.to_string()),
+            dashboard: self.conns.dashboards.contains(&token),
             ws_decoder: conn.ws().map(|w| w.decoder.to_bytes()),
             ws_data: conn.ws().map(|w| w.data.clone()).unwrap_or_default(),
         })
@@ -293,13 +293,14 @@ impl Worker {
             self.on_conn_event(token, true, true);
         }
         let waiting: Vec<u64> = self
+            .conns
             .replays
             .iter()
             .filter(|(_, after)| after.is_some())
             .map(|(t, _)| *t)
             .collect();
         for token in waiting {
-            if let Some((idx, conn)) = self.conn_mut(token) {
+            if let Some((idx, conn)) = self.conns.by_token(token) {
                 if !conn.has_out() {
                     self.continue_replay(idx);
                 }
@@ -318,10 +319,8 @@ impl Worker {
             let kind = Kind::from_code(rec.kind)
                 .with_context(|| format!("unknown connection kind {}", rec.kind))?;
             let stream = TcpStream::from_std(std::net::TcpStream::from(fd));
-            let generation = self.next_generation;
-            self.next_generation += 1;
-            let entry = self.conns.vacant_entry();
-            let idx = entry.key();
+            let generation = self.conns.next_generation();
+            let idx = self.conns.vacant_slot();
             let token = token_of(idx, generation);
             let mut conn = Conn::new(stream, generation, kind);
             conn.keep_alive = rec.keep_alive;
@@ -345,7 +344,7 @@ impl Worker {
                     Interest::READABLE | Interest::WRITABLE,
                 )
                 .context("registering a handed-over connection")?;
-            entry.insert(conn);
+            self.conns.insert(conn);
             for name in &rec.channels {
                 let (chan, pos) = self.channels.join(name, idx as u32);
                 self.conns[idx].add_sub(chan, pos);
@@ -356,13 +355,15 @@ impl Worker {
                 self.arm_timer(idx, Duration::from_millis(rec.timer_ms));
             }
             if let Some(after) = rec.replay_after {
-                self.replays.insert(token, Some(after));
+                self.conns.replays.insert(token, Some(after));
             }
             if let Some(cors) = rec.cors {
-                self.cors_pending.insert(token, std::rc::Rc::from(cors));
+                self.conns
+                    .cors_pending
+                    .insert(token, std::rc::Rc::from(cors));
             }
             if rec.dashboard {
-                self.dashboards.push(token);
+                self.conns.dashboards.push(token);
             }
         }
         Ok(())
@@ -372,7 +373,7 @@ impl Worker {
     /// replay chunk is asked of the new master; a request the old master never answered is
     /// told to retry).
     pub(super) fn after_takeover(&mut self) {
-        let idxs: Vec<usize> = self.conns.iter().map(|(i, _)| i).collect();
+        let idxs = self.conns.slots();
         for idx in idxs {
             let Some(conn) = self.conns.get(idx) else {
                 continue;
@@ -384,7 +385,9 @@ impl Worker {
                     self.refuse_busy(idx, 1);
                     self.resume_input(idx);
                 }
-                _ if !conn.has_out() && self.replays.get(&token).is_some_and(Option::is_some) => {
+                _ if !conn.has_out()
+                    && self.conns.replays.get(&token).is_some_and(Option::is_some) =>
+                {
                     self.continue_replay(idx)
                 }
                 _ => {}

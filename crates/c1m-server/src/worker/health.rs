@@ -18,7 +18,7 @@ pub const STATUS_TIMEOUT: Duration = Duration::from_secs(3);
 
 impl Worker {
     pub(super) fn health_request(&mut self, idx: usize) {
-        let conn = &mut self.conns[idx];
+        let mut conn = self.conns.at(idx);
         conn.kind = Kind::Status;
         conn.flags |= HEALTH_CHECK;
         let token = super::token_of(idx, conn.generation);
@@ -32,7 +32,7 @@ impl Worker {
     /// The master's status answer for a waiting health check. Returns false when the waiting
     /// request is a plain `/status` (the caller answers it).
     pub(super) fn health_answer(&mut self, idx: usize, status_json: &str) -> bool {
-        let conn = &mut self.conns[idx];
+        let mut conn = self.conns.at(idx);
         if conn.flags & HEALTH_CHECK == 0 {
             return false;
         }
@@ -49,7 +49,7 @@ impl Worker {
     /// A `/status` or `/metrics` request, answered by the master or, past [`STATUS_TIMEOUT`],
     /// with a 503.
     pub(super) fn status_request(&mut self, idx: usize, metrics: bool) {
-        let conn = &mut self.conns[idx];
+        let mut conn = self.conns.at(idx);
         conn.kind = Kind::Status;
         let token = super::token_of(idx, conn.generation);
         self.arm_timer(idx, STATUS_TIMEOUT);
@@ -62,7 +62,7 @@ impl Worker {
     /// The master did not answer a health check or a status request in time. (A late answer
     /// finds the connection no longer waiting and is ignored.)
     pub(super) fn status_timeout(&mut self, idx: usize) {
-        let conn = &mut self.conns[idx];
+        let mut conn = self.conns.at(idx);
         let health = conn.flags & HEALTH_CHECK != 0;
         conn.flags &= !HEALTH_CHECK;
         let reason = if health {

@@ -20,7 +20,7 @@ impl Worker {
                     ),
                 }
                 self.ws_policy = origin_policy(&cfg);
-                reload_tls(&cfg, &self.secrets);
+                reload_tls(&mut self.conns.tls, &cfg, &self.secrets);
                 self.cfg = cfg;
                 self.apply_keepalive_to_listeners();
             }
@@ -34,12 +34,16 @@ impl Worker {
 
 /// New certificate bytes from the master (SIGHUP): the next handshakes use them; established
 /// connections keep their session. Bytes that do not load keep the running certificate.
-fn reload_tls(cfg: &Config, secrets: &crate::secrets::Secrets) {
-    if !super::tls_session::enabled() {
+fn reload_tls(
+    tls: &mut super::tls_session::Sessions,
+    cfg: &Config,
+    secrets: &crate::secrets::Secrets,
+) {
+    if !tls.enabled() {
         return; // turning TLS on needs a restart (the master keeps it off)
     }
     match secrets.tls_configs(cfg) {
-        Ok(Some(configs)) => super::tls_session::set_configs(Some(configs)),
+        Ok(Some(configs)) => tls.set_configs(Some(configs)),
         Ok(None) => {}
         Err(e) => tracing::error!(
             error = %format!("{e:#}"),

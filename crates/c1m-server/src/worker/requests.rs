@@ -62,11 +62,11 @@ impl Worker {
         {
             return self.on_readable(idx);
         }
-        let Some(pending) = self.conns.get_mut(idx).and_then(|c| c.take_inbuf()) else {
+        let Some(pending) = self.conns.get_mut(idx).and_then(|mut c| c.take_inbuf()) else {
             return;
         };
         let consumed = self.process_input(idx, &pending);
-        if let Some(conn) = self.conns.get_mut(idx) {
+        if let Some(mut conn) = self.conns.get_mut(idx) {
             if consumed < pending.len() && conn.kind != Kind::Closing {
                 conn.set_inbuf(&pending[consumed..]);
             }
@@ -108,7 +108,7 @@ impl Worker {
             return self.reply_and_close(idx, bytes);
         }
         let max = self.cfg.max_unsent;
-        let Some(conn) = self.conns.get_mut(idx) else {
+        let Some(mut conn) = self.conns.get_mut(idx) else {
             return;
         };
         conn.kind = Kind::Http;
@@ -338,8 +338,8 @@ impl Worker {
         let too_large = |what: String| format!("{what} is over the {max} byte payload limit");
         let body = &data[req.head_len..];
         // A chunked body that is still arriving resumes where the last read's scan stopped.
-        let token = super::token_of(idx, self.conns[idx].generation);
-        let mut progress = self.chunked_bodies.remove(&token).unwrap_or_default();
+        let token = self.conns.token(idx);
+        let mut progress = self.conns.chunked_bodies.remove(&token).unwrap_or_default();
         let (payload, used) = match framing {
             BodyFraming::None => (Vec::new(), 0),
             BodyFraming::Length(len) if len > max as u64 => {
@@ -357,7 +357,7 @@ impl Worker {
             BodyFraming::Chunked => match chunked::decode_resume(body, max, &mut progress) {
                 Ok(Decoded::Complete { body, used }) => (body, used),
                 Ok(Decoded::Partial) => {
-                    self.chunked_bodies.insert(token, progress);
+                    self.conns.chunked_bodies.insert(token, progress);
                     self.send_continue(idx, req);
                     return None;
                 }
@@ -379,10 +379,11 @@ impl Worker {
             self.refuse_busy(idx, 1);
             return Some(end);
         }
-        let conn = &mut self.conns[idx];
+        let mut conn = self.conns.at(idx);
         conn.kind = Kind::Publishing;
         conn.deadline = 0;
-        self.publish_started
+        self.conns
+            .publish_started
             .insert(token, c1m_sys::shm::monotonic_micros());
         let frame = match idempotency_key {
             Some(key) => ToMaster::PublishKeyed {
@@ -404,7 +405,7 @@ impl Worker {
     /// `Expect: 100-continue` (curl sends it before larger and chunked bodies): tell the client
     /// to send the body now instead of after its own timeout. Once per request.
     fn send_continue(&mut self, idx: usize, req: &Request<'_>) {
-        let conn = &mut self.conns[idx];
+        let mut conn = self.conns.at(idx);
         if conn.flags & CONTINUE_SENT != 0 || !req.header_has_token("Expect", "100-continue") {
             return;
         }

@@ -7,7 +7,7 @@ use super::conn::{Kind, Sent, COUNTED_SLOW};
 use super::Worker;
 use c1m_proto::{http, line, sse};
 use std::io;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 impl Worker {
     /// Queues `bytes` as the connection's last words and closes once they are written, or when
@@ -17,7 +17,7 @@ impl Worker {
     }
 
     fn finish_within(&mut self, idx: usize, bytes: Vec<u8>, limit: usize, linger: Duration) {
-        let Some(conn) = self.conns.get_mut(idx) else {
+        let Some(mut conn) = self.conns.get_mut(idx) else {
             return;
         };
         conn.kind = Kind::Closing;
@@ -92,7 +92,7 @@ impl Worker {
     /// Shutdown's grace period is over (or nothing is left): whoever has not read everything
     /// is cut off, counted and logged, so no data is dropped silently.
     pub(super) fn end_of_grace(&mut self) {
-        let idxs: Vec<usize> = self.conns.iter().map(|(i, _)| i).collect();
+        let idxs = self.conns.slots();
         let unread = idxs.iter().filter(|&&i| self.conns[i].has_out()).count();
         for idx in idxs {
             self.cut_unread(idx);
@@ -110,6 +110,31 @@ impl Worker {
     pub(super) fn count_lost_peer(&mut self, e: &io::Error) {
         if e.raw_os_error() == Some(libc::ETIMEDOUT) {
             self.counters.refused.dead_peer += 1;
+        }
+    }
+
+    /// Stops accepting and ends every stream cleanly; the loop exits once all connections are
+    /// gone or the grace period ends.
+    pub(super) fn begin_shutdown(&mut self) {
+        if self.shutdown_deadline.is_some() {
+            return;
+        }
+        self.shutdown_deadline = Some(Instant::now() + self.cfg.grace);
+        // Messages already published reach their subscribers before the goodbyes.
+        self.finish_fan_outs();
+        for mut l in [
+            self.http_listener.take(),
+            self.tcp_listener.take(),
+            self.admin_listener.take(),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            let _ = self.poll.registry().deregister(&mut l);
+        }
+        let idxs = self.conns.slots();
+        for idx in idxs {
+            self.goodbye(idx);
         }
     }
 }

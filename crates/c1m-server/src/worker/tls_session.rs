@@ -13,11 +13,11 @@
 //! An idle TLS subscriber thus holds the rustls connection state (keys, sequence numbers,
 //! handshake leftovers) and this struct, nothing else.
 //!
-//! Where the state lives: `Conn` must stay ≤ 64 B and has no spare flag bit, so the sessions
-//! are a side table indexed by the socket's file descriptor (unique while the socket is open;
-//! the worker removes the entry in `Worker::close` before the descriptor is closed). The table
-//! is per thread (the worker is single-threaded), so `Conn`'s send and flush paths reach it
-//! without every caller passing it along. A connection without an entry is plaintext.
+//! Where the state lives: `Conn` must stay 32 B and has no spare flag bit, so the sessions
+//! are a side table in the worker's connection table (`ConnTable`), indexed by slab slot and
+//! dropped by `ConnTable::remove` with the rest of the connection's state. The byte paths reach
+//! a connection's session through the [`TlsIo`] handle the table lends with the connection. A
+//! connection without a session is plaintext.
 
 use crate::histogram::Histogram;
 use crate::ipc::TlsStats;
@@ -25,9 +25,7 @@ use crate::tls::Configs;
 use mio::net::TcpStream;
 use rustls::server::UnbufferedServerConnection;
 use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError, UnbufferedStatus};
-use std::cell::RefCell;
 use std::io::{self, Read, Write};
-use std::os::fd::AsRawFd;
 use std::time::Instant;
 
 /// Most plaintext encrypted ahead of the socket per write: bounds the ciphertext a blocked
@@ -52,52 +50,60 @@ pub struct Session {
     raw_tcp: bool,
 }
 
+/// The TLS counters (totals since the worker started).
 #[derive(Default)]
-struct Table {
-    configs: Option<Configs>,
-    sessions: Vec<Option<Box<Session>>>,
+struct Counters {
     stats: TlsStats,
-}
-
-thread_local! {
-    static TABLE: RefCell<Table> = RefCell::new(Table::default());
     /// Completed handshakes' durations (`c1m_tls_handshake_seconds`).
-    static HANDSHAKES: RefCell<Histogram> = RefCell::new(Histogram::default());
+    handshakes: Histogram,
 }
 
-/// The handshake-time histogram (totals since the worker started).
-pub fn handshake_histogram() -> Histogram {
-    HANDSHAKES.with_borrow(|h| *h)
+/// Every TLS session of one worker, by slab slot, and the configurations new ones start from.
+#[derive(Default)]
+pub struct Sessions {
+    configs: Option<Configs>,
+    by_slot: Vec<Option<Box<Session>>>,
+    counters: Counters,
 }
 
-/// Sets (or, after a certificate reload, replaces) the configurations new connections use.
-pub fn set_configs(configs: Option<Configs>) {
-    TABLE.with_borrow_mut(|t| t.configs = configs);
+/// One connection's TLS session, lent with the connection for its byte paths.
+pub struct TlsIo<'a> {
+    session: &'a mut Session,
+    counters: &'a mut Counters,
 }
 
-/// TLS is on for this worker's listeners.
-pub fn enabled() -> bool {
-    TABLE.with_borrow(|t| t.configs.is_some())
-}
+impl Sessions {
+    /// Sets (or, after a certificate reload, replaces) the configurations new connections use.
+    pub fn set_configs(&mut self, configs: Option<Configs>) {
+        self.configs = configs;
+    }
 
-/// The counters for `/status` (totals since the worker started).
-pub fn stats() -> TlsStats {
-    TABLE.with_borrow(|t| t.stats)
-}
+    /// TLS is on for this worker's listeners.
+    pub fn enabled(&self) -> bool {
+        self.configs.is_some()
+    }
 
-/// Starts a TLS session for a connection just accepted on a TLS listener.
-pub fn begin(stream: &TcpStream, raw_tcp: bool) -> io::Result<()> {
-    TABLE.with_borrow_mut(|t| {
-        let Some(configs) = &t.configs else {
+    /// The counters for `/status` (totals since the worker started).
+    pub fn stats(&self) -> TlsStats {
+        self.counters.stats
+    }
+
+    /// The handshake-time histogram (totals since the worker started).
+    pub fn handshake_histogram(&self) -> Histogram {
+        self.counters.handshakes
+    }
+
+    /// Starts a TLS session for the connection about to take slab slot `slot`.
+    pub fn begin(&mut self, slot: usize, raw_tcp: bool) -> io::Result<()> {
+        let Some(configs) = &self.configs else {
             return Ok(());
         };
         let config = if raw_tcp { &configs.tcp } else { &configs.http };
         let tls = UnbufferedServerConnection::new(config.clone()).map_err(io::Error::other)?;
-        let fd = fd_index(stream);
-        if t.sessions.len() <= fd {
-            t.sessions.resize_with(fd + 1, || None);
+        if self.by_slot.len() <= slot {
+            self.by_slot.resize_with(slot + 1, || None);
         }
-        t.sessions[fd] = Some(Box::new(Session {
+        self.by_slot[slot] = Some(Box::new(Session {
             tls,
             incoming: Vec::new(),
             plain: Vec::new(),
@@ -109,85 +115,71 @@ pub fn begin(stream: &TcpStream, raw_tcp: bool) -> io::Result<()> {
             raw_tcp,
         }));
         Ok(())
-    })
-}
+    }
 
-/// Drops a connection's TLS state (called before its socket is closed). An established session
-/// says goodbye with close_notify when the socket takes it at once, so the client can tell
-/// the end from a truncation. A handshake that never finished (and was not counted as failed
-/// or timed out) is counted as abandoned.
-pub fn end(stream: &mut TcpStream) {
-    TABLE.with_borrow_mut(|t| {
-        let Some(mut session) = t.sessions.get_mut(fd_index(stream)).and_then(Option::take) else {
+    /// Drops a connection's TLS state (called before its socket is closed). An established
+    /// session says goodbye with close_notify when the socket takes it at once, so the client
+    /// can tell the end from a truncation. A handshake that never finished (and was not
+    /// counted as failed or timed out) is counted as abandoned.
+    pub fn end(&mut self, slot: usize, stream: &mut TcpStream) {
+        let Some(mut session) = self.by_slot.get_mut(slot).and_then(Option::take) else {
             return;
         };
         if session.handshake_started.is_some() {
-            t.stats.handshake_abandoned += 1;
+            self.counters.stats.handshake_abandoned += 1;
         } else {
             session.close_notify(stream);
         }
-    });
+    }
+
+    /// The connection's handshake is still under way (a timeout then counts as a TLS handshake
+    /// timeout, not as a slow request head). Marks it as counted so `end` does not count it
+    /// again.
+    pub fn count_handshake_timeout(&mut self, slot: usize) -> bool {
+        self.io(slot).is_some_and(|t| {
+            if t.session.handshake_started.take().is_some() {
+                t.counters.stats.handshake_timeout += 1;
+                true
+            } else {
+                false
+            }
+        })
+    }
+
+    /// The session of the connection in `slot`, if it has one.
+    pub fn io(&mut self, slot: usize) -> Option<TlsIo<'_>> {
+        let session = self.by_slot.get_mut(slot)?.as_deref_mut()?;
+        Some(TlsIo {
+            session,
+            counters: &mut self.counters,
+        })
+    }
 }
 
-/// The connection's handshake is still under way (a timeout then counts as a TLS handshake
-/// timeout, not as a slow request head). Marks it as counted so `end` does not count it again.
-pub fn count_handshake_timeout(stream: &TcpStream) -> bool {
-    with_session(fd_index(stream), |s, stats| {
-        if s.handshake_started.take().is_some() {
-            stats.handshake_timeout += 1;
-            true
-        } else {
-            false
-        }
-    })
-    .unwrap_or(false)
-}
+impl TlsIo<'_> {
+    /// Ciphertext is waiting for the socket: the connection must keep its write queue (and
+    /// wait for writability) even if all of its plaintext was taken.
+    pub fn owes_bytes(&self) -> bool {
+        self.session.outgoing_sent < self.session.outgoing.len()
+    }
 
-/// The connection has a TLS session.
-pub fn enabled_for(stream: &TcpStream) -> bool {
-    with_session(fd_index(stream), |_, _| ()).is_some()
-}
+    /// Reads plaintext: like `Read::read` on the socket (Ok(0) = end of stream, WouldBlock =
+    /// nothing now), with TLS in between.
+    pub fn read(&mut self, stream: &mut TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+        self.session.read(stream, buf, self.counters)
+    }
 
-/// Ciphertext is waiting for the socket: the connection must keep its write queue (and wait
-/// for writability) even if all of its plaintext was taken.
-pub fn owes_bytes(stream: &TcpStream) -> bool {
-    with_session(fd_index(stream), |s, _| s.outgoing_sent < s.outgoing.len()).unwrap_or(false)
-}
+    /// Writes plaintext: encrypts up to [`ENCRYPT_AT_ONCE`] bytes and writes them out. Returns
+    /// the plaintext bytes taken (Ok(0) when the socket is still blocked on earlier ciphertext
+    /// or the handshake is not done).
+    pub fn write(&mut self, stream: &mut TcpStream, data: &[u8]) -> io::Result<usize> {
+        self.session.write(stream, data, self.counters)
+    }
 
-/// Reads plaintext: like `Read::read` on the socket (Ok(0) = end of stream, WouldBlock = nothing
-/// now), with TLS in between. `None`: the connection is not TLS.
-pub fn read(stream: &mut TcpStream, buf: &mut [u8]) -> Option<io::Result<usize>> {
-    with_session(fd_index(stream), |s, stats| s.read(stream, buf, stats))
-}
-
-/// Writes plaintext: encrypts up to [`ENCRYPT_AT_ONCE`] bytes and writes them out. Returns the
-/// plaintext bytes taken (Ok(0) when the socket is still blocked on earlier ciphertext or the
-/// handshake is not done). `None`: the connection is not TLS.
-pub fn write(stream: &mut TcpStream, data: &[u8]) -> Option<io::Result<usize>> {
-    with_session(fd_index(stream), |s, stats| s.write(stream, data, stats))
-}
-
-/// Writes ciphertext still owed. Ok(true) when nothing is left. `None`: not TLS.
-pub fn flush(stream: &mut TcpStream) -> Option<io::Result<bool>> {
-    with_session(fd_index(stream), |s, _| s.flush_outgoing(stream))
-}
-
-fn with_session<R>(fd: usize, f: impl FnOnce(&mut Session, &mut TlsStats) -> R) -> Option<R> {
-    TABLE.with_borrow_mut(|t| {
-        if t.configs.is_none() && t.sessions.is_empty() {
-            return None;
-        }
-        let Table {
-            sessions, stats, ..
-        } = t;
-        let session = sessions.get_mut(fd)?.as_mut()?;
-        Some(f(session, stats))
-    })
-}
-
-fn fd_index(stream: &TcpStream) -> usize {
-    // Descriptors of open sockets are never negative.
-    stream.as_raw_fd().max(0) as usize
+    /// Writes ciphertext still owed. Ok(true) when nothing is left.
+    pub fn flush(&mut self, stream: &mut TcpStream) -> io::Result<bool> {
+        self.session.flush_outgoing(stream)
+    }
 }
 
 impl Session {
@@ -195,7 +187,7 @@ impl Session {
         &mut self,
         stream: &mut TcpStream,
         buf: &mut [u8],
-        stats: &mut TlsStats,
+        counters: &mut Counters,
     ) -> io::Result<usize> {
         loop {
             if self.plain_taken < self.plain.len() {
@@ -224,14 +216,14 @@ impl Session {
                 && self.incoming.is_empty()
                 && !looks_like_tls(chunk[0])
             {
-                self.refuse_plaintext(stream, stats);
+                self.refuse_plaintext(stream, counters);
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidData,
                     "plaintext on a TLS port",
                 ));
             }
             self.incoming.extend_from_slice(&chunk[..n]);
-            self.process(stream, stats)?;
+            self.process(stream, counters)?;
             if self.incoming.is_empty() {
                 self.incoming = Vec::new();
             }
@@ -242,7 +234,7 @@ impl Session {
 
     /// Runs rustls over the received ciphertext until it needs more: decrypts every whole
     /// record into `plain`, and sends what the handshake (or a post-handshake message) wants.
-    fn process(&mut self, stream: &mut TcpStream, stats: &mut TlsStats) -> io::Result<()> {
+    fn process(&mut self, stream: &mut TcpStream, counters: &mut Counters) -> io::Result<()> {
         loop {
             let UnbufferedStatus { discard, state } =
                 self.tls.process_tls_records(&mut self.incoming);
@@ -250,7 +242,7 @@ impl Session {
                 Ok(state) => state,
                 Err(e) => {
                     drop(self.incoming.drain(..discard));
-                    self.fail(stream, stats);
+                    self.fail(stream, counters);
                     return Err(io::Error::new(io::ErrorKind::InvalidData, e));
                 }
             };
@@ -280,16 +272,16 @@ impl Session {
                 ConnectionState::WriteTraffic(_) => {
                     if let Some(started) = self.handshake_started.take() {
                         let micros = started.elapsed().as_micros() as u64;
-                        stats.handshakes += 1;
-                        stats.handshake_micros += micros;
-                        HANDSHAKES.with_borrow_mut(|h| h.record(micros));
+                        counters.stats.handshakes += 1;
+                        counters.stats.handshake_micros += micros;
+                        counters.handshakes.record(micros);
                     }
                     more = false;
                 }
                 ConnectionState::BlockedHandshake => more = false,
                 _ => {
                     // Early data is not enabled; nothing else is expected.
-                    self.fail(stream, stats);
+                    self.fail(stream, counters);
                     return Err(io::Error::new(
                         io::ErrorKind::InvalidData,
                         "unexpected TLS state",
@@ -307,7 +299,7 @@ impl Session {
         &mut self,
         stream: &mut TcpStream,
         data: &[u8],
-        stats: &mut TlsStats,
+        counters: &mut Counters,
     ) -> io::Result<usize> {
         if !self.flush_outgoing(stream)? || data.is_empty() {
             return Ok(0);
@@ -352,7 +344,7 @@ impl Session {
                 ConnectionState::BlockedHandshake => Some(0),
                 ConnectionState::Closed => return Err(io::ErrorKind::BrokenPipe.into()),
                 _ => {
-                    self.fail(stream, stats);
+                    self.fail(stream, counters);
                     return Err(io::Error::new(
                         io::ErrorKind::InvalidData,
                         "unexpected TLS state",
@@ -405,9 +397,9 @@ impl Session {
 
     /// A handshake or record error: rustls has queued an alert saying why; it is sent (best
     /// effort, the connection is closed next) and the failure counted.
-    fn fail(&mut self, stream: &mut TcpStream, stats: &mut TlsStats) {
+    fn fail(&mut self, stream: &mut TcpStream, counters: &mut Counters) {
         if self.handshake_started.take().is_some() {
-            stats.handshake_failed += 1;
+            counters.stats.handshake_failed += 1;
         }
         // rustls keeps its place in the buffer it was given (a half-joined handshake message):
         // it must be handed the same bytes again, never a fresh or empty slice, or it indexes
@@ -438,9 +430,9 @@ impl Session {
 
     /// The client sent plaintext to a TLS port: it gets a plaintext answer saying so (what
     /// nginx does), then the connection closes.
-    fn refuse_plaintext(&mut self, stream: &mut TcpStream, stats: &mut TlsStats) {
+    fn refuse_plaintext(&mut self, stream: &mut TcpStream, counters: &mut Counters) {
         self.handshake_started = None;
-        stats.plaintext_refused += 1;
+        counters.stats.plaintext_refused += 1;
         let answer: &[u8] = if self.raw_tcp {
             b"ERR this port speaks TLS\n"
         } else {

@@ -6,9 +6,9 @@
 use super::conn::{
     Kind, Sent, WsMessage, COUNTED_SLOW, WS_AWAITING_PONG, WS_ENVELOPE, WS_MAY_PUBLISH,
 };
+use super::joins::encode_replay;
 use super::publish_rule;
 use super::requests::Transport;
-use super::streams::encode_replay;
 use super::Worker;
 use crate::ipc::{Replay, ToMaster};
 use c1m_proto::http::Request;
@@ -131,7 +131,7 @@ impl Worker {
                     self.send_or_close(idx, pong.as_bytes().to_vec());
                 }
                 Some(Event::Pong(_)) => {
-                    if let Some(c) = self.conns.get_mut(idx) {
+                    if let Some(mut c) = self.conns.get_mut(idx) {
                         c.flags &= !WS_AWAITING_PONG;
                     }
                 }
@@ -156,7 +156,7 @@ impl Worker {
             }
             pos += decoded.consumed;
         }
-        if let Some(conn) = self.conns.get_mut(idx) {
+        if let Some(mut conn) = self.conns.get_mut(idx) {
             conn.set_ws(state);
         }
         pos
@@ -243,7 +243,7 @@ impl Worker {
             }
             Some((channel, payload)) if payload.len() <= self.cfg.max_payload => {
                 // The token comes back only if the master refuses it (then: close 1013).
-                let token = super::token_of(idx, self.conns[idx].generation);
+                let token = self.conns.token(idx);
                 self.send_to_master(ToMaster::Publish {
                     req: token,
                     channel,
@@ -277,7 +277,7 @@ impl Worker {
             Some(close::SLOW_CONSUMER),
             "slow consumer: fell too far behind; reconnect with last_id",
         );
-        let Some(conn) = self.conns.get_mut(idx) else {
+        let Some(mut conn) = self.conns.get_mut(idx) else {
             return;
         };
         conn.kind = Kind::Closing;
@@ -301,7 +301,7 @@ impl Worker {
         let max = self.cfg.max_unsent;
         let mut failed = Vec::new();
         for idx in slots {
-            let Some(conn) = self.conns.get_mut(idx) else {
+            let Some(mut conn) = self.conns.get_mut(idx) else {
                 continue;
             };
             if conn.kind == Kind::Ws {

@@ -1,99 +1,21 @@
-//! One client connection: a 32-byte struct in the worker's slab (issue 16's memory budget).
-//! An idle single-channel subscriber owns no buffer and no heap block: half-read input, the
-//! queue of bytes a blocked socket owes (uWebSockets' cork habit), a WebSocket message in
-//! progress and a list of several channels live in one side box that exists only while one of
-//! them does; callers reach them through `Conn`'s methods, never the layout. Queued data is
-//! shared (`Rc`) with every other subscriber of the same message. On a TLS connection the byte paths
-//! go through `tls_session` (which keeps that connection's TLS state beside, not in, `Conn`).
+//! One client connection's state: a 32-byte struct in the worker's slab (the per-connection
+//! memory budget is the product). An idle single-channel subscriber owns no buffer and no heap
+//! block: half-read input, the queue of bytes a blocked socket owes (uWebSockets' cork habit),
+//! a WebSocket message in progress and a list of several channels live in one side box that
+//! exists only while one of them does; callers reach them through `Conn`'s methods, never the
+//! layout. Queued data is shared (`Rc`) with every other subscriber of the same message.
+//!
+//! Files: `kind` (what the connection is doing), `io` (the byte paths: reads, sends and
+//! flushes, through TLS when the connection has a session).
 
-use super::tls_session;
+mod io;
+mod kind;
+
+pub use io::{ConnMut, Sent};
+pub use kind::{Kind, Protocol};
 use mio::net::TcpStream;
 use std::collections::VecDeque;
-use std::io::{self, Read, Write};
 use std::rc::Rc;
-
-/// What a connection is doing now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    /// Reading an HTTP request head (new, or keep-alive between requests).
-    Http,
-    /// Raw TCP port: reading the `SUB` line.
-    TcpCommand,
-    /// Waiting for the master to assign a publish id.
-    Publishing,
-    /// Waiting for the master's status figures.
-    Status,
-    /// Subscribed; waiting for the master's join answer (replay) before going live.
-    SseJoining,
-    PollJoining,
-    TcpJoining,
-    /// WebSocket: the 101 is sent; frames start once the join answer arrives.
-    WsJoining,
-    /// Live streams.
-    Sse,
-    PollWaiting,
-    TcpStream,
-    Ws,
-    /// Response written or error sent: close once `out` drains.
-    Closing,
-}
-
-impl Kind {
-    /// Every kind, in the order of its hand-over code (docs/upgrade.md): the index is the code.
-    const ALL: [Kind; 13] = [
-        Kind::Http,
-        Kind::TcpCommand,
-        Kind::Publishing,
-        Kind::Status,
-        Kind::SseJoining,
-        Kind::PollJoining,
-        Kind::TcpJoining,
-        Kind::WsJoining,
-        Kind::Sse,
-        Kind::PollWaiting,
-        Kind::TcpStream,
-        Kind::Ws,
-        Kind::Closing,
-    ];
-
-    /// This kind's code in a hand-over record.
-    pub fn code(self) -> u8 {
-        Kind::ALL.iter().position(|&k| k == self).expect("listed") as u8
-    }
-
-    /// The kind a hand-over record's code names; None for a code this binary does not know.
-    pub fn from_code(code: u8) -> Option<Kind> {
-        Kind::ALL.get(code as usize).copied()
-    }
-
-    /// Subscribed and waiting for (more of) the master's join answer.
-    pub fn is_joining(self) -> bool {
-        matches!(
-            self,
-            Kind::SseJoining | Kind::PollJoining | Kind::TcpJoining | Kind::WsJoining
-        )
-    }
-
-    /// The `/status` protocol bucket this connection counts in.
-    pub fn protocol(self) -> Protocol {
-        match self {
-            Kind::SseJoining | Kind::Sse => Protocol::Sse,
-            Kind::PollJoining | Kind::PollWaiting => Protocol::LongPoll,
-            Kind::TcpJoining | Kind::TcpStream | Kind::TcpCommand => Protocol::Tcp,
-            Kind::WsJoining | Kind::Ws => Protocol::WebSocket,
-            _ => Protocol::Other,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Protocol {
-    Sse,
-    LongPoll,
-    Tcp,
-    WebSocket,
-    Other,
-}
 
 /// Channel memberships, 8 bytes inline: one (local channel index, position in that channel's
 /// member list) pair, or a marker that says "none" or "several, listed in the side box".
@@ -167,7 +89,6 @@ pub const CONTINUE_SENT: u8 = 16;
 /// The pending status query answers `/healthz`, not `/status`.
 pub const HEALTH_CHECK: u8 = 32;
 /// The WebSocket's upgrade passed the publish rule: its data messages may be published.
-/// (64, not 8: main's READ_PAUSED, CONTINUE_SENT and HEALTH_CHECK took 8, 16 and 32.)
 pub const WS_MAY_PUBLISH: u8 = 64;
 /// Already counted as a slow consumer (closed for falling behind): the end of its linger
 /// must not count it a second time.
@@ -180,22 +101,12 @@ pub const ADMIN: u8 = 1;
 /// The stream's `deadline` is its token's expiry (it ends with `event: expired` / close 4001).
 pub const EXPIRES: u8 = 2;
 /// Bytes were handed to this connection since the heartbeat sweep's last visit: set by every
-/// send ([`Conn::send_shared`], [`Conn::send_owned`], [`Conn::batch_sent`]), taken by the
+/// send ([`ConnMut::send_shared`], [`ConnMut::send_owned`], [`ConnMut::batch_sent`]), taken by the
 /// sweep ([`Conn::take_wrote`]), which then skips the heartbeat: the stream is not idle.
 pub const WROTE: u8 = 4;
 /// The heartbeat sweep's previous visit (half an interval ago) found the stream sent nothing:
-/// the next visit that finds it silent too writes the heartbeat (streams.rs).
+/// the next visit that finds it silent too writes the heartbeat (heartbeats.rs).
 pub const QUIET: u8 = 8;
-
-/// Outcome of a send.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Sent {
-    Done,
-    /// Unsent bytes would exceed the cap: the caller disconnects this slow reader.
-    Overflow,
-    /// The socket failed (peer gone).
-    Failed,
-}
 
 /// Everything a connection holds only while it is doing something an idle subscriber does
 /// not: half-read input, bytes the socket refused, a WebSocket message in progress, or
@@ -237,7 +148,7 @@ pub struct Conn {
     side: Option<Box<Side>>,
 }
 
-// The per-connection memory budget (issue 16): a slab slot is exactly one `Conn`.
+// The per-connection memory budget: a slab slot is exactly one `Conn`.
 const _: () = assert!(std::mem::size_of::<Conn>() == 32);
 
 impl Conn {
@@ -435,72 +346,6 @@ impl Conn {
         }
     }
 
-    /// Sends shared bytes: written now if the socket takes them, else queued by reference.
-    /// The cap is checked before queueing: a subscriber already owing more than `max_unsent`
-    /// is a slow reader and gets nothing more, while one that is keeping up can always take
-    /// the next message or replay chunk whole, however large (each is bounded on its own).
-    pub fn send_shared(&mut self, data: &Rc<[u8]>, max_unsent: usize) -> Sent {
-        self.edge |= WROTE;
-        if let Some(q) = self.side.as_mut().and_then(|s| s.out.as_mut()) {
-            if q.bytes > max_unsent {
-                return Sent::Overflow;
-            }
-            q.bytes += data.len();
-            q.chunks.push_back((data.clone(), 0));
-            return Sent::Done;
-        }
-        match write_some(&mut self.stream, data) {
-            Ok(n) if n == data.len() && !tls_session::owes_bytes(&self.stream) => Sent::Done,
-            Ok(n) => {
-                // The rest waits for writability; so does TLS ciphertext the socket refused
-                // (then the queue holds a fully taken chunk until the ciphertext is out).
-                let q = self.queue();
-                q.bytes = data.len() - n;
-                q.chunks.push_back((data.clone(), n));
-                Sent::Done
-            }
-            Err(_) => Sent::Failed,
-        }
-    }
-
-    /// Whether a fan-out send may go through the io_uring batch: nothing is queued ahead of it
-    /// (order), and the socket carries plaintext (TLS records are made by rustls in user space).
-    pub fn can_batch_send(&self) -> bool {
-        !self.has_out() && !tls_session::enabled_for(&self.stream)
-    }
-
-    /// The outcome of a batched (io_uring) send of `data`: `result` is the kernel's (bytes
-    /// taken, or -errno). What the socket did not take is queued exactly as `send_shared` would.
-    pub fn batch_sent(&mut self, data: &Rc<[u8]>, result: i32) -> Sent {
-        self.edge |= WROTE;
-        let taken = match result {
-            n if n >= 0 => (n as usize).min(data.len()),
-            n if n == -libc::EAGAIN || n == -libc::EINTR => 0,
-            _ => return Sent::Failed,
-        };
-        if taken < data.len() {
-            let q = self.queue();
-            q.bytes += data.len() - taken;
-            q.chunks.push_back((data.clone(), taken));
-        }
-        Sent::Done
-    }
-
-    /// Sends bytes owned by this connection alone (responses, replays).
-    pub fn send_owned(&mut self, data: Vec<u8>, max_unsent: usize) -> Sent {
-        self.edge |= WROTE;
-        if !self.has_out() {
-            match write_some(&mut self.stream, &data) {
-                Ok(n) if n == data.len() && !tls_session::owes_bytes(&self.stream) => {
-                    return Sent::Done
-                }
-                Ok(n) => return self.send_shared(&Rc::from(&data[n..]), max_unsent),
-                Err(_) => return Sent::Failed,
-            }
-        }
-        self.send_shared(&Rc::from(data), max_unsent)
-    }
-
     /// Whether anything was sent since the last call (the heartbeat sweep's question), and
     /// starts over.
     pub fn take_wrote(&mut self) -> bool {
@@ -508,68 +353,6 @@ impl Conn {
         self.edge &= !WROTE;
         wrote
     }
-
-    /// Writes queued bytes; frees the queue once empty. Ok(true) when nothing is left.
-    pub fn flush(&mut self) -> io::Result<bool> {
-        let Some(q) = self.side.as_mut().and_then(|s| s.out.as_mut()) else {
-            return Ok(true);
-        };
-        while let Some((chunk, offset)) = q.chunks.front_mut() {
-            let n = write_some(&mut self.stream, &chunk[*offset..])?;
-            *offset += n;
-            q.bytes -= n;
-            if *offset < chunk.len() {
-                return Ok(false);
-            }
-            q.chunks.pop_front();
-        }
-        if tls_session::flush(&mut self.stream).transpose()? == Some(false) {
-            return Ok(false);
-        }
-        if let Some(s) = &mut self.side {
-            s.out = None;
-        }
-        self.tidy();
-        Ok(true)
-    }
-
-    /// Reads what the peer sent (decrypted on a TLS connection): `Read::read`'s contract.
-    pub fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match tls_session::read(&mut self.stream, buf) {
-            Some(result) => result,
-            None => self.stream.read(buf),
-        }
-    }
-}
-
-/// Writes until done or WouldBlock; returns bytes written. Errors other than WouldBlock and
-/// Interrupted mean the connection is gone. On a TLS connection: plaintext bytes taken
-/// (encrypted and written, or encrypted and owed: see `tls_session::owes_bytes`).
-fn write_some(stream: &mut TcpStream, data: &[u8]) -> io::Result<usize> {
-    let mut done = 0;
-    if tls_session::enabled_for(stream) {
-        while done < data.len() {
-            match tls_session::write(stream, &data[done..]) {
-                Some(Ok(0)) | None => break,
-                Some(Ok(n)) => done += n,
-                Some(Err(e)) => return Err(e),
-            }
-            if tls_session::owes_bytes(stream) {
-                break;
-            }
-        }
-        return Ok(done);
-    }
-    while done < data.len() {
-        match stream.write(&data[done..]) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => done += n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(done)
 }
 
 #[cfg(test)]
@@ -587,8 +370,7 @@ mod tests {
 
     #[test]
     fn idle_subscriber_is_small() {
-        // Issue 16: ≤ 64 B per idle subscriber at 1M with the fixed cost; the struct is the
-        // bulk of it (the compile-time assertion beside `Conn` says the same).
+        // ≤ 64 B per idle subscriber at 1M with the fixed cost; the struct is the bulk of it (the compile-time assertion beside `Conn` says the same).
         assert_eq!(std::mem::size_of::<Conn>(), 32);
         assert_eq!(std::mem::size_of::<Subs>(), 8);
     }
@@ -656,6 +438,7 @@ mod tests {
     #[test]
     fn every_send_marks_the_stream_written_until_the_sweep_takes_it() {
         let (mut c, _peer) = conn();
+        let mut c = ConnMut::new(&mut c, None);
         assert!(!c.take_wrote(), "a new connection has sent nothing");
         assert_eq!(c.send_owned(b"head".to_vec(), 1 << 20), Sent::Done);
         assert!(c.take_wrote());
@@ -681,7 +464,10 @@ mod tests {
         assert!(c.side.is_none());
         c.set_unsent(b"owed".to_vec());
         assert!(c.has_out() && c.unsent_bytes() == 4);
-        assert!(c.flush().unwrap(), "the peer's socket takes 4 bytes");
+        assert!(
+            ConnMut::new(&mut c, None).flush().unwrap(),
+            "the peer's socket takes 4 bytes"
+        );
         assert!(
             !c.has_out() && c.side.is_none(),
             "queue and box freed once drained"

@@ -1,0 +1,135 @@
+//! A connection's readiness: flush what it owes when writable (and go on with what waited
+//! for that), read to WouldBlock when readable, and hand the input to its protocol.
+
+use super::conn::{self, Kind};
+use super::requests;
+use super::Worker;
+use std::io;
+
+impl Worker {
+    pub(super) fn on_conn_event(&mut self, token: u64, readable: bool, writable: bool) {
+        let Some((idx, mut conn)) = self.conns.by_token(token) else {
+            return;
+        };
+        if writable && !conn.has_out() {
+            // TLS handshake bytes the socket refused earlier.
+            if let Err(e) = conn.flush_tls() {
+                self.count_lost_peer(&e);
+                return self.close(idx);
+            }
+        }
+        if writable && conn.has_out() {
+            match conn.flush() {
+                Ok(true) if conn.kind == Kind::Closing => return self.close(idx),
+                Ok(true) if conn.kind.is_joining() => self.continue_replay(idx),
+                // Pipelined requests wait while answers are unwritten (requests::process_input).
+                Ok(true) if conn.kind == Kind::Http => self.resume_input(idx),
+                Ok(_) => {}
+                Err(e) => {
+                    self.count_lost_peer(&e);
+                    return self.close(idx);
+                }
+            }
+        }
+        if readable {
+            self.on_readable(idx);
+        }
+    }
+
+    /// Reads until WouldBlock: with edge-triggered epoll, bytes left unread get no new event.
+    /// Kinds that expect input accumulate it; streams discard it. Input is used as it arrives
+    /// (pipelined requests are answered while the rest is read), so the buffer stays within
+    /// `input_limit`. The one exception to reading to WouldBlock: a full buffer that the
+    /// connection cannot use yet (its request waits for the master, or its answers wait for the
+    /// peer to read). Then reading stops, TCP flow control holds the rest in the peer, and the
+    /// connection is marked READ_PAUSED so `resume_input` reads on when it can go on.
+    pub(super) fn on_readable(&mut self, idx: usize) {
+        if self.handover.frozen {
+            return; // read after an abort, or by the new worker
+        }
+        let Some(mut conn) = self.conns.get_mut(idx) else {
+            return;
+        };
+        conn.flags &= !conn::READ_PAUSED;
+        let mut buf = std::mem::take(&mut self.scratch);
+        buf.clear();
+        if let Some(pending) = conn.take_inbuf() {
+            buf.extend_from_slice(&pending);
+        }
+        let limit = requests::input_limit(&self.cfg);
+        let mut eof = false;
+        let mut error = None;
+        while let Some(kind) = self.conns.get(idx).map(|c| c.kind) {
+            if buf.len() >= limit && keeps_input(kind) && kind != Kind::Ws {
+                let used = self.process_input(idx, &buf);
+                buf.drain(..used);
+                match self.conns.get_mut(idx) {
+                    None => break,
+                    Some(c) if c.kind == Kind::Closing => break,
+                    Some(mut c) if buf.len() >= limit && keeps_input(c.kind) => {
+                        c.flags |= conn::READ_PAUSED;
+                        break;
+                    }
+                    Some(_) => continue,
+                }
+            }
+            let Some(mut conn) = self.conns.get_mut(idx) else {
+                break;
+            };
+            let old = buf.len();
+            match self.reads.append(&mut buf, |dst| conn.read(dst)) {
+                Ok(0) => {
+                    eof = true;
+                    break;
+                }
+                Ok(_) if kind == Kind::Ws => {
+                    // Frames are decoded as they arrive, so a large message never piles up and
+                    // the socket is always read to WouldBlock (edge-triggered).
+                    let used = self.ws_input(idx, &mut buf);
+                    buf.drain(..used);
+                    if self.conns.get(idx).is_none_or(|c| c.kind != Kind::Ws) {
+                        break;
+                    }
+                }
+                Ok(_) if keeps_input(kind) => {}
+                Ok(_) => buf.truncate(old), // a stream's input is discarded
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    eof = true;
+                    error = Some(e);
+                    break;
+                }
+            }
+        }
+        let kind = self.conns.get(idx).map(|c| c.kind);
+        if kind.is_some_and(keeps_input) && !buf.is_empty() {
+            // WebSocket input was decoded while reading; what is left is an unfinished tail.
+            let consumed = if kind == Some(Kind::Ws) {
+                0
+            } else {
+                self.process_input(idx, &buf)
+            };
+            if let Some(mut conn) = self.conns.get_mut(idx) {
+                if consumed < buf.len() && conn.kind != Kind::Closing {
+                    conn.set_inbuf(&buf[consumed..]);
+                }
+            }
+        }
+        if buf.capacity() > 256 * 1024 {
+            buf = Vec::with_capacity(64 * 1024);
+        }
+        self.scratch = buf;
+        if eof {
+            self.on_peer_end(idx, error.as_ref());
+        }
+    }
+}
+
+/// Kinds whose input is kept (requests, WebSocket frames); streams discard what they are sent.
+fn keeps_input(kind: Kind) -> bool {
+    !matches!(
+        kind,
+        Kind::Sse | Kind::SseJoining | Kind::TcpStream | Kind::TcpJoining | Kind::Closing
+    )
+}

@@ -1,0 +1,235 @@
+//! The worker's connection table: every connection and everything kept about it. It owns
+//! - the slab of [`Conn`]s: a token is slot index + generation, so an event for a reused slot
+//!   is recognised as stale and dropped (nginx's instance bit);
+//! - the sparse side maps, keyed by token, for what only a few connections hold at a time
+//!   (a chunked replay, a chunked request body, CORS headers owed, a publish awaiting its
+//!   ack, a dashboard stream): kept out of `Conn` so an idle subscriber pays nothing for them;
+//! - the TLS sessions, by slot, lent with the connection ([`ConnMut`]) to its byte paths.
+//!
+//! [`ConnTable::remove`] is the one way out: it drops all of a connection's state at once, so
+//! no map keeps an entry for a connection that is gone.
+
+use super::conn::{Conn, ConnMut};
+use super::tls_session;
+use c1m_proto::chunked::Progress;
+use slab::Slab;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+/// Generations count up to here, then start over at 1 (0 is never a live generation, and
+/// tokens stay below the listener and link tokens at the top of the range).
+const LAST_GENERATION: u32 = 0x7fff_fff0;
+
+/// A connection's token: its slot in the low 32 bits, its generation in the high ones.
+pub fn token_of(idx: usize, generation: u32) -> u64 {
+    (u64::from(generation) << 32) | idx as u64
+}
+
+pub struct ConnTable {
+    slab: Slab<Conn>,
+    next_generation: u32,
+    /// Connections in the middle of a chunked replay: `Some(id)` = ask for the chunk after
+    /// `id` once the socket has taken the last one; `None` = asked, waiting.
+    pub replays: HashMap<u64, Option<u64>>,
+    /// Connections in the middle of a chunked request body: where the decoder stopped, so the
+    /// next read resumes there instead of rescanning every chunk.
+    pub chunked_bodies: HashMap<u64, Progress>,
+    /// Connections whose next answer carries CORS headers (a subscribe or publish from an
+    /// allowed Origin, until its response head is written).
+    pub cors_pending: HashMap<u64, Rc<str>>,
+    /// Publish requests waiting for the master's answer: when each was parsed (monotonic µs),
+    /// for the publish-ack histogram.
+    pub publish_started: HashMap<u64, u64>,
+    /// `/dashboard/events` streams, at most `dashboard::MAX_VIEWERS`.
+    pub dashboards: Vec<u64>,
+    /// The TLS sessions and the configurations new ones start from.
+    pub tls: tls_session::Sessions,
+}
+
+impl ConnTable {
+    /// A table whose slab has room for `slots` connections before it grows.
+    pub fn with_capacity(slots: usize) -> ConnTable {
+        ConnTable {
+            slab: Slab::with_capacity(slots),
+            next_generation: 1,
+            replays: HashMap::new(),
+            chunked_bodies: HashMap::new(),
+            cors_pending: HashMap::new(),
+            publish_started: HashMap::new(),
+            dashboards: Vec::new(),
+            tls: tls_session::Sessions::default(),
+        }
+    }
+
+    /// The generation for the next new connection.
+    pub fn next_generation(&mut self) -> u32 {
+        let generation = self.next_generation;
+        self.next_generation = if generation >= LAST_GENERATION {
+            1
+        } else {
+            generation + 1
+        };
+        generation
+    }
+
+    /// The slot the next [`ConnTable::insert`] fills (a TLS session is started for it first).
+    pub fn vacant_slot(&self) -> usize {
+        self.slab.vacant_key()
+    }
+
+    /// Adds a connection; returns its slot.
+    pub fn insert(&mut self, conn: Conn) -> usize {
+        self.slab.insert(conn)
+    }
+
+    /// Removes a connection and everything kept about it (side-map entries, TLS session: an
+    /// established one says close_notify first). The caller gets the connection back to
+    /// leave its channels and deregister its socket; dropping it closes the socket.
+    pub fn remove(&mut self, idx: usize) -> Option<Conn> {
+        let mut conn = self.slab.try_remove(idx)?;
+        let token = token_of(idx, conn.generation);
+        // Each map is empty for almost every connection: a hash is only computed when not.
+        if !self.replays.is_empty() {
+            self.replays.remove(&token);
+        }
+        if !self.chunked_bodies.is_empty() {
+            self.chunked_bodies.remove(&token);
+        }
+        if !self.cors_pending.is_empty() {
+            self.cors_pending.remove(&token);
+        }
+        if !self.publish_started.is_empty() {
+            self.publish_started.remove(&token);
+        }
+        if !self.dashboards.is_empty() {
+            self.dashboards.retain(|&t| t != token);
+        }
+        self.tls.end(idx, &mut conn.stream);
+        Some(conn)
+    }
+
+    pub fn get(&self, idx: usize) -> Option<&Conn> {
+        self.slab.get(idx)
+    }
+
+    /// The connection in `idx` with its TLS session, for reading and sending.
+    pub fn get_mut(&mut self, idx: usize) -> Option<ConnMut<'_>> {
+        let conn = self.slab.get_mut(idx)?;
+        Some(ConnMut::new(conn, self.tls.io(idx)))
+    }
+
+    /// [`ConnTable::get_mut`] for a slot known to be live (panics otherwise, like indexing).
+    pub fn at(&mut self, idx: usize) -> ConnMut<'_> {
+        self.get_mut(idx).expect("live connection slot")
+    }
+
+    /// The connection a token names, unless the token is stale (its slot was freed or reused).
+    pub fn by_token(&mut self, token: u64) -> Option<(usize, ConnMut<'_>)> {
+        let idx = (token & 0xffff_ffff) as usize;
+        let generation = (token >> 32) as u32;
+        match self.get_mut(idx) {
+            Some(c) if c.generation == generation => Some((idx, c)),
+            _ => None,
+        }
+    }
+
+    /// The token of the connection in `idx`.
+    pub fn token(&self, idx: usize) -> u64 {
+        token_of(idx, self.slab[idx].generation)
+    }
+
+    pub fn contains(&self, idx: usize) -> bool {
+        self.slab.contains(idx)
+    }
+
+    pub fn len(&self) -> usize {
+        self.slab.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slab.is_empty()
+    }
+
+    pub fn iter(&self) -> slab::Iter<'_, Conn> {
+        self.slab.iter()
+    }
+
+    /// Every occupied slot, in order (a snapshot: handlers may close connections meanwhile).
+    pub fn slots(&self) -> Vec<usize> {
+        self.slab.iter().map(|(i, _)| i).collect()
+    }
+
+    /// One past the highest occupied slot: where a periodic pass ends (sweep.rs).
+    pub fn slots_end(&self) -> usize {
+        self.slab.iter().next_back().map_or(0, |(idx, _)| idx + 1)
+    }
+}
+
+impl std::ops::Index<usize> for ConnTable {
+    type Output = Conn;
+    fn index(&self, idx: usize) -> &Conn {
+        &self.slab[idx]
+    }
+}
+
+impl std::ops::IndexMut<usize> for ConnTable {
+    fn index_mut(&mut self, idx: usize) -> &mut Conn {
+        &mut self.slab[idx]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::worker::conn::Kind;
+
+    fn accepted(listener: &std::net::TcpListener) -> (mio::net::TcpStream, std::net::TcpStream) {
+        let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        server.set_nonblocking(true).unwrap();
+        (mio::net::TcpStream::from_std(server), client)
+    }
+
+    #[test]
+    fn remove_drops_every_side_entry_and_a_stale_token_finds_nothing() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut table = ConnTable::with_capacity(4);
+        let (a, _pa) = accepted(&listener);
+        let (b, _pb) = accepted(&listener);
+        let ga = table.next_generation();
+        let ia = table.insert(Conn::new(a, ga, Kind::Http));
+        let gb = table.next_generation();
+        let ib = table.insert(Conn::new(b, gb, Kind::Http));
+        let (ta, tb) = (token_of(ia, ga), token_of(ib, gb));
+        for t in [ta, tb] {
+            table.replays.insert(t, Some(1));
+            table.chunked_bodies.insert(t, Progress::default());
+            table.cors_pending.insert(t, Rc::from("x"));
+            table.publish_started.insert(t, 1);
+            table.dashboards.push(t);
+        }
+        assert!(table.remove(ia).is_some());
+        assert!(table.remove(ia).is_none(), "removed once");
+        assert_eq!(table.replays.keys().collect::<Vec<_>>(), [&tb]);
+        assert_eq!(table.chunked_bodies.len(), 1);
+        assert_eq!(table.cors_pending.len(), 1);
+        assert_eq!(table.publish_started.len(), 1);
+        assert_eq!(table.dashboards, [tb]);
+        // The slot is reused with a new generation: the old token is stale.
+        let (c, _pc) = accepted(&listener);
+        let gc = table.next_generation();
+        assert_eq!(table.insert(Conn::new(c, gc, Kind::Http)), ia);
+        assert!(table.by_token(ta).is_none());
+        assert!(table.by_token(token_of(ia, gc)).is_some());
+        assert_eq!(table.slots(), [ia, ib]);
+        assert_eq!(table.slots_end(), 2);
+    }
+
+    #[test]
+    fn generations_start_over_before_the_reserved_tokens() {
+        let mut table = ConnTable::with_capacity(0);
+        table.next_generation = LAST_GENERATION;
+        assert_eq!(table.next_generation(), LAST_GENERATION);
+        assert_eq!(table.next_generation(), 1);
+    }
+}

@@ -209,6 +209,24 @@ impl Connection {
         self.streams.len()
     }
 
+    /// Heap bytes this connection holds now (buffers' capacities, the stream table, queued DATA,
+    /// an unfinished header block, the HPACK table's accounted size): what the server adds to
+    /// `size_of::<Connection>()` for its memory figures.
+    pub fn heap_bytes(&self) -> usize {
+        self.out.capacity()
+            + self.streams.capacity() * std::mem::size_of::<Stream>()
+            + self
+                .streams
+                .iter()
+                .map(|s| s.pending.capacity())
+                .sum::<usize>()
+            + self
+                .block
+                .as_ref()
+                .map_or(0, |b| std::mem::size_of::<OpenBlock>() + b.bytes.capacity())
+            + self.hpack.table_size()
+    }
+
     pub(crate) fn find(&self, id: u32) -> Option<usize> {
         self.streams.iter().position(|s| s.id == id)
     }

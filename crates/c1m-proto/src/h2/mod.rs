@@ -12,6 +12,44 @@
 //!   states, flow control. [`Config`] is what it advertises, [`Limits`] its caps against abuse,
 //!   [`Counters`] the named count of each breach.
 //!
+//! # How an event loop uses it
+//!
+//! ```
+//! use c1m_proto::h2::{frame, hpack, Config, Connection, ErrorCode, Event, Limits};
+//! let mut conn = Connection::new(Config::default(), Limits::default()); // our SETTINGS queued
+//! let mut kept: Vec<u8> = Vec::new(); // a partial frame, only while there is one
+//! let mut events = Vec::new();
+//! # let mut read = frame::PREFACE.to_vec();
+//! # frame::write_settings(&mut read, &[]);
+//! # let mut block = Vec::new();
+//! # for (n, v) in [(":method", "GET"), (":scheme", "https"), (":path", "/sub/a"), (":authority", "h")] {
+//! #     hpack::encode_field(&mut block, n.as_bytes(), v.as_bytes());
+//! # }
+//! # frame::write_headers(&mut read, 1, &block, true, 16_384);
+//! // On readable: the kept tail, then what was read; keep what was not used.
+//! kept.extend_from_slice(&read);
+//! let used = conn.receive(&kept, &mut events);
+//! kept.drain(..used);
+//! for ev in events.drain(..) {
+//!     match ev {
+//!         Event::Request { stream, request, .. } if request.path.as_deref() == Some("/sub/a") => {
+//!             conn.send_headers(stream, 200, &[("content-type", b"text/event-stream")], false).unwrap();
+//!             // A refused send (Err(Full)) means a slow consumer: reset the stream or close.
+//!             conn.send_data(stream, b"data: hello\n\n", false).unwrap();
+//!         }
+//!         Event::Request { stream, .. } => conn.reset(stream, ErrorCode::REFUSED_STREAM),
+//!         _ => {} // body data, resets, GOAWAY; ConnectionError: write the output, then close
+//!     }
+//! }
+//! // On writable (and after every receive): write conn.output(), then say how much went.
+//! let written = conn.output().len();
+//! conn.advance(written);
+//! // Every second, from the timer wheel: a new window for the reset rate.
+//! conn.tick();
+//! // For /metrics: per-worker sums of conn.take_counters().
+//! assert!(!conn.is_done() && conn.open_streams() == 1);
+//! ```
+//!
 //! # Crate or own code
 //! Searched docs.rs; the budget is ≤ 1 KB per idle connection with one SSE stream, ≤ 256 B per
 //! further idle stream, inside c1m's own mio loop (no runtime, no task per connection):

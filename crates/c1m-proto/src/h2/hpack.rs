@@ -230,7 +230,9 @@ impl Reader<'_> {
             let b = *self.buf.get(self.pos).ok_or(HpackError::Truncated)?;
             self.pos += 1;
             value += u64::from(b & 0x7f) << shift;
-            if value > u64::from(u32::MAX) {
+            // Past 5 continuation bytes a u32 is exceeded even if the bytes carry zeros (and
+            // the shift must stay below 64).
+            if value > u64::from(u32::MAX) || (shift >= 28 && b & 0x80 != 0) {
                 return Err(HpackError::IntegerOverflow);
             }
             if b & 0x80 == 0 {

@@ -263,6 +263,13 @@ fn malformed_blocks_are_compression_errors() {
             HpackError::IntegerOverflow,
         ),
         (&[0xff], HpackError::Truncated),
+        // Zero-valued continuation bytes push the shift past 64 bits without raising the value.
+        (
+            &[
+                0x3f, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01,
+            ],
+            HpackError::IntegerOverflow,
+        ),
         (&[0x82, 0x20], HpackError::TableSizeUpdate),
         (&[0x3f, 0xe2, 0x1f], HpackError::TableSizeUpdate),
         (&[0x00, 0x81, 0x00, 0x00], HpackError::Huffman),

@@ -426,7 +426,7 @@ impl Connection {
         let delta = i64::from(value) - i64::from(self.peer_initial_window);
         for s in &mut self.streams {
             let w = i64::from(s.send_window) + delta;
-            if w > i64::from(MAX_WINDOW) {
+            if w > i64::from(MAX_WINDOW) || w < i64::from(i32::MIN) {
                 return Err(H2Error::connection(
                     ErrorCode::FLOW_CONTROL_ERROR,
                     "stream window above 2^31-1",

@@ -105,6 +105,48 @@ fn sizes_stay_within_the_memory_budget() {
 }
 
 #[test]
+fn an_idle_sse_stream_fits_1_kb_and_each_further_one_256_bytes() {
+    // After the handshake, with every response head written and the output drained: what an
+    // idle subscriber connection holds in user space (struct + heap), TLS aside.
+    let mut c = open();
+    let cost = |c: &Connection| size_of::<Connection>() + c.heap_bytes();
+    let mut stream = 1;
+    let mut subscribe = |c: &mut Connection| {
+        feed(
+            c,
+            &headers(
+                stream,
+                &request_block("/sub/a", &[("accept", "text/event-stream")]),
+                true,
+            ),
+        );
+        c.send_headers(
+            stream,
+            200,
+            &[("content-type", b"text/event-stream")],
+            false,
+        )
+        .unwrap();
+        c.send_data(stream, b"data: hi\n\n", false).unwrap();
+        drain(c);
+        stream += 2;
+    };
+    subscribe(&mut c);
+    let one = cost(&c);
+    for _ in 1..20 {
+        subscribe(&mut c);
+    }
+    let twenty = cost(&c);
+    let per_stream = (twenty - one) / 19;
+    eprintln!("one stream {one} B, twenty {twenty} B, {per_stream} B per further stream");
+    assert!(one <= 1024, "one idle SSE stream costs {one} bytes");
+    assert!(
+        per_stream <= 256,
+        "each further stream costs {per_stream} bytes"
+    );
+}
+
+#[test]
 fn request_response_round_trip_with_preface_split_across_reads() {
     let mut c = Connection::new(Config::default(), Limits::default());
     let mut input = PREFACE.to_vec();

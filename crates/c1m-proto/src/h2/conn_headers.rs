@@ -2,7 +2,7 @@
 //! byte and frame caps, decoded with HPACK, and turned into a new request, trailers, a refusal
 //! (over the stream limit), a 431 (header list over the cap) or a reset (malformed).
 
-use super::conn::{Connection, Stream, REMOTE_CLOSED};
+use super::conn::{Connection, Pending, Stream, NO_LENGTH, REMOTE_CLOSED};
 use super::frame;
 use super::hpack::{self, HpackError};
 use super::request::Builder;
@@ -88,7 +88,8 @@ impl Connection {
                     "trailers without END_STREAM",
                 ));
             }
-            if decoded.is_err() || b.finish(false).is_err() {
+            let left = self.streams[i].content_left;
+            if decoded.is_err() || b.finish(false).is_err() || (left != NO_LENGTH && left != 0) {
                 self.counters.malformed_requests += 1;
                 return Err(H2Error::stream(
                     stream,
@@ -146,13 +147,26 @@ impl Connection {
         }
         match b.finish(self.config.enable_connect_protocol) {
             Ok(request) => {
+                let content_left = match request.content_length {
+                    Some(n) if end_stream && n > 0 => {
+                        self.counters.malformed_requests += 1;
+                        return Err(H2Error::stream(
+                            stream,
+                            ErrorCode::PROTOCOL_ERROR,
+                            "content-length without a body",
+                        ));
+                    }
+                    Some(n) => u32::try_from(n).unwrap_or(NO_LENGTH),
+                    None => NO_LENGTH,
+                };
                 let recv_window = self.stream_recv_initial();
                 self.streams.push(Stream {
                     id: stream,
                     send_window: self.peer_initial_window,
                     recv_window,
                     flags: if end_stream { REMOTE_CLOSED } else { 0 },
-                    pending: Vec::new(),
+                    content_left,
+                    pending: Pending::default(),
                 });
                 events.push(Event::Request {
                     stream,

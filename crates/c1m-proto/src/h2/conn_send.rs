@@ -91,7 +91,7 @@ impl Connection {
         if self.streams[i].flags & HEADERS_SENT == 0 {
             return Err(SendError::WrongState);
         }
-        self.streams[i].pending.extend_from_slice(data);
+        self.streams[i].pending.push(data);
         self.queued += data.len() as u32;
         if end_stream {
             self.streams[i].flags |= PENDING_END;
@@ -199,14 +199,11 @@ impl Connection {
             if n == 0 && !end {
                 break;
             }
-            frame::write_data(&mut self.out, s.id, &s.pending[..n], end);
-            s.pending.drain(..n);
+            frame::write_data(&mut self.out, s.id, &s.pending.bytes()[..n], end);
+            s.pending.consume(n);
             s.send_window -= n as i32;
             self.send_window -= n as i32;
             self.queued -= n as u32;
-            if s.pending.is_empty() {
-                s.pending = Vec::new();
-            }
             if end {
                 s.flags &= !PENDING_END;
                 self.close_local(i);

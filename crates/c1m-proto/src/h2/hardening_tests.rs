@@ -282,3 +282,42 @@ fn malformed_requests_are_reset_and_counted() {
         assert_eq!(c.take_counters().malformed_requests, 1);
     }
 }
+
+#[test]
+fn a_body_that_disagrees_with_content_length_is_malformed() {
+    let data = |stream, body: &[u8], end| {
+        let mut d = Vec::new();
+        frame::write_data(&mut d, stream, body, end);
+        d
+    };
+    let post = |len: &str| {
+        let mut b = request_block("/pub/a", &[("content-length", len)]);
+        b[1] = 0x83; // :method POST (static index 3) in place of GET
+        b
+    };
+    let mut c = open();
+    let mut input = headers(1, &post("5"), false);
+    input.extend(data(1, b"hello", true));
+    input.extend(headers(3, &post("5"), false));
+    input.extend(data(3, b"hell", true));
+    input.extend(headers(5, &post("5"), false));
+    input.extend(data(5, b"hello!", false));
+    input.extend(headers(7, &post("5"), true));
+    input.extend(headers(9, &post("x5"), true));
+    let ev = feed(&mut c, &input);
+    let data_ok = Event::Data {
+        stream: 1,
+        data: b"hello".to_vec(),
+        end_stream: true,
+    };
+    assert!(ev.contains(&data_ok), "{ev:?}");
+    let out = drain(&mut c);
+    for stream in [3, 5, 7, 9] {
+        assert_eq!(
+            rst_code(&out, stream),
+            Some(ErrorCode::PROTOCOL_ERROR),
+            "stream {stream}"
+        );
+    }
+    assert_eq!(c.take_counters().malformed_requests, 4);
+}

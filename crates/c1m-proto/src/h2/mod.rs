@@ -79,10 +79,11 @@
 //! counters, windows, the HPACK decoder with an empty table, and empty `Vec`s for the output and
 //! the streams: a drained output buffer is freed, and an unfinished header block is a `Box` that
 //! exists only between HEADERS and its last CONTINUATION). Each open stream is one [`Stream`]
-//! (40 bytes, asserted at compile time) in the stream table, plus DATA it holds only while the
-//! peer's window is shut. Measured by `an_idle_sse_stream_fits_1_kb_and_each_further_one_256_bytes`
-//! (struct + [`Connection::heap_bytes`], output drained): one idle SSE stream 392 bytes, twenty
-//! 1512 bytes, so 58 bytes per further stream (the table's capacity doubling included);
+//! (32 bytes, asserted at compile time) in the stream table, plus DATA it holds (boxed) only
+//! while the peer's window is shut. Measured by the test
+//! `an_idle_sse_stream_fits_1_kb_and_each_further_one_256_bytes` (struct +
+//! [`Connection::heap_bytes`], output drained): one idle SSE stream 360 bytes, twenty
+//! 1256 bytes, so 47 bytes per further stream (the table's capacity doubling included);
 //! allocator overhead and TLS are not counted.
 
 mod config;

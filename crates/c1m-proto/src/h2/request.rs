@@ -19,6 +19,8 @@ pub struct Request {
     pub protocol: Option<String>,
     /// The regular fields in order, names lowercase.
     pub headers: Vec<(String, Vec<u8>)>,
+    /// `content-length`, checked against the DATA that follows (RFC 9113 §8.1.1).
+    pub content_length: Option<u64>,
 }
 
 impl Request {
@@ -120,6 +122,17 @@ impl Builder {
             }
             b"te" if value != b"trailers" => return self.fail("te other than trailers"),
             _ => {}
+        }
+        if name == b"content-length" {
+            let n = std::str::from_utf8(value)
+                .ok()
+                .filter(|v| v.bytes().all(|b| b.is_ascii_digit()));
+            match n.and_then(|v| v.parse::<u64>().ok()) {
+                Some(n) if self.req.content_length.is_none_or(|c| c == n) => {
+                    self.req.content_length = Some(n)
+                }
+                _ => return self.fail("invalid or conflicting content-length"),
+            }
         }
         // Names are checked ASCII above.
         let name = String::from_utf8_lossy(name).into_owned();

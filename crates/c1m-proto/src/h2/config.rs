@@ -37,7 +37,7 @@ pub struct Limits {
     pub max_header_block: u32,
     /// CONTINUATION frames in one header block (empty ones cost nothing in bytes).
     pub max_continuations: u16,
-    /// RST_STREAM frames from the peer between two [`Connection::tick`] calls.
+    /// RST_STREAM frames from the peer between two [`super::Connection::tick`] calls.
     pub max_resets_per_tick: u16,
     /// Control frames (SETTINGS/PING ACKs, RST_STREAMs) queued while the output is not drained.
     pub max_pending_control: u16,
@@ -57,7 +57,7 @@ impl Default for Limits {
     }
 }
 
-/// Named counters for the server's /metrics; [`Connection::take_counters`] hands them over.
+/// Named counters for the server's /metrics; [`super::Connection::take_counters`] hands them over.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counters {
     /// GOAWAY(ENHANCE_YOUR_CALM) for too many peer resets per tick (CVE-2023-44487).

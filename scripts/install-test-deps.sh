@@ -26,6 +26,9 @@ needed+=(redis-server)
 needed+=(redis-tools openssl)
 # prometheus: its promtool checks the real /metrics body in crates/c1m/tests/serve_metrics.rs.
 needed+=(prometheus)
+# python3-h2: an independent HTTP/2 client (into Debian's /usr/bin/python3) that
+# crates/c1m-proto/tests/h2_python.rs drives against the HTTP/2 codec over pipes.
+needed+=(python3-h2)
 missing=()
 for pkg in "${needed[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

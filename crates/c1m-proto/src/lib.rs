@@ -1,6 +1,6 @@
 //! Wire formats, no I/O, both halves: the server encoders and request parsers below, and the
 //! client side ([`client`]: subscribe requests and stream parsers) that `c1m bench` uses.
-//! HTTP/1.1 request heads, SSE, WebSocket frames and handshake,
+//! HTTP/1.1 request heads, HTTP/2 frames, HPACK and connection state ([`h2`]), SSE, WebSocket frames and handshake,
 //! long-poll bodies, the raw TCP line protocol, and connection counts as written on the command
 //! line ([`count`]) and the ephemeral-port budget per (source, destination) ([`ports`]). Shared by `c1m-server` and `c1m-bench`.
 //! The gateway's internal binary formats share one codec ([`codec`]): the master ↔ worker
@@ -13,6 +13,7 @@ pub mod chunked;
 pub mod client;
 pub mod codec;
 pub mod count;
+pub mod h2;
 pub mod handover;
 pub mod http;
 pub mod http_framing;

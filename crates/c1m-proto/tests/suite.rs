@@ -8,6 +8,8 @@
 mod harness;
 
 mod client_stress;
+mod h2_python;
+mod h2_stress;
 mod http_stress;
 mod ws_stress;
 mod ws_tungstenite;

@@ -1,12 +1,13 @@
 //! Fuzz harness for c1m-proto's parsers of network bytes: the property checks each target runs
 //! on one input. WebSocket here; HTTP heads and bodies in [`http`]; the TCP `SUB` line in
-//! [`line`]. Shared by the libFuzzer targets (fuzz_targets/) and by the bounded random-input
+//! [`line`]; HTTP/2 frames and HPACK in [`h2`]. Shared by the libFuzzer targets (fuzz_targets/) and by the bounded random-input
 //! stress tests in `cargo test` (crates/c1m-proto/tests/ws_stress.rs and http_stress.rs include
 //! this file), so the properties checked are the same whether or not libFuzzer can run.
 //!
 //! A panic here is a finding: either the code under test panicked or a property failed.
 
 pub mod client;
+pub mod h2;
 pub mod http;
 pub mod line;
 

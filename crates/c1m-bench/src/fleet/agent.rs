@@ -5,7 +5,9 @@
 //! worker reports up, command lines down. Its workers die with it (PDEATHSIG), and with the
 //! session: a coordinator that goes away takes this run's workers with it.
 
-use super::frame::{read_frame, write_frame, FromAgent, ToAgent, VERSION};
+use super::frame::{
+    read_frame, read_frame_capped, write_frame, FromAgent, ToAgent, MAX_HELLO, VERSION,
+};
 use super::limits::{self, AgentLimits};
 use crate::procs;
 use crate::run::Msg;
@@ -99,7 +101,7 @@ fn session(agent: &Agent, mut stream: TcpStream, peer: SocketAddr) -> anyhow::Re
     stream.set_nodelay(true)?;
     stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
     stream.set_write_timeout(Some(WRITE_TIMEOUT))?;
-    match read_frame::<_, ToAgent>(&mut stream).context("handshake")? {
+    match read_frame_capped::<_, ToAgent>(&mut stream, MAX_HELLO).context("handshake")? {
         Some(ToAgent::Hello { version, token }) => {
             if !bool::from(token.as_bytes().ct_eq(agent.token.as_bytes())) {
                 let n = agent.refused_token.fetch_add(1, Ordering::Relaxed) + 1;

@@ -102,8 +102,20 @@ pub fn write_frame<W: Write, T: Serialize>(w: &mut W, msg: &T) -> anyhow::Result
         .context("write frame")
 }
 
+/// Largest first frame an agent reads from a peer not yet authenticated (a hello is a token
+/// and a version): a stranger cannot make it allocate more than this.
+pub const MAX_HELLO: usize = 4096;
+
 /// Reads one frame; None when the peer closed cleanly between frames.
 pub fn read_frame<R: Read, T: DeserializeOwned>(r: &mut R) -> anyhow::Result<Option<T>> {
+    read_frame_capped(r, MAX_FRAME)
+}
+
+/// [`read_frame`] with a smaller cap (at most [`MAX_FRAME`]).
+pub fn read_frame_capped<R: Read, T: DeserializeOwned>(
+    r: &mut R,
+    cap: usize,
+) -> anyhow::Result<Option<T>> {
     let mut len = [0u8; 4];
     match r.read_exact(&mut len) {
         Ok(()) => {}
@@ -111,8 +123,9 @@ pub fn read_frame<R: Read, T: DeserializeOwned>(r: &mut R) -> anyhow::Result<Opt
         Err(e) => return Err(e).context("read frame length"),
     }
     let len = u32::from_be_bytes(len) as usize;
-    if len > MAX_FRAME {
-        bail!("peer sent a frame of {len} bytes, above the cap of {MAX_FRAME}");
+    let cap = cap.min(MAX_FRAME);
+    if len > cap {
+        bail!("peer sent a frame of {len} bytes, above the cap of {cap}");
     }
     let mut body = vec![0u8; len];
     r.read_exact(&mut body).context("read frame body")?;
@@ -155,6 +168,14 @@ mod tests {
         big.extend_from_slice(b"{}");
         let err = read_frame::<_, ToAgent>(&mut &big[..]).unwrap_err();
         assert!(format!("{err:#}").contains("above the cap"), "{err:#}");
+        let mut hello = Vec::new();
+        let token = "t".repeat(MAX_HELLO);
+        write_frame(&mut hello, &ToAgent::Hello { version: 1, token }).unwrap();
+        let err = read_frame_capped::<_, ToAgent>(&mut &hello[..], MAX_HELLO).unwrap_err();
+        assert!(
+            format!("{err:#}").contains("above the cap of 4096"),
+            "{err:#}"
+        );
         let mut cut = 10u32.to_be_bytes().to_vec();
         cut.extend_from_slice(b"{\"ty");
         assert!(read_frame::<_, ToAgent>(&mut &cut[..]).is_err());

@@ -134,3 +134,58 @@ pub fn check_plan(limits: &AgentLimits, workers: &[WorkerConfig]) -> Result<Vec<
     }
     Ok(warnings)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> AgentLimits {
+        AgentLimits {
+            nofile_soft: 20_000,
+            nofile_hard: 20_000,
+            cpus: 2,
+            mem_available_bytes: 1 << 30,
+            port_range: (50_000, 50_999),
+            port_range_sockopt: false,
+            sources: Vec::new(),
+        }
+    }
+
+    fn worker(first_conn: u64, conns: u64, sources: &[&str]) -> WorkerConfig {
+        serde_json::from_value(serde_json::json!({
+            "index": 0, "parent_pid": 1, "proto": "sse", "dst": "10.0.0.1:80", "host": "h",
+            "path_template": "/sub/{ch}", "header_template": "", "channel_base": "c",
+            "channels": 1, "first_conn": first_conn, "conns": conns, "rate": 0.0,
+            "max_inflight": 16, "connect_timeout_ms": 1000, "reconnect": null,
+            "sources": sources, "port_range": null, "tick_ms": 250, "max_runtime_ms": 1000
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_share_above_the_ports_or_fds_is_refused_and_one_near_them_warned() {
+        let l = limits();
+        // 1,000 ports; the rule allows 450 per pair.
+        assert_eq!(check_plan(&l, &[worker(0, 400, &[])]), Ok(vec![]));
+        let w = check_plan(&l, &[worker(0, 600, &[])]).unwrap();
+        assert!(
+            w[0].contains("above 450 per (source, destination)"),
+            "{w:?}"
+        );
+        let err = check_plan(&l, &[worker(0, 600, &[]), worker(600, 600, &[])]).unwrap_err();
+        assert!(
+            err.contains("1200 connections from the kernel's source address"),
+            "{err}"
+        );
+        // Two addresses carry 1,200 as 600 + 600 (connection g binds sources[g % 2]), also
+        // when a worker's range starts on an odd index.
+        let two = ["10.1.0.1", "10.1.0.2"];
+        assert!(check_plan(&l, &[worker(0, 601, &two), worker(601, 599, &two)]).is_ok());
+        let err = check_plan(&l, &[worker(0, 20_000, &[])]).unwrap_err();
+        assert!(err.contains("above this box's fd limit 20000"), "{err}");
+        let mut small = l.clone();
+        small.mem_available_bytes = 1 << 20;
+        let w = check_plan(&small, &[worker(0, 400, &[])]).unwrap();
+        assert!(w[0].contains("MemAvailable is 1 MiB"), "{w:?}");
+    }
+}

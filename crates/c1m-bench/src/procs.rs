@@ -29,14 +29,23 @@ where
     let mut procs = Vec::with_capacity(configs.len());
     for cfg in configs {
         let json = serde_json::to_string(cfg).context("encode worker config")?;
-        let mut child = Command::new(&exe)
+        let spawned = Command::new(&exe)
             .arg("__bench-worker")
             .env(CONFIG_ENV, json)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
-            .spawn()
-            .with_context(|| format!("start worker {} ({})", cfg.index, exe.display()))?;
+            .spawn();
+        let mut child = match spawned {
+            Ok(c) => c,
+            Err(e) => {
+                // An agent lives on after a failed start: the workers already started must
+                // not run on until their own deadline.
+                reap(&mut procs);
+                return Err(e)
+                    .with_context(|| format!("start worker {} ({})", cfg.index, exe.display()));
+            }
+        };
         let stdout = child.stdout.take().context("worker stdout")?;
         let stdin = child.stdin.take();
         let sink = sink.clone();

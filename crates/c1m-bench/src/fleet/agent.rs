@@ -212,7 +212,18 @@ fn run(mut stream: TcpStream, plan: Vec<WorkerConfig>) -> anyhow::Result<()> {
         plan.len(),
         plan.iter().map(|w| w.conns).sum::<u64>()
     );
-    let mut workers = procs::spawn(&plan, sink)?;
+    let mut workers = match procs::spawn(&plan, sink) {
+        Ok(w) => w,
+        Err(e) => {
+            // Tell the coordinator why before the link closes.
+            let _ = tx.send(FromAgent::Refused {
+                reason: format!("starting workers: {e:#}"),
+            });
+            drop(tx);
+            let _ = writer.join();
+            return Err(e);
+        }
+    };
     let result = relay_commands(&mut stream, &mut workers, &tx);
     if result.is_ok() {
         let until = Instant::now() + FINAL_WAIT;

@@ -361,6 +361,9 @@ fn an_agent_killed_mid_run_is_reported_lost_not_as_lost_messages() {
     let d = &r["delivery"]["totals"];
     assert_eq!(n(&d["missing"]), 0, "{d}");
     assert!(n(&d["expected"]) > 0, "{d}");
+    // What the lost agent received before it died is in its own line, not in totals whose
+    // expectations it never settled.
+    assert_eq!(n(&d["received_in_window"]), n(&d["expected"]), "{d}");
     assert_eq!(n(&r["result"]["online_at_end"]), 2000);
     assert_eq!(r["result"]["success"], false);
 }

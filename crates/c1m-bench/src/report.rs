@@ -188,13 +188,16 @@ pub fn json_report(run: &Run) -> serde_json::Value {
 pub fn text_summary(run: &Run) -> String {
     let t = run.totals();
     let mut s = String::new();
+    let place = match &run.fleet {
+        Some(f) => format!("on {} agents", f.agents.len()),
+        None => format!("{} source address(es)", run.sources.len().max(1)),
+    };
     s.push_str(&format!(
-        "c1m bench · {} {} · {} connections · {} workers · {} source address(es)\n",
+        "c1m bench · {} {} · {} connections · {} workers · {place}\n",
         run.args.proto().name(),
         run.args.url,
         thousands(run.args.conns),
         run.workers,
-        run.sources.len().max(1)
     ));
     s.push_str(&format!(
         "stopped    {} after {:.1}s\n",

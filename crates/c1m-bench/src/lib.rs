@@ -7,7 +7,10 @@
 //! # Layout
 //! - [`coordinator`]: the `c1m bench` process: plans, spawns workers (re-executing itself as
 //!   `c1m __bench-worker`), publishes, merges reports, prints progress, writes the report.
-//! - [`worker`]: one worker process, a mio loop over a slab of connections.
+//! - [`worker`]: one worker process, a mio loop over a slab of connections; [`procs`]:
+//!   starting, commanding and reaping local worker processes (for the coordinator and agents).
+//! - [`fleet`]: several load boxes as one generator: `c1m bench-agent` on each box, and the
+//!   coordinator's links to them (`--agents`).
 //! - [`proto`]: which protocol a run speaks; the request bytes and parsers it uses live in
 //!   `c1m_proto::client` beside the server halves.
 //! - [`delivery`]: loss / duplicate / reorder accounting and the "delivered to all?" verdict.
@@ -24,12 +27,14 @@ pub mod coordinator;
 pub mod delivery;
 pub mod env;
 pub mod errors;
+pub mod fleet;
 pub mod hist;
 pub mod http;
 pub mod human;
 pub mod payload;
 pub mod plan;
 pub mod plot;
+pub mod procs;
 pub mod proto;
 pub mod publish;
 pub mod report;
@@ -275,11 +280,30 @@ pub struct BenchOptions {
     /// No progress lines, only the summary.
     #[arg(long, short = 'q')]
     pub quiet: bool,
+    // ---- Several load boxes ----
+    /// Run the load on these agents instead of this box: `agent://HOST:PORT,…`, each a
+    /// `c1m bench-agent` on a load box. This process splits connections, rates and --source
+    /// addresses among them, starts their ramps together, publishes, and merges their reports;
+    /// --workers then means workers per agent.
+    #[arg(long, value_name = "LIST", requires = "agent_token_file")]
+    pub agents: Option<String>,
+    /// File with the token the agents were started with (--token-file).
+    #[arg(long, value_name = "FILE", requires = "agents")]
+    pub agent_token_file: Option<PathBuf>,
+    /// How connections are divided among agents: even, or capacity (in proportion to the
+    /// ports per source/destination times addresses and the free memory each reports).
+    #[arg(long, value_enum, default_value = "even")]
+    pub agent_split: fleet::split::SplitBy,
 }
 
 /// Runs `c1m bench`.
 pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
     coordinator::run(args)
+}
+
+/// Runs `c1m bench-agent`.
+pub fn run_agent(args: fleet::AgentArgs) -> anyhow::Result<u8> {
+    fleet::run_agent(args)
 }
 
 /// Runs one worker (`c1m __bench-worker`, started by `c1m bench`).

@@ -52,6 +52,11 @@ fn axes(top: f64, title: &str, y_label: &str, x_max: f64) -> String {
     s
 }
 
+/// Per-agent ramp colours (the total stays blue).
+const AGENT_COLORS: [&str; 6] = [
+    "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
+];
+
 pub fn svg(run: &Run) -> String {
     let tl = &run.timeline;
     let x_max = tl.last().map(|s| s.t_s).unwrap_or(1.0).max(1.0);
@@ -95,6 +100,36 @@ pub fn svg(run: &Run) -> String {
         ));
     }
     s.push_str(&polyline(&online, x_max, online_max, top1, "#1f77b4"));
+    // A run on agents: each agent's ramp beside the total, with a legend.
+    let agents = run.fleet.as_ref().map_or(0, |f| f.agents.len());
+    for a in 0..agents {
+        let color = AGENT_COLORS[a % AGENT_COLORS.len()];
+        let pts: Vec<(f64, f64)> = std::iter::once((0.0, 0.0))
+            .chain(
+                tl.iter()
+                    .filter_map(|p| Some((p.t_s, *p.agents_online.get(a)? as f64))),
+            )
+            .collect();
+        s.push_str(&polyline(&pts, x_max, online_max, top1, color));
+        let lost = run
+            .fleet
+            .as_ref()
+            .and_then(|f| f.agents[a].lost.as_ref())
+            .is_some();
+        s.push_str(&format!(
+            "<text x=\"{:.0}\" y=\"{:.0}\" font-size=\"11\" fill=\"{color}\">agent {a}{}</text>\n",
+            LEFT + 8.0 + 90.0 * a as f64,
+            top1 + 14.0,
+            if lost { " (lost)" } else { "" }
+        ));
+    }
+    if agents > 0 {
+        s.push_str(&format!(
+            "<text x=\"{:.0}\" y=\"{:.0}\" font-size=\"11\" fill=\"#1f77b4\">total</text>\n",
+            LEFT + 8.0 + 90.0 * agents as f64,
+            top1 + 14.0
+        ));
+    }
     s.push_str(&axes(
         top2,
         "p99 latency per second, log scale (blue: connect, red: delivery)",

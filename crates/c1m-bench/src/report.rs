@@ -71,8 +71,10 @@ pub fn success(run: &Run, t: &Totals) -> bool {
     let all_online = run.peak_online >= run.args.conns;
     let no_errors = t.errors.is_empty() && run.publish_errors.is_empty();
     let delivered = !run.publishing || (run.published > 0 && t.delivery.delivered_to_all());
-    // An interrupted run, or one cut by --duration, did not do what was asked.
-    let completed = run.stop_reason == "hold complete";
+    // An interrupted run, or one cut by --duration, did not do what was asked; nor did one
+    // that lost an agent (its connections were not held to the end).
+    let completed = run.stop_reason == "hold complete"
+        && run.fleet.as_ref().is_none_or(|f| f.lost().count() == 0);
     if let Some(storm) = crate::scenario::storm_figures(run, t) {
         // A restart makes connection and publish errors (closed streams, refused reconnects,
         // publishes during the outage): they are reported, and the storm's own verdict (all
@@ -177,6 +179,7 @@ pub fn json_report(run: &Run) -> serde_json::Value {
         },
         "scenario": run.args.scenario.map(|s| s.json(run, &t)),
         "publishing_rate_per_s": crate::scenario::publish_rate(run),
+        "fleet": crate::fleet::report::json(run),
         "timeline": run.timeline,
         "environment": crate::env::environment(),
     })
@@ -185,13 +188,16 @@ pub fn json_report(run: &Run) -> serde_json::Value {
 pub fn text_summary(run: &Run) -> String {
     let t = run.totals();
     let mut s = String::new();
+    let place = match &run.fleet {
+        Some(f) => format!("on {} agents", f.agents.len()),
+        None => format!("{} source address(es)", run.sources.len().max(1)),
+    };
     s.push_str(&format!(
-        "c1m bench · {} {} · {} connections · {} workers · {} source address(es)\n",
+        "c1m bench · {} {} · {} connections · {} workers · {place}\n",
         run.args.proto().name(),
         run.args.url,
         thousands(run.args.conns),
         run.workers,
-        run.sources.len().max(1)
     ));
     s.push_str(&format!(
         "stopped    {} after {:.1}s\n",
@@ -262,6 +268,7 @@ pub fn text_summary(run: &Run) -> String {
     if let Some(sc) = run.args.scenario {
         s.push_str(&sc.text(run, &t));
     }
+    s.push_str(&crate::fleet::report::text(run));
     let (_, _, per) = bench_memory(run);
     if let Some(per) = per {
         s.push_str(&format!(

@@ -6,6 +6,8 @@
 
 use crate::delivery::DeliveryTotals;
 use crate::errors::{merge, ErrorCounts};
+use crate::fleet::clock::ClockSample;
+use crate::fleet::state::FleetRun;
 use crate::http::{ServerStatus, StatusSource};
 use crate::plan::Target;
 use crate::publish::{PublishTarget, Published};
@@ -24,6 +26,12 @@ pub enum Msg {
     Published(Published),
     /// `--restart-cmd` finished: its exit code (or why it did not run) and its run time.
     RestartDone(Result<Option<i32>, String>, f64),
+    /// An agent's connection broke before it said it was done (agent index, why).
+    AgentLost(usize, String),
+    /// An agent relayed every final report after the stop.
+    AgentDone(usize),
+    /// An agent answered a clock probe.
+    AgentClock(usize, ClockSample),
 }
 
 /// The publisher speaks in [`Published`] outcomes; this lets it send them into the
@@ -63,6 +71,9 @@ pub struct Sample {
     pub delivery_p99_us: u64,
     /// Messages received in this interval.
     pub delivered: u64,
+    /// Online connections per agent (a run with --agents), in --agents order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub agents_online: Vec<u64>,
 }
 
 /// One run: its plan, the latest report of each worker, and what the coordinator measured.
@@ -106,6 +117,8 @@ pub struct Run {
     pub notes: Vec<String>,
     /// The restart of `--scenario reconnect-storm`.
     pub storm: Option<StormRun>,
+    /// The agents of a run with --agents (None: local workers).
+    pub fleet: Option<FleetRun>,
 }
 
 impl Run {
@@ -122,7 +135,10 @@ impl Run {
             delivery: DeliveryTotals::default(),
             storm: Default::default(),
         };
-        for r in &self.latest {
+        for (i, r) in self.latest.iter().enumerate() {
+            // A lost agent's windows were never settled: its deliveries show in its own line,
+            // not in the totals that judge loss.
+            let lost = self.fleet.as_ref().is_some_and(|f| f.is_lost_worker(i));
             t.attempts += r.attempts;
             t.connected += r.connected;
             t.subscribed += r.subscribed;
@@ -131,7 +147,9 @@ impl Run {
             t.connecting += r.connecting;
             t.churned += r.churned;
             merge(&mut t.errors, &r.errors);
-            t.delivery.add(&r.delivery);
+            if !lost {
+                t.delivery.add(&r.delivery);
+            }
             t.storm.add(&r.storm);
         }
         t

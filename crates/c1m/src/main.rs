@@ -35,6 +35,9 @@ enum Command {
     Upgrade(c1m_server::UpgradeArgs),
     /// Open, hold and measure many connections against a server.
     Bench(c1m_bench::BenchArgs),
+    /// Load-box agent for `c1m bench --agents`: serves one coordinator at a time over TCP,
+    /// authenticated by a shared token, and runs its share of the bench on this box.
+    BenchAgent(c1m_bench::fleet::AgentArgs),
     /// Compute, check, apply and revert kernel and limit settings for a target connection count.
     Tune(c1m_kernel::TuneArgs),
     /// Named checks over /proc, netlink and the kernel log, each with the exact fix.
@@ -60,6 +63,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => c1m_server::run(*args, matches.subcommand_matches("serve")),
         Command::Upgrade(args) => c1m_server::run_upgrade(args),
         Command::Bench(args) => c1m_bench::run(args),
+        Command::BenchAgent(args) => c1m_bench::run_agent(args),
         Command::Tune(args) => c1m_kernel::run_tune(args),
         Command::Doctor(args) => c1m_kernel::run_doctor(args),
         Command::Sockets(args) => c1m_kernel::run_sockets(args),

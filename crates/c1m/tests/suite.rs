@@ -14,6 +14,7 @@ mod common;
 mod redis_support;
 mod tls_support;
 
+mod bench_fleet;
 mod bench_loopback;
 mod bench_nchan;
 mod bench_reconnect_storm;

@@ -8,14 +8,21 @@
 //! run also stops at `--duration`, on SIGINT/SIGTERM, when every connection failed and nothing
 //! reconnects, or when all workers are gone. Workers die with the coordinator (PDEATHSIG).
 //!
+//! With --agents the workers run on load boxes behind `c1m bench-agent`s instead: `fleet`
+//! connects to them, splits the run and starts them; their workers' reports arrive and merge
+//! exactly like local ones (global worker indices), and an agent whose link breaks is
+//! reported as lost.
+//!
 //! This file is the loop that drives those phases and merges what arrives; [`setup`] turns the
-//! arguments into a [`Run`] and worker configs, `procs` starts, commands and reaps the worker
-//! processes, `restart` runs the reconnect storm's restart. The run's data lives in
-//! [`crate::run`], so the report and its sections never import this module.
+//! arguments into a [`Run`] and worker configs, `workers` commands and reaps the workers
+//! (local processes via [`crate::procs`], or agents), `restart` runs the reconnect storm's
+//! restart. The run's data lives in [`crate::run`], so the report and its sections never
+//! import this module.
 
-mod procs;
+mod fleet;
 mod restart;
 mod setup;
+mod workers;
 
 use crate::hist::{add_pairs, new_hist, percentiles, record};
 use crate::http::fetch_status;
@@ -25,27 +32,41 @@ use crate::run::{Msg, Run, Sample};
 use crate::BenchArgs;
 use anyhow::{bail, Context};
 use hdrhistogram::Histogram;
-use procs::WorkerProc;
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use workers::Workers;
 
 pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
     c1m_sys::bench_sys::install_sigint_flag().context("install SIGINT handler")?;
     let nofile = c1m_sys::rlimit::raise_nofile_to_hard().context("raise RLIMIT_NOFILE")?;
-    let (mut run, configs) = setup::plan_run(args, nofile.hard)?;
+    let on_agents = args.agents.is_some();
+    let (mut run, configs) = setup::plan_run(args, nofile.hard, on_agents)?;
     let (tx, rx) = mpsc::channel();
+    let mut workers = Workers {
+        local: Vec::new(),
+        agents: Vec::new(),
+    };
+    let mut agents = Vec::new();
+    if on_agents {
+        (workers.agents, agents) = fleet::prepare(&mut run, &configs[0])?;
+    }
     if let Some(src) = &run.status_source {
         run.server_before = fetch_status(src);
     }
     run.coordinator_pss.0 = own_pss();
     // The clock starts before the workers do: their start-up is part of the ramp.
     let t0 = (Instant::now(), crate::payload::now_us());
-    let mut procs = procs::spawn(&configs, &tx)?;
-    let result = drive(&mut run, &mut procs, &tx, &rx, t0);
-    procs::reap(&mut procs);
+    let started = if on_agents {
+        fleet::start(&mut run, &mut workers.agents, agents, &tx, t0.0)
+    } else {
+        let tx = tx.clone();
+        crate::procs::spawn(&configs, move |m| tx.send(m).is_ok()).map(|p| workers.local = p)
+    };
+    let result = started.and_then(|()| drive(&mut run, &mut workers, &tx, &rx, t0));
+    workers.reap();
     result?;
     report::finish(&run)
 }
@@ -58,12 +79,17 @@ struct Interval {
     last_at: Instant,
 }
 
-fn handle(run: &mut Run, procs: &mut [WorkerProc], iv: &mut Interval, msg: Msg, gone: &mut [bool]) {
+fn handle(run: &mut Run, workers: &mut Workers, iv: &mut Interval, msg: Msg, gone: &mut [bool]) {
     match msg {
         Msg::Report(mut r) => {
             let i = r.index;
             if i >= run.latest.len() {
                 return;
+            }
+            if let Some(f) = run.fleet.as_mut() {
+                if let Some(a) = f.agent_of(i) {
+                    f.agents[a].absorb(&r);
+                }
             }
             add_pairs(&mut run.connect_h, &r.connect_hist);
             add_pairs(&mut iv.connect_h, &r.connect_hist);
@@ -94,7 +120,7 @@ fn handle(run: &mut Run, procs: &mut [WorkerProc], iv: &mut Interval, msg: Msg, 
                 run.published += 1;
                 record(&mut run.publish_h, p.ack_us.saturating_sub(p.sent_us));
                 let line = format!("P {} {} {} {}\n", p.channel, p.seq, p.sent_us, p.ack_us);
-                procs::broadcast(procs, &line);
+                workers.broadcast(&line);
             }
             Some(kind) => crate::errors::bump(&mut run.publish_errors, kind),
         },
@@ -103,12 +129,23 @@ fn handle(run: &mut Run, procs: &mut [WorkerProc], iv: &mut Interval, msg: Msg, 
                 st.cmd_result = Some((result, secs));
             }
         }
+        Msg::AgentLost(a, reason) => fleet::agent_lost(run, a, reason),
+        Msg::AgentDone(a) => {
+            if let Some(a) = run.fleet.as_mut().and_then(|f| f.agents.get_mut(a)) {
+                a.done = true;
+            }
+        }
+        Msg::AgentClock(a, sample) => {
+            if let Some(a) = run.fleet.as_mut().and_then(|f| f.agents.get_mut(a)) {
+                a.clock_end = Some(sample);
+            }
+        }
     }
 }
 
 fn drive(
     run: &mut Run,
-    procs: &mut [WorkerProc],
+    workers: &mut Workers,
     tx: &Sender<Msg>,
     rx: &Receiver<Msg>,
     (t0, t0_us): (Instant, u64),
@@ -132,7 +169,7 @@ fn drive(
     };
     let mut rate_last = (t0, 0u64);
     let mut rate_now = 0.0;
-    let mut gone = vec![false; procs.len()];
+    let mut gone = vec![false; run.latest.len()];
     let mut hold_end: Option<Instant> = None;
     let pub_stop = Arc::new(AtomicBool::new(false));
     let mut publisher: Option<std::thread::JoinHandle<()>> = None;
@@ -140,12 +177,12 @@ fn drive(
     let reason;
     loop {
         match rx.recv_timeout(Duration::from_millis(50)) {
-            Ok(m) => handle(run, procs, &mut iv, m, &mut gone),
+            Ok(m) => handle(run, workers, &mut iv, m, &mut gone),
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => bail!("worker channel closed"),
         }
         while let Ok(m) = rx.try_recv() {
-            handle(run, procs, &mut iv, m, &mut gone);
+            handle(run, workers, &mut iv, m, &mut gone);
         }
         let now = Instant::now();
         let t = run.totals();
@@ -199,7 +236,7 @@ fn drive(
             _ => false,
         };
         if restart_due {
-            restart::start(run, procs, tx);
+            restart::start(run, workers, tx);
         }
         if publish_until.is_some_and(|u| now >= u) && run.publish_window.1.is_none() {
             pub_stop.store(true, Ordering::SeqCst);
@@ -218,6 +255,12 @@ fn drive(
                 connect_p99_us: percentiles(&iv.connect_h).p99_us,
                 delivery_p99_us: percentiles(&iv.delivery_h).p99_us,
                 delivered: iv.delivery_h.len(),
+                agents_online: run.fleet.as_ref().map_or_else(Vec::new, |f| {
+                    f.agents
+                        .iter()
+                        .map(|a| a.totals(&run.latest).online)
+                        .collect()
+                }),
             });
             iv.connect_h.reset();
             iv.delivery_h.reset();
@@ -282,13 +325,14 @@ fn drive(
     }
     // Forward the last acknowledgements before the stop command (stdin is ordered).
     while let Ok(m) = rx.try_recv() {
-        handle(run, procs, &mut iv, m, &mut gone);
+        handle(run, workers, &mut iv, m, &mut gone);
     }
-    procs::stop(procs);
+    workers.probe_clocks();
+    workers.stop();
     let wait_until = Instant::now() + Duration::from_secs(15);
     while Instant::now() < wait_until && !run.finals.iter().zip(&gone).all(|(f, g)| *f || *g) {
         match rx.recv_timeout(Duration::from_millis(100)) {
-            Ok(m) => handle(run, procs, &mut iv, m, &mut gone),
+            Ok(m) => handle(run, workers, &mut iv, m, &mut gone),
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => break,
         }
@@ -298,6 +342,20 @@ fn drive(
         run.notes.push(format!(
             "{missing_finals} worker(s) sent no final report; their last tick counts"
         ));
+    }
+    // Wait briefly for the agents' Done frame, so an agent closing on time is not lost.
+    let done_by = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < done_by
+        && run
+            .fleet
+            .as_ref()
+            .is_some_and(|f| f.agents.iter().any(|a| !a.done && a.lost.is_none()))
+    {
+        match rx.recv_timeout(Duration::from_millis(50)) {
+            Ok(m) => handle(run, workers, &mut iv, m, &mut gone),
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
     }
     Ok(())
 }

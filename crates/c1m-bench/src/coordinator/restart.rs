@@ -2,7 +2,7 @@
 //! workers when the restart began and runs `--restart-cmd` on its own thread, and at the end it
 //! kills a command still running. What the storm measures lives in [`crate::storm`].
 
-use super::WorkerProc;
+use super::Workers;
 use crate::run::{Msg, Run};
 use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
@@ -11,7 +11,7 @@ use std::time::Instant;
 
 /// Reconnect storm: at `--restart-after` into the hold, tells the workers the restart time and
 /// runs `--restart-cmd` on its own thread (or says that bench waits for a restart by hand).
-pub(super) fn start(run: &mut Run, procs: &mut [WorkerProc], tx: &Sender<Msg>) {
+pub(super) fn start(run: &mut Run, workers: &mut Workers, tx: &Sender<Msg>) {
     let before: u64 = run.publish_errors.values().sum();
     let Some(st) = run.storm.as_mut() else {
         return;
@@ -26,7 +26,7 @@ pub(super) fn start(run: &mut Run, procs: &mut [WorkerProc], tx: &Sender<Msg>) {
         return;
     };
     let line = format!("R {}\n", crate::payload::now_us());
-    super::procs::broadcast(procs, &line);
+    workers.broadcast(&line);
     if !run.args.quiet {
         eprintln!("c1m bench: reconnect storm: running --restart-cmd");
     }

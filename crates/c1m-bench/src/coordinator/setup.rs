@@ -17,9 +17,13 @@ use anyhow::{bail, Context};
 use std::net::ToSocketAddrs;
 use std::time::Duration;
 
+/// With `fleet` (a run on agents) the checks that depend on the box that holds the
+/// connections (sources, ports, fds, worker count) are left to the split among agents and to
+/// the agents themselves, and the one config returned covers the whole run as the template.
 pub(super) fn plan_run(
     args: BenchArgs,
     hard_nofile: u64,
+    fleet: bool,
 ) -> anyhow::Result<(Run, Vec<WorkerConfig>)> {
     if args.conns == 0 {
         bail!("--conns must be at least 1");
@@ -110,7 +114,7 @@ pub(super) fn plan_run(
                 })
                 .filter(|(lo, hi)| lo < hi)
                 .with_context(|| format!("bad --port-range {s:?} (want LO-HI or off)"))?;
-            if !sockopt {
+            if !sockopt && !fleet {
                 bail!(
                     "--port-range needs IP_LOCAL_PORT_RANGE (Linux 6.3+), which this kernel lacks"
                 );
@@ -127,7 +131,7 @@ pub(super) fn plan_run(
         .max(1);
     let sources = match &args.source {
         Some(spec) => plan::parse_sources(spec)?,
-        None if dst.ip().is_loopback() && dst.is_ipv4() => {
+        None if dst.ip().is_loopback() && dst.is_ipv4() && !fleet => {
             plan::auto_loopback_sources(args.conns, per_source, dst.ip())
         }
         None => Vec::new(),
@@ -136,7 +140,7 @@ pub(super) fn plan_run(
         bail!("source address {bad} and destination {dst} are of different IP families");
     }
     let capacity = per_source * (sources.len().max(1) as u64);
-    if args.conns > capacity {
+    if args.conns > capacity && !fleet {
         bail!(
             "{} connections need more than {} source address(es) at {per_source} per (source, destination); \
              add addresses with --source or raise --per-source",
@@ -147,6 +151,7 @@ pub(super) fn plan_run(
     let per_worker_fds = hard_nofile.saturating_sub(64).max(16);
     let workers = match args.workers {
         Some(0) => bail!("--workers must be at least 1"),
+        _ if fleet => 1,
         Some(n) => {
             if args.conns.div_ceil(n as u64) > per_worker_fds {
                 bail!(
@@ -250,6 +255,7 @@ pub(super) fn plan_run(
         coordinator_pss: (0, 0),
         notes: Vec::new(),
         storm: args.restart_after.map(crate::storm::StormRun::new),
+        fleet: None,
         args,
     };
     Ok((run, configs))

@@ -237,7 +237,7 @@ pub struct BenchOptions {
     /// so subscribers have received messages before it.
     #[arg(long, value_parser = parse_duration)]
     pub restart_after: Option<Duration>,
-    // ---- Any server (issue #13): subscribe headers, publishing to other servers ----
+    // ---- Any server: subscribe headers, publishing to other servers ----
     /// Extra subscribe request header `Name: value` ({ch} and {i} expand); repeatable.
     #[arg(long = "header", short = 'H', value_name = "NAME: VALUE")]
     pub headers: Vec<String>,

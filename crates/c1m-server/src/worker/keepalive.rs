@@ -7,7 +7,7 @@
 //! SO_KEEPALIVE, TCP_KEEPIDLE/KEEPINTVL/KEEPCNT and TCP_USER_TIMEOUT from the listener into
 //! the socket it creates for a connection (and arms the keepalive timer there). That saves
 //! five setsockopt calls per connection on the subscribe ramp (~4 % of a worker's time in a
-//! perf profile of a ramp, issue 16). A reload sets them again, so later connections follow.
+//! perf profile of a ramp). A reload sets them again, so later connections follow.
 
 use crate::config::Config;
 use std::os::fd::AsRawFd;

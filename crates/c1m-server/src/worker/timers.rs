@@ -3,7 +3,7 @@
 //! token; when it fires the connection's own `deadline` decides (stale entries are ignored).
 //!
 //! Only slots holding a token exist (a map by slot number): an array of 4096 empty `Vec`s
-//! was 96 KiB written at start in each of up to 54 workers, ~5 MB of fixed cost (issue 16).
+//! was 96 KiB written at start in each of up to 54 workers, ~5 MB of fixed cost.
 
 use std::collections::HashMap;
 

@@ -20,18 +20,21 @@
 //! the port reservations (kept, and passed on again at its own upgrade), starts its workers
 //! in hand-over mode, and serves once the old master commits.
 
-use super::{Master, Plan};
-use crate::config::{Config, ServeArgs};
+mod control;
+mod take_over;
+
+use super::Master;
 use crate::ipc::ToWorker;
 use anyhow::{bail, Context};
 use c1m_proto::handover::{Control, HubState, FORMAT_VERSION};
+use control::Ctl;
 use mio::{Interest, Token};
-use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+pub use take_over::take_over;
 
 /// The control socket's descriptor number in the new master.
 pub const ENV_UPGRADE_FD: &str = "C1M_UPGRADE_FD";
@@ -110,105 +113,6 @@ impl Run {
 pub struct Leftover {
     child: Child,
     kill_at: Instant,
-}
-
-/// The old master's end of the control socket: non-blocking, length-prefixed frames (the
-/// same framing as [`write_msg`] / [`read_msg`] on the new master's blocking end).
-struct Ctl {
-    stream: mio::net::UnixStream,
-    out: Vec<u8>,
-    out_pos: usize,
-    inbuf: Vec<u8>,
-    closed: bool,
-}
-
-impl Ctl {
-    fn send(&mut self, msg: &Control) -> anyhow::Result<()> {
-        let body = msg.encode();
-        self.out
-            .extend_from_slice(&(body.len() as u32).to_le_bytes());
-        self.out.extend_from_slice(&body);
-        self.flush()
-    }
-
-    /// Writes what the socket takes now; the loop calls again when it is writable.
-    fn flush(&mut self) -> anyhow::Result<()> {
-        while self.out_pos < self.out.len() {
-            match self.stream.write(&self.out[self.out_pos..]) {
-                Ok(0) => bail!("writing to the new master: it closed the control socket"),
-                Ok(n) => self.out_pos += n,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e).context("writing to the new master"),
-            }
-        }
-        self.out.clear();
-        self.out_pos = 0;
-        Ok(())
-    }
-
-    fn pending(&self) -> bool {
-        self.out_pos < self.out.len()
-    }
-
-    /// The next whole message from the new master, if one has arrived.
-    fn receive(&mut self) -> anyhow::Result<Option<Vec<u8>>> {
-        let mut buf = [0u8; 4096];
-        while !self.closed {
-            match self.stream.read(&mut buf) {
-                Ok(0) => self.closed = true,
-                Ok(n) => self.inbuf.extend_from_slice(&buf[..n]),
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e).context("reading from the new master"),
-            }
-        }
-        if self.inbuf.len() >= 4 {
-            let len = u32::from_le_bytes(self.inbuf[..4].try_into().expect("4 bytes")) as usize;
-            if len > MAX_CONTROL {
-                bail!("control message of {len} bytes refused");
-            }
-            if self.inbuf.len() >= 4 + len {
-                let body = self.inbuf[4..4 + len].to_vec();
-                self.inbuf.drain(..4 + len);
-                return Ok(Some(body));
-            }
-        }
-        if self.closed {
-            bail!("the new master closed the control socket");
-        }
-        Ok(None)
-    }
-}
-
-fn write_msg(s: &mut UnixStream, msg: &Control) -> anyhow::Result<()> {
-    let body = msg.encode();
-    let mut frame = (body.len() as u32).to_le_bytes().to_vec();
-    frame.extend_from_slice(&body);
-    s.write_all(&frame).context("writing to the other master")
-}
-
-fn read_msg(s: &mut UnixStream) -> anyhow::Result<Vec<u8>> {
-    let mut len = [0u8; 4];
-    s.read_exact(&mut len)
-        .context("reading from the other master (gone or too slow)")?;
-    let len = u32::from_le_bytes(len) as usize;
-    if len > MAX_CONTROL {
-        bail!("control message of {len} bytes refused");
-    }
-    let mut body = vec![0u8; len];
-    s.read_exact(&mut body)
-        .context("reading from the other master (gone or too slow)")?;
-    Ok(body)
-}
-
-fn bound(s: &UnixStream, deadline: Instant) -> anyhow::Result<()> {
-    let left = deadline
-        .saturating_duration_since(Instant::now())
-        .max(Duration::from_millis(1));
-    s.set_read_timeout(Some(left))?;
-    s.set_write_timeout(Some(left))?;
-    Ok(())
 }
 
 impl Master {
@@ -328,13 +232,7 @@ impl Master {
             started,
             deadline,
             child,
-            ctl: Ctl {
-                stream,
-                out: Vec::new(),
-                out_pos: 0,
-                inbuf: Vec::new(),
-                closed: false,
-            },
+            ctl: Ctl::new(stream),
             step: Step::Hello,
         })
     }
@@ -582,157 +480,4 @@ impl Master {
             p.failed.get_or_insert(format!("worker {i} died"));
         }
     }
-}
-
-/// The new master: started by the old one with `C1M_UPGRADE_FD`. Returns the exit code.
-pub fn take_over(args: ServeArgs, mut cfg: Config, fd: i32) -> anyhow::Result<u8> {
-    let started = Instant::now();
-    let mut ctl = UnixStream::from(c1m_sys::fd::adopt_inherited(fd)?);
-    let deadline = Instant::now() + cfg.upgrade_timeout;
-    bound(&ctl, deadline)?;
-    let hello = read_msg(&mut ctl)?;
-    let (old_pid, old_slots, workers) = match Control::decode(&hello) {
-        Ok(Control::Hello {
-            old_pid,
-            workers,
-            listen,
-            tcp_listen,
-            admin_listen,
-            control_worker,
-            ..
-        }) => {
-            cfg.listen = listen.parse().context("listen address")?;
-            cfg.tcp_listen = tcp_listen.map(|a| a.parse()).transpose()?;
-            cfg.admin_listen = admin_listen.map(|a| a.parse()).transpose()?;
-            let slots = workers as usize;
-            // The subscriber workers: all the old slots but its control worker, if it had one.
-            (
-                old_pid,
-                slots,
-                slots - usize::from(control_worker && slots > 0),
-            )
-        }
-        Ok(other) => bail!("expected hello, got {other:?}"),
-        Err(e) => {
-            let reason = format!("{e}");
-            tracing::error!(error = %reason, format = ?c1m_proto::handover::hello_format(&hello), "upgrade refused: this binary cannot read the old one's hand-over");
-            let _ = write_msg(&mut ctl, &Control::Refuse { reason });
-            return Ok(1);
-        }
-    };
-    let reservations = crate::listener::adopt_reserved(
-        &std::env::var(ENV_UPGRADE_RESERVED).unwrap_or_default(),
-        &cfg,
-    )?;
-    // The key files as they are now (the old master's bytes do not travel): a bad one
-    // refuses the upgrade, and the old master serves on with its own.
-    let secrets = match crate::secrets::Secrets::read(&cfg) {
-        Ok(secrets) => secrets,
-        Err(e) => {
-            let reason = format!("{e:#}");
-            tracing::error!(error = %reason, "upgrade refused: the key files do not load");
-            let _ = write_msg(&mut ctl, &Control::Refuse { reason });
-            return Ok(1);
-        }
-    };
-    let limit = c1m_sys::rlimit::raise_nofile_to_hard()?;
-    let plan = super::plan(
-        crate::config::Workers::Count(workers),
-        cfg.max_conns,
-        limit.hard,
-        c1m_sys::process::available_cpus(),
-    );
-    let (version, commit) = crate::build_info();
-    write_msg(
-        &mut ctl,
-        &Control::Accept {
-            pid: std::process::id(),
-            version: format!("{version} (commit {commit})"),
-        },
-    )?;
-    let hub = match Control::decode(&read_msg(&mut ctl)?)? {
-        Control::Hub(h) => h,
-        Control::Abort { reason } => {
-            tracing::warn!(reason, "upgrade: aborted by the old master");
-            return Ok(1);
-        }
-        other => bail!("expected the hub, got {other:?}"),
-    };
-    let from = super::HandoverFrom {
-        old_pid,
-        deadline,
-        old_slots,
-    };
-    let mut master = match start_workers(cfg, plan, secrets, *hub, from) {
-        Ok(m) => m,
-        Err(e) => {
-            let reason = format!("{e:#}");
-            let _ = write_msg(&mut ctl, &Control::Refuse { reason });
-            return Err(e);
-        }
-    };
-    write_msg(&mut ctl, &Control::HubTaken)?;
-    tracing::info!(
-        old_master = old_pid,
-        "upgrade: hub taken, workers taking over"
-    );
-    match read_msg(&mut ctl).and_then(|m| Ok(Control::decode(&m)?)) {
-        Ok(Control::Commit) => {}
-        answer => {
-            tracing::error!(?answer, "upgrade: not committed; the new generation exits");
-            master.kill_workers();
-            return Ok(1);
-        }
-    }
-    master.upgrades.completed += 1;
-    master.handover_from = None;
-    // Held from here, and passed on again at this master's own upgrade.
-    master.set_reservations(reservations);
-    master.set_reload_source(args);
-    tracing::info!(
-        old_master = old_pid,
-        took_ms = started.elapsed().as_millis() as u64,
-        "upgrade: committed; this master serves"
-    );
-    master.run()?;
-    tracing::info!("stopped");
-    Ok(0)
-}
-
-fn start_workers(
-    cfg: Config,
-    plan: Plan,
-    secrets: crate::secrets::Secrets,
-    hub: HubState,
-    from: super::HandoverFrom,
-) -> anyhow::Result<Master> {
-    let mut master = Master::build(cfg, plan, secrets)?;
-    let slots = master.slot_count();
-    let history = crate::broker::HistoryExport {
-        last_id: hub.last_id,
-        forgotten_through: hub.forgotten_through,
-        channels: hub.channels,
-        lost_buckets: hub.lost_buckets,
-    };
-    if !master.broker.import_history(history, Instant::now()) {
-        bail!("this master's broker cannot take the hub");
-    }
-    for (channel, workers) in hub.interest {
-        let ws = workers
-            .into_iter()
-            .map(|w| w as usize)
-            .filter(|&w| w < slots)
-            .collect();
-        master.interest.insert(channel, ws);
-    }
-    master.published = hub.published;
-    master.publish_refused = hub.publish_refused;
-    master.upgrades = Counters {
-        attempted: hub.upgrades_attempted,
-        completed: hub.upgrades_completed,
-        failed: hub.upgrades_failed,
-    };
-    master.handover_from = Some(from);
-    master.spawn_all()?;
-    Ok(master)
 }

@@ -5,7 +5,7 @@
 //! field by field as (name, value) pairs, so a field added or removed on one side cannot shift
 //! the others (the reader ignores names it does not know, and the caller defaults missing ones).
 //!
-//! No I/O and no knowledge of the messages: each format names its own tags (see [`wire_tags!`])
+//! No I/O and no knowledge of the messages: each format names its own tags (see [`crate::wire_tags!`])
 //! and its own error scope. Decoding never panics and never allocates from a length it has not
 //! checked against the bytes actually there: a short or malformed input is a [`DecodeError`]
 //! that says which format and which field.

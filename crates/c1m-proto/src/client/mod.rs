@@ -1,7 +1,7 @@
 //! Client halves of the wire formats (docs/PROTOCOL.md), the counterparts of the server
 //! encoders beside this module: subscribe request bytes ([`request`]) and incremental parsers
 //! for SSE ([`sse`]), WebSocket ([`ws`]), long-poll ([`poll`]) and the raw TCP line protocol
-//! ([`line`]). `c1m bench` drives connections with these; they also read other servers'
+//! ([`mod@line`]). `c1m bench` drives connections with these; they also read other servers'
 //! streams (nchan, Centrifugo, …) as long as those speak the standard framing.
 //!
 //! No I/O here: a parser gets the bytes received so far and reports events through a callback,

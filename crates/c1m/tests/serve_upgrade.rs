@@ -148,11 +148,18 @@ fn expected(n: usize) -> Vec<String> {
     (0..n).map(|k| format!("m{k}")).collect()
 }
 
-fn sse_reader(mut sse: Sse, n: usize) -> Vec<String> {
-    (0..n).map(|_| sse.next().data).collect()
+/// The first `n` messages, and the connection, still open: a caller that counts connections
+/// afterwards must not race the reader's drop.
+fn sse_reader(mut sse: Sse, n: usize) -> (Vec<String>, Sse) {
+    let got = (0..n).map(|_| sse.next().data).collect();
+    (got, sse)
 }
 
-fn tcp_reader(addr: std::net::SocketAddr, n: usize, ready: Arc<AtomicBool>) -> Vec<String> {
+fn tcp_reader(
+    addr: std::net::SocketAddr,
+    n: usize,
+    ready: Arc<AtomicBool>,
+) -> (Vec<String>, BufReader<TcpStream>) {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     s.write_all(b"SUB news\n").unwrap();
@@ -172,10 +179,14 @@ fn tcp_reader(addr: std::net::SocketAddr, n: usize, ready: Arc<AtomicBool>) -> V
         r.read_exact(&mut payload).unwrap();
         got.push(String::from_utf8_lossy(&payload[..len]).to_string());
     }
-    got
+    (got, r)
 }
 
-fn ws_reader(addr: std::net::SocketAddr, n: usize, ready: Arc<AtomicBool>) -> Vec<String> {
+fn ws_reader(
+    addr: std::net::SocketAddr,
+    n: usize,
+    ready: Arc<AtomicBool>,
+) -> (Vec<String>, tungstenite::WebSocket<TcpStream>) {
     let stream = TcpStream::connect(addr).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(20)))
@@ -193,7 +204,7 @@ fn ws_reader(addr: std::net::SocketAddr, n: usize, ready: Arc<AtomicBool>) -> Ve
             _ => {}
         }
     }
-    got
+    (got, ws)
 }
 
 /// One keep-alive connection polling with `last_id` until it has `n` messages.
@@ -318,9 +329,9 @@ fn upgrade_under_a_message_stream_keeps_every_connection_and_message() {
     let refused_503 = publisher.join().unwrap();
     // Every subscriber got every message once, in order, on the connection it opened.
     let want = expected(n);
-    assert_eq!(sse.join().unwrap(), want, "sse");
-    assert_eq!(tcp_t.join().unwrap(), want, "tcp");
-    assert_eq!(ws_t.join().unwrap(), want, "websocket");
+    assert_eq!(sse.join().unwrap().0, want, "sse");
+    assert_eq!(tcp_t.join().unwrap().0, want, "tcp");
+    assert_eq!(ws_t.join().unwrap().0, want, "websocket");
     assert_eq!(poll_t.join().unwrap(), want, "long-poll");
     // Still the same four connections, counted by the new workers; none was closed for cause.
     let s = server.wait_status(|s| s["connections"]["sse"] == 1 && s["connections"]["tcp"] == 1);
@@ -656,15 +667,25 @@ fn three_upgrades_in_a_row_under_load_keep_every_subscriber() {
     }
     publisher.join().unwrap();
     let want = expected(n);
+    // The readers hand their connections back open, so the count below sees the subscribers
+    // the upgrades kept, not a reader that finished and hung up a moment before.
+    let mut held_sse = Vec::new();
     for (i, sse) in sses.into_iter().enumerate() {
-        assert_eq!(sse.join().unwrap(), want, "sse {i}");
+        let (got, conn) = sse.join().unwrap();
+        assert_eq!(got, want, "sse {i}");
+        held_sse.push(conn);
     }
-    assert_eq!(tcp_t.join().unwrap(), want, "tcp");
-    assert_eq!(ws_t.join().unwrap(), want, "websocket");
-    let s = server.wait_status(|s| s["connections"]["sse"] == 6);
-    assert_eq!(s["connections"]["tcp"], 1, "{s}");
-    assert_eq!(s["connections"]["websocket"], 1, "{s}");
+    let (got, _held_tcp) = tcp_t.join().unwrap();
+    assert_eq!(got, want, "tcp");
+    let (got, _held_ws) = ws_t.join().unwrap();
+    assert_eq!(got, want, "websocket");
+    let s = server.wait_status(|s| {
+        s["connections"]["sse"] == 6
+            && s["connections"]["tcp"] == 1
+            && s["connections"]["websocket"] == 1
+    });
     assert_eq!(s["messages"]["published"], n as u64, "{s}");
+    drop(held_sse);
 }
 
 /// Kills the given processes on drop (a hung fake binary and what it started), so a failing

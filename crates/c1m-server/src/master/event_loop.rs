@@ -120,12 +120,7 @@ impl Master {
             return false;
         }
         if alive {
-            for slot in &mut self.slots {
-                if let Some(child) = &mut slot.child {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                }
-            }
+            self.kill_workers();
         }
         self.end_leftovers(true);
         true

@@ -38,7 +38,8 @@ impl Master {
         Ok(())
     }
 
-    /// Kills every worker (a new master whose upgrade was not committed).
+    /// Kills and reaps every worker (a new master whose upgrade was not committed, or a
+    /// shutdown past its grace).
     pub(super) fn kill_workers(&mut self) {
         for slot in &mut self.slots {
             if let Some(child) = &mut slot.child {

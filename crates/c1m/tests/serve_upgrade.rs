@@ -18,10 +18,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A scratch directory holding the binary the server runs from (so the test can replace it).
-struct Scratch(PathBuf);
+pub(crate) struct Scratch(PathBuf);
 
 impl Scratch {
-    fn new(tag: &str) -> Scratch {
+    pub(crate) fn new(tag: &str) -> Scratch {
         let dir = std::env::temp_dir().join(format!("c1m-upgrade-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -35,7 +35,7 @@ impl Scratch {
 
     /// Puts a build whose commit string differs in place of the running binary (same length,
     /// so nothing else in the file moves), as a package upgrade would: new file, rename.
-    fn install_patched(&self) -> String {
+    pub(crate) fn install_patched(&self) -> String {
         self.install_marked("upgraded-build-marker")
     }
 
@@ -83,7 +83,7 @@ fn commit_of(exe: &Path) -> String {
 }
 
 /// The new master outlives the test's child handle: killed on drop (its workers die with it).
-struct KillOnDrop(u32);
+pub(crate) struct KillOnDrop(pub(crate) u32);
 
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
@@ -93,7 +93,7 @@ impl Drop for KillOnDrop {
     }
 }
 
-fn start(scratch: &Scratch, extra_env: &[(&str, &str)]) -> (Server, LogLines) {
+pub(crate) fn start(scratch: &Scratch, extra_env: &[(&str, &str)]) -> (Server, LogLines) {
     let mut cmd = Command::new(scratch.exe());
     cmd.args([
         "serve",

@@ -42,6 +42,7 @@ mod serve_heartbeat_skip;
 mod serve_heartbeat_sweep;
 mod serve_history_memory;
 mod serve_http_framing;
+mod serve_identity;
 mod serve_io_uring;
 mod serve_js_client;
 mod serve_lifecycle;

@@ -29,10 +29,13 @@ pub struct ConnRecord {
     /// WebSocket mid-message: the decoder's state and the message so far.
     pub ws_decoder: Option<Vec<u8>>,
     pub ws_data: Vec<u8>,
+    /// The user the connection's token named (its `sub`), if any. Carried in the batch's
+    /// named extras, not in the record's fixed fields (see [`ConnRecord::encode_batch`]).
+    pub user: Option<String>,
 }
 
 impl ConnRecord {
-    fn write(&self, w: &mut Writer) {
+    pub(super) fn write(&self, w: &mut Writer) {
         w.u8(self.kind)
             .bool(self.keep_alive)
             .u8(self.flags)
@@ -73,12 +76,27 @@ impl ConnRecord {
         Ok(rec)
     }
 
-    /// A batch of records: a count, then each record.
+    /// A batch of records: a count, each record, then (only when one is needed) a named
+    /// record of extras: `users`, a record whose field names are record positions and whose
+    /// values are user ids. Written by name so a binary that knows more extras can hand over
+    /// to one that knows fewer; and a batch with no extras is byte for byte what binaries
+    /// before the extras wrote and read, so an upgrade across them keeps working.
     pub fn encode_batch(records: &[ConnRecord]) -> Vec<u8> {
         let mut w = Writer::new();
         w.count(records.len());
         for rec in records {
             rec.write(&mut w);
+        }
+        if records.iter().any(|r| r.user.is_some()) {
+            w.record(|extras| {
+                extras.record("users", |users| {
+                    for (i, rec) in records.iter().enumerate() {
+                        if let Some(user) = &rec.user {
+                            users.str(&i.to_string(), user);
+                        }
+                    }
+                });
+            });
         }
         w.into_bytes()
     }
@@ -86,9 +104,23 @@ impl ConnRecord {
     pub fn decode_batch(data: &[u8]) -> Result<Vec<ConnRecord>> {
         let mut r = Reader::new(data, SCOPE);
         let n = r.count(30, "record count")?;
-        let records = (0..n)
+        let mut records = (0..n)
             .map(|_| ConnRecord::read(&mut r))
             .collect::<Result<Vec<_>>>()?;
+        if !r.is_empty() {
+            let bad_position = r.bad("users (a field name that is no record position)");
+            r.record("batch extras")?.for_each(|extra| {
+                if extra.name == "users" {
+                    extra.record()?.for_each(|user| {
+                        let at: usize = user.name.parse().map_err(|_| bad_position.clone())?;
+                        let rec = records.get_mut(at).ok_or_else(|| bad_position.clone())?;
+                        rec.user = Some(user.string()?);
+                        Ok(())
+                    })?;
+                }
+                Ok(())
+            })?;
+        }
         r.end("record batch")?;
         Ok(records)
     }

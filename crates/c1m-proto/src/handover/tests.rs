@@ -1,6 +1,7 @@
 //! Round trips, version refusal and malformed input for the hand-over format.
 
 use super::*;
+use crate::codec::Writer;
 
 fn record() -> ConnRecord {
     ConnRecord {
@@ -17,6 +18,7 @@ fn record() -> ConnRecord {
         dashboard: false,
         ws_decoder: Some(vec![1, 2, 3]),
         ws_data: b"half".to_vec(),
+        user: None,
     }
 }
 
@@ -101,6 +103,11 @@ fn round_trips() {
     let batch = vec![record(), ConnRecord::default(), record()];
     let bytes = ConnRecord::encode_batch(&batch);
     assert_eq!(ConnRecord::decode_batch(&bytes).unwrap(), batch);
+    let mut with_users = batch.clone();
+    with_users[1].user = Some("ann".into());
+    with_users[2].user = Some("bob".into());
+    let bytes = ConnRecord::encode_batch(&with_users);
+    assert_eq!(ConnRecord::decode_batch(&bytes).unwrap(), with_users);
     // A batch larger than a packet is split and joins back to the same bytes.
     let big = vec![0xabu8; 3 * MAX_PACKET];
     let parts = Pair::parts(&big);
@@ -136,6 +143,40 @@ fn decode_all(dec: &mut crate::ws::frame::Decoder, buf: &[u8]) -> Vec<(String, V
         at += d.consumed;
     }
     out
+}
+
+#[test]
+fn a_batch_without_users_is_the_format_before_users_and_unknown_extras_are_skipped() {
+    // What a binary without the extras wrote: a count, then the records.
+    let batch = vec![record(), record()];
+    let mut old = Writer::new();
+    old.count(2);
+    for rec in &batch {
+        rec.write(&mut old);
+    }
+    let old = old.into_bytes();
+    assert_eq!(ConnRecord::encode_batch(&batch), old);
+    assert_eq!(ConnRecord::decode_batch(&old).unwrap(), batch);
+    // A later binary's extra this one does not know is skipped; a users field that names no
+    // record is an error, not a panic.
+    let mut newer = old.clone();
+    let mut w = Writer::new();
+    w.record(|e| {
+        e.u64("something later", 7);
+    });
+    newer.extend_from_slice(&w.into_bytes());
+    assert_eq!(ConnRecord::decode_batch(&newer).unwrap(), batch);
+    for bad in ["2", "x"] {
+        let mut wrong = old.clone();
+        let mut w = Writer::new();
+        w.record(|e| {
+            e.record("users", |u| {
+                u.str(bad, "ann");
+            });
+        });
+        wrong.extend_from_slice(&w.into_bytes());
+        assert!(ConnRecord::decode_batch(&wrong).is_err(), "{bad}");
+    }
 }
 
 #[test]
@@ -302,6 +343,7 @@ fn format_one_bytes_still_read_and_encode_the_same() {
         dashboard: true,
         ws_decoder: Some(vec![1, 2]),
         ws_data: b"h".to_vec(),
+        user: None,
     }];
     assert_eq!(ConnRecord::decode_batch(&batch).unwrap(), expect_batch);
     assert_eq!(ConnRecord::encode_batch(&expect_batch), batch);

@@ -18,7 +18,11 @@ use std::path::Path;
 /// Shortest HMAC secret accepted.
 pub const MIN_SECRET: usize = 32;
 
-/// The claims c1m reads; others (`sub`, `iat`, `aud`…) are ignored.
+/// Longest `sub` accepted: it is kept for every connection that showed it, and the server
+/// API names users by it.
+pub const MAX_SUBJECT: usize = 256;
+
+/// The claims c1m reads; others (`iat`, `aud`…) are ignored.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Claims {
     /// Expiry, seconds since the Unix epoch (required). A NumericDate may carry a fraction
@@ -33,6 +37,11 @@ pub struct Claims {
     /// Channels the bearer may publish to.
     #[serde(default)]
     pub publish: Option<Grants>,
+    /// The user the token speaks for (RFC 7519 4.1.2): the connection's user id, by which the
+    /// server API finds a user's connections. At most [`MAX_SUBJECT`] bytes, no control
+    /// characters; absent means a connection with no user.
+    #[serde(default)]
+    pub sub: Option<String>,
 }
 
 /// Why a token was not accepted (all of them mean 401).
@@ -43,6 +52,7 @@ pub enum Invalid {
     BadSignature,
     Malformed,
     UnknownKey,
+    BadSubject,
 }
 
 impl Invalid {
@@ -55,6 +65,7 @@ impl Invalid {
             Invalid::UnknownKey => {
                 "token is signed with an algorithm or key id this server has no key for"
             }
+            Invalid::BadSubject => "token sub must be 1 to 256 bytes with no control characters",
         }
     }
 }
@@ -96,6 +107,7 @@ impl Verifier {
     pub fn verify(&self, token: &str) -> Result<Claims, Invalid> {
         let claims = self.verify_signature(token)?;
         claims.judge_times(now_millis())?;
+        claims.judge_subject()?;
         Ok(claims)
     }
 
@@ -138,6 +150,20 @@ fn validation(algorithms: &[Algorithm]) -> Validation {
 }
 
 impl Claims {
+    /// A `sub` must be usable as a user id: short, and printable in logs and JSON answers.
+    fn judge_subject(&self) -> Result<(), Invalid> {
+        match &self.sub {
+            Some(sub)
+                if sub.is_empty()
+                    || sub.len() > MAX_SUBJECT
+                    || sub.chars().any(char::is_control) =>
+            {
+                Err(Invalid::BadSubject)
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// `exp` in Unix milliseconds (a negative or absurd value saturates).
     pub fn exp_millis(&self) -> u64 {
         secs_to_millis(self.exp)
@@ -302,11 +328,31 @@ mod tests {
             nbf: Some(5.0),
             channels: None,
             publish: None,
+            sub: None,
         };
         assert_eq!(at.judge_times(9_999), Ok(()));
         assert_eq!(at.judge_times(10_000), Err(Invalid::Expired));
         assert_eq!(at.judge_times(5_000), Ok(()));
         assert_eq!(at.judge_times(4_999), Err(Invalid::NotYetValid));
+    }
+
+    #[test]
+    fn sub_is_the_user_id_and_must_be_short_and_printable() {
+        let v = Verifier::from_bytes(SECRET).unwrap();
+        let with =
+            |sub: serde_json::Value| hs256(json!({"exp": now() + 60, "sub": sub}), None, SECRET);
+        assert_eq!(
+            v.verify(&with(json!("u1"))).unwrap().sub.as_deref(),
+            Some("u1")
+        );
+        let none = hs256(json!({"exp": now() + 60}), None, SECRET);
+        assert_eq!(v.verify(&none).unwrap().sub, None);
+        let long = "x".repeat(MAX_SUBJECT + 1);
+        for bad in [json!(""), json!(long), json!("a\nb")] {
+            assert_eq!(v.verify(&with(bad)).unwrap_err(), Invalid::BadSubject);
+        }
+        assert!(v.verify(&with(json!("x".repeat(MAX_SUBJECT)))).is_ok());
+        assert_eq!(v.verify(&with(json!(7))).unwrap_err(), Invalid::Malformed);
     }
 
     #[test]

@@ -3,8 +3,9 @@
 //! (`cors`). Owns the decisions and their wire answers' wording; the worker owns the sockets,
 //! the counters and the expiry timers.
 //!
-//! A held connection keeps only its expiry: the token is verified once, at subscribe (or at a
-//! WebSocket refresh), and its expiry becomes the connection's timer-wheel deadline.
+//! A held connection keeps only its expiry and its user id (the token's `sub`, when it has
+//! one): the token is verified once, at subscribe (or at a WebSocket refresh), and its expiry
+//! becomes the connection's timer-wheel deadline.
 
 pub mod cors;
 pub mod grants;
@@ -42,12 +43,13 @@ impl Refusal {
 }
 
 /// What a subscriber proved.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Grant {
-    /// Auth is off, or optional and no token was shown: no expiry.
+    /// Auth is off, or optional and no token was shown: no expiry, no user.
     Anonymous,
-    /// A valid token: the connection ends at its `exp` (Unix milliseconds) unless refreshed.
-    Until(u64),
+    /// A valid token: the connection ends at `exp_ms` (Unix milliseconds) unless refreshed,
+    /// and belongs to the token's `sub`, when it names one.
+    Until { exp_ms: u64, user: Option<Box<str>> },
 }
 
 /// The worker's auth configuration, built from `Config` at start and on every reload.
@@ -135,7 +137,10 @@ impl Auth {
                         .to_string(),
                 ))
             }
-            Some((t, _)) => self.grant(t, channels).map(Grant::Until),
+            Some((t, _)) => {
+                let (exp_ms, user) = self.grant(t, channels)?;
+                Ok(Grant::Until { exp_ms, user })
+            }
         }
     }
 
@@ -152,9 +157,22 @@ impl Auth {
             .any(|o| o.eq_ignore_ascii_case(origin))
     }
 
-    /// Judges a token shown to renew a held subscription (WebSocket refresh).
-    pub fn refresh(&self, token: &str, channels: &[&str]) -> Result<u64, Refusal> {
-        self.grant(token, channels)
+    /// Judges a token shown to renew a held subscription (WebSocket refresh). A refresh
+    /// extends the connection's life; it cannot change whose connection it is, so a token for
+    /// another `sub` than the one `user` holds (or a user where there was none) is refused.
+    pub fn refresh(
+        &self,
+        token: &str,
+        channels: &[&str],
+        user: Option<&str>,
+    ) -> Result<u64, Refusal> {
+        let (exp_ms, shown) = self.grant(token, channels)?;
+        if shown.as_deref() != user {
+            return Err(Refusal::Forbidden(
+                "a refresh token must name the same sub as the connection's token".into(),
+            ));
+        }
+        Ok(exp_ms)
     }
 
     fn verify(&self, token: &str) -> Result<Claims, Refusal> {
@@ -166,7 +184,8 @@ impl Auth {
             .map_err(|e| Refusal::Unauthorized(e.message().into()))
     }
 
-    fn grant(&self, token: &str, channels: &[&str]) -> Result<u64, Refusal> {
+    /// A verified token that grants `channels`: its expiry (Unix ms) and its `sub`.
+    fn grant(&self, token: &str, channels: &[&str]) -> Result<(u64, Option<Box<str>>), Refusal> {
         let claims = self.verify(token)?;
         let uncovered = match &claims.channels {
             Some(g) => g.first_uncovered(channels),
@@ -176,7 +195,7 @@ impl Auth {
             Some(ch) => Err(Refusal::Forbidden(format!(
                 "the token does not grant channel {ch}"
             ))),
-            None => Ok(claims.exp_millis()),
+            None => Ok((claims.exp_millis(), claims.sub.map(String::into_boxed_str))),
         }
     }
 

@@ -138,6 +138,8 @@ wire_struct! {
         pub conns_longpoll: u64,
         pub conns_tcp: u64,
         pub conns_other: u64,
+        /// Connections whose token named a user (`sub`), of the ones above.
+        pub conns_with_user: u64,
         pub delivered: u64,
         pub dropped: u64,
         /// WebSocket client data messages ignored (client publish off).

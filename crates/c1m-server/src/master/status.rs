@@ -37,6 +37,7 @@ pub struct Report {
     longpoll: u64,
     tcp: u64,
     other: u64,
+    with_user: u64,
     memory: ProcessMemory,
     processes: u64,
     published: u64,
@@ -73,6 +74,7 @@ impl Report {
             longpoll: 0,
             tcp: 0,
             other: 0,
+            with_user: 0,
             memory: ProcessMemory::default(),
             processes: 0,
             published: m.published,
@@ -120,6 +122,7 @@ impl Report {
             r.longpoll += s.conns_longpoll;
             r.tcp += s.conns_tcp;
             r.other += s.conns_other;
+            r.with_user += s.conns_with_user;
             r.delivered += s.delivered;
             r.dropped += s.dropped;
             r.client_ignored += s.client_ignored;
@@ -207,6 +210,7 @@ impl Report {
             "connections": {
                 "total": self.total(), "sse": self.sse, "websocket": self.ws,
                 "longpoll": self.longpoll, "tcp": self.tcp, "other": self.other,
+                "with_user": self.with_user,
             },
             "memory": {
                 "rss_bytes": self.memory.rss_bytes, "pss_bytes": self.memory.pss_bytes,
@@ -272,6 +276,12 @@ impl Report {
                 ("{proto=\"tcp\"}", self.tcp),
                 ("{proto=\"other\"}", self.other),
             ],
+        );
+        metric(
+            "connections_with_user",
+            "gauge",
+            "Open client connections whose token named a user (its sub).",
+            &[("", self.with_user)],
         );
         metric(
             "messages_published_total",

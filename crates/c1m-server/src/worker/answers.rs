@@ -38,7 +38,7 @@ impl Worker {
     }
 
     /// A long-poll starts waiting: it ends at the poll timeout, or earlier where its token's
-    /// expiry was armed (`arm_expiry`) before the wait began.
+    /// expiry was armed (`adopt_grant`) before the wait began.
     pub(super) fn arm_poll_timeout(&mut self, idx: usize) {
         let ends = self
             .wheel

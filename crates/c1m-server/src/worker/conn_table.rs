@@ -3,7 +3,8 @@
 //!   is recognised as stale and dropped (nginx's instance bit);
 //! - the sparse side maps, keyed by token, for what only a few connections hold at a time
 //!   (a chunked replay, a chunked request body, CORS headers owed, a publish awaiting its
-//!   ack, a dashboard stream): kept out of `Conn` so an idle subscriber pays nothing for them;
+//!   ack, a dashboard stream, the user a token named): kept out of `Conn` so an idle
+//!   anonymous subscriber pays nothing for them;
 //! - the TLS sessions, by slot, lent with the connection ([`ConnMut`]) to its byte paths.
 //!
 //! [`ConnTable::remove`] is the one way out: it drops all of a connection's state at once, so
@@ -44,6 +45,10 @@ pub struct ConnTable {
     pub dashboards: Vec<u64>,
     /// The TLS sessions and the configurations new ones start from.
     pub tls: tls_session::Sessions,
+    /// Connections that showed a token with a `sub`: whose they are ([`ConnTable::set_user`]).
+    users: HashMap<u64, Rc<str>>,
+    /// The same, by user: each user's connections, for the server API's calls by user id.
+    by_user: HashMap<Rc<str>, Vec<u64>>,
 }
 
 impl ConnTable {
@@ -58,6 +63,49 @@ impl ConnTable {
             publish_started: HashMap::new(),
             dashboards: Vec::new(),
             tls: tls_session::Sessions::default(),
+            users: HashMap::new(),
+            by_user: HashMap::new(),
+        }
+    }
+
+    /// The connection `token` belongs to `user` (its token's `sub`). A connection has one user
+    /// for its life: a later call (a keep-alive connection's next long-poll) with another
+    /// user moves it.
+    pub fn set_user(&mut self, token: u64, user: &str) {
+        if self.users.get(&token).is_some_and(|u| &**u == user) {
+            return;
+        }
+        self.forget_user(token);
+        let user: Rc<str> = match self.by_user.get_key_value(user) {
+            Some((shared, _)) => Rc::clone(shared),
+            None => Rc::from(user),
+        };
+        self.by_user
+            .entry(Rc::clone(&user))
+            .or_default()
+            .push(token);
+        self.users.insert(token, user);
+    }
+
+    /// The user of the connection `token`, if its token named one.
+    pub fn user_of(&self, token: u64) -> Option<&str> {
+        self.users.get(&token).map(|u| &**u)
+    }
+
+    /// How many connections have a user, and how many distinct users they belong to.
+    pub fn user_counts(&self) -> (usize, usize) {
+        (self.users.len(), self.by_user.len())
+    }
+
+    fn forget_user(&mut self, token: u64) {
+        let Some(user) = self.users.remove(&token) else {
+            return;
+        };
+        if let Some(tokens) = self.by_user.get_mut(&user) {
+            tokens.retain(|&t| t != token);
+            if tokens.is_empty() {
+                self.by_user.remove(&user);
+            }
         }
     }
 
@@ -103,6 +151,9 @@ impl ConnTable {
         }
         if !self.dashboards.is_empty() {
             self.dashboards.retain(|&t| t != token);
+        }
+        if !self.users.is_empty() {
+            self.forget_user(token);
         }
         self.tls.end(idx, &mut conn.stream);
         Some(conn)
@@ -208,6 +259,9 @@ mod tests {
             table.publish_started.insert(t, 1);
             table.dashboards.push(t);
         }
+        table.set_user(ta, "ann");
+        table.set_user(tb, "ann");
+        assert_eq!(table.by_user["ann"], [ta, tb]);
         assert!(table.remove(ia).is_some());
         assert!(table.remove(ia).is_none(), "removed once");
         assert_eq!(table.replays.keys().collect::<Vec<_>>(), [&tb]);
@@ -215,6 +269,8 @@ mod tests {
         assert_eq!(table.cors_pending.len(), 1);
         assert_eq!(table.publish_started.len(), 1);
         assert_eq!(table.dashboards, [tb]);
+        assert_eq!(table.by_user["ann"], [tb]);
+        assert_eq!(table.user_of(ta), None);
         // The slot is reused with a new generation: the old token is stale.
         let (c, _pc) = accepted(&listener);
         let gc = table.next_generation();
@@ -223,6 +279,24 @@ mod tests {
         assert!(table.by_token(token_of(ia, gc)).is_some());
         assert_eq!(table.slots(), [ia, ib]);
         assert_eq!(table.slots_end(), 2);
+    }
+
+    #[test]
+    fn a_user_is_listed_once_per_connection_and_forgotten_with_its_last() {
+        let mut table = ConnTable::with_capacity(0);
+        table.set_user(1, "ann");
+        table.set_user(1, "ann");
+        table.set_user(2, "ann");
+        assert_eq!(table.by_user["ann"], [1, 2]);
+        assert_eq!(table.user_counts(), (2, 1));
+        // A keep-alive connection's next token names someone else: it moves.
+        table.set_user(1, "bob");
+        assert_eq!(table.by_user["ann"], [2]);
+        assert_eq!(table.by_user["bob"], [1]);
+        assert_eq!(table.user_of(1), Some("bob"));
+        table.forget_user(2);
+        assert!(!table.by_user.contains_key("ann"));
+        assert_eq!(table.user_counts(), (1, 1));
     }
 
     #[test]

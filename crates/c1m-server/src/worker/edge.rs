@@ -178,16 +178,22 @@ impl Worker {
         self.reply_and_close(idx, answer);
     }
 
-    /// After a subscribe: a held stream (SSE, WebSocket) with a token ends at its expiry. A
-    /// long-poll shows its token again at every poll, so only a wait that would outlast the
-    /// token ends early (no message may reach it after its `exp`).
-    pub(super) fn arm_expiry(&mut self, idx: usize, grant: Grant) {
-        let Grant::Until(exp) = grant else {
+    /// After a subscribe: the connection belongs to the token's user (when it names one), and
+    /// a held stream (SSE, WebSocket) with a token ends at its expiry. A long-poll shows its
+    /// token again at every poll, so only a wait that would outlast the token ends early (no
+    /// message may reach it after its `exp`).
+    pub(super) fn adopt_grant(&mut self, idx: usize, grant: Grant) {
+        let Grant::Until { exp_ms: exp, user } = grant else {
             return;
         };
-        let Some(conn) = self.conns.get(idx) else {
+        if !self.conns.contains(idx) {
             return;
-        };
+        }
+        if let Some(user) = user {
+            let token = self.conns.token(idx);
+            self.conns.set_user(token, &user);
+        }
+        let conn = &self.conns[idx];
         match conn.kind {
             Kind::Sse | Kind::SseJoining | Kind::Ws | Kind::WsJoining => self.set_expiry(idx, exp),
             Kind::PollJoining | Kind::PollWaiting => {
@@ -271,7 +277,11 @@ impl Worker {
             .filter_map(|c| self.channels.get(c).map(|ch| ch.name.to_string()))
             .collect();
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
-        match self.auth.refresh(token, &names) {
+        let user = self
+            .conns
+            .user_of(self.conns.token(idx))
+            .map(|u| u.to_string());
+        match self.auth.refresh(token, &names, user.as_deref()) {
             Ok(exp) => {
                 self.set_expiry(idx, exp);
                 if self.conns[idx].flags & WS_ENVELOPE != 0 {

@@ -244,6 +244,7 @@ impl Worker {
             dashboard: self.conns.dashboards.contains(&token),
             ws_decoder: conn.ws().map(|w| w.decoder.to_bytes()),
             ws_data: conn.ws().map(|w| w.data.clone()).unwrap_or_default(),
+            user: self.conns.user_of(token).map(str::to_string),
         })
     }
 
@@ -364,6 +365,9 @@ impl Worker {
             }
             if rec.dashboard {
                 self.conns.dashboards.push(token);
+            }
+            if let Some(user) = &rec.user {
+                self.conns.set_user(token, user);
             }
         }
         Ok(())

@@ -281,7 +281,7 @@ impl Worker {
         };
         if req.header("Upgrade").is_some() {
             self.ws_upgrade(idx, req, &channels, last_id);
-            return self.arm_expiry(idx, grant);
+            return self.adopt_grant(idx, grant);
         }
         let sse = req
             .header_str("Accept")
@@ -292,7 +292,7 @@ impl Worker {
             Transport::LongPoll
         };
         self.subscribe(idx, &channels, last_id, transport);
-        self.arm_expiry(idx, grant);
+        self.adopt_grant(idx, grant);
     }
 
     fn publish_request(

@@ -41,6 +41,7 @@ fn figures(conns: &ConnTable, counters: &Counters) -> WorkerStats {
             Protocol::Other => s.conns_other += 1,
         }
     }
+    s.conns_with_user = conns.user_counts().0 as u64;
     s.delivered = counters.delivered;
     s.dropped = counters.dropped;
     s.client_ignored = counters.client_ignored;

@@ -40,6 +40,8 @@ _bench_cleanup() {
     for cmd in "${_BENCH_EXIT[@]}"; do eval "$cmd" || true; done
 }
 trap _bench_cleanup EXIT
+# A script stopped by a signal (timeout(1), Ctrl-C, a closed pipe) still runs the cleanup.
+trap 'exit 130' INT TERM PIPE HUP
 
 on_exit() { _BENCH_EXIT+=("$1"); }
 

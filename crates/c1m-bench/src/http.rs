@@ -197,6 +197,10 @@ pub struct ServerStatus {
     pub connections: u64,
     pub pss_bytes: u64,
     pub rss_bytes: u64,
+    /// Bytes of message history the server holds, and its channel count (0 when the
+    /// server does not say).
+    pub history_bytes: u64,
+    pub channels: u64,
 }
 
 /// Where c1m's `/status` is read: the target's address, or `--status-url`.
@@ -222,5 +226,7 @@ pub fn fetch_status(src: &StatusSource) -> Option<ServerStatus> {
         connections: v.get("connections")?.get("total")?.as_u64()?,
         pss_bytes: v.get("memory")?.get("pss_bytes")?.as_u64()?,
         rss_bytes: v["memory"]["rss_bytes"].as_u64().unwrap_or(0),
+        history_bytes: v["history_bytes"].as_u64().unwrap_or(0),
+        channels: v["channels"].as_u64().unwrap_or(0),
     })
 }

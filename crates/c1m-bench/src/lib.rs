@@ -21,7 +21,8 @@
 //! - [`plan`], [`wire`], [`payload`], [`hist`], [`errors`], [`http`], [`publish`], [`env`],
 //!   [`report`], [`plot`], [`template`], [`tls`]: the pieces those use.
 //! - [`scenario`]: named run shapes (`--scenario fanout|channels|churn|reconnect-storm`) and
-//!   their report sections; [`storm`]: the reconnect storm's measures.
+//!   their report sections; [`storm`]: the reconnect storm's measures; [`server_samples`]:
+//!   the server's `/status` read over the run.
 
 pub mod coordinator;
 pub mod delivery;
@@ -40,6 +41,7 @@ pub mod publish;
 pub mod report;
 pub mod run;
 pub mod scenario;
+pub mod server_samples;
 pub mod storm;
 pub mod template;
 pub mod tls;
@@ -223,10 +225,19 @@ pub struct BenchOptions {
     pub scenario: Option<scenario::Scenario>,
     /// Close this many online connections per second (picked at random, over all workers)
     /// once the ramp is done, each reopened at once as a new client (no resume; a new
-    /// subscription and delivery window).
+    /// subscription and delivery window), or with --churn-resume as the same client resuming.
     /// Churn closes are not errors; they are counted as `churned`.
     #[arg(long, default_value_t = 0.0, value_name = "PER_SEC")]
     pub churn_rate: f64,
+    /// Churned connections come back as the same client instead of a new one: they resubscribe
+    /// with their last message id (`?last_id=`, or TCP's `SUB ch id`), and their delivery
+    /// window stays open from their first subscription to the end of the run, so every
+    /// message acknowledged while they were away must arrive by the server's replay (or be
+    /// announced by a gap notice). Only clients that have received a message (and so hold an
+    /// id) are picked. The report's resume section counts replays, gaps, and clients not back
+    /// or not caught up at the end.
+    #[arg(long)]
+    pub churn_resume: bool,
     // ---- Reconnect storm (--scenario reconnect-storm) ----
     /// Reconnect storm: restart the server by running `sh -c CMD` at --restart-after into the
     /// hold (e.g. a script that kills and restarts it on the same port); exit status 0 is
@@ -256,6 +267,11 @@ pub struct BenchOptions {
     /// of `/status` on the target: `c1m serve --admin-listen` answers `/status` only there.
     #[arg(long, value_name = "URL")]
     pub status_url: Option<String>,
+    /// Read the server's `/status` this often during the run (connections, RSS, PSS, history
+    /// bytes, channels) into the report's `server_timeline`, for runs long enough that the
+    /// server's own figures over time are the point (a soak). Off by default.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub server_every: Option<Duration>,
     /// Extra publish header `Name: value` ({ch} expands); repeatable. Default Content-Type is
     /// text/plain unless one is given here.
     #[arg(long, value_name = "NAME: VALUE")]

@@ -181,6 +181,8 @@ pub fn json_report(run: &Run) -> serde_json::Value {
         "publishing_rate_per_s": crate::scenario::publish_rate(run),
         "fleet": crate::fleet::report::json(run),
         "timeline": run.timeline,
+        "server_timeline": run.server_timeline,
+        "server_readings_unanswered": run.server_unanswered,
         "environment": crate::env::environment(),
     })
 }

@@ -92,6 +92,9 @@ pub struct Run {
     pub finals: Vec<bool>,
     pub connect_h: Histogram<u64>,
     pub subscribe_h: Histogram<u64>,
+    /// `--churn-resume`: µs from each returning client's resubscription until a message sent
+    /// after it arrived (its replay done).
+    pub resume_caught_up_h: Histogram<u64>,
     pub delivery_h: Histogram<u64>,
     pub publish_h: Histogram<u64>,
     pub published: u64,
@@ -105,6 +108,9 @@ pub struct Run {
     pub stop_reason: String,
     /// Where the server's figures are read (None: not an http target and no --status-url).
     pub status_source: Option<StatusSource>,
+    /// `--server-every`: the server's `/status` over the run, and readings it did not answer.
+    pub server_timeline: Vec<crate::server_samples::ServerSample>,
+    pub server_unanswered: u64,
     pub server_before: Option<ServerStatus>,
     pub server_peak: Option<ServerStatus>,
     pub publishing: bool,

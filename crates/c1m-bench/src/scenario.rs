@@ -142,7 +142,10 @@ impl Scenario {
                     "subscribe_p99_us": sub.p99_us,
                     "expected": d.expected,
                     "missing": d.missing,
+                    "duplicates": d.duplicates,
+                    "reordered": d.reordered,
                     "loss": loss,
+                    "resume": run.args.churn_resume.then(|| resume_json(run, &t.storm)),
                 })
             }
             Scenario::ReconnectStorm => storm_figures(run, t).map_or(Value::Null, |f| f.json()),
@@ -192,11 +195,56 @@ impl Scenario {
                     run.hold_online_min.map_or("n/a".into(), thousands),
                     fmt_us(sub.p50_us),
                     fmt_us(sub.p99_us),
-                )
+                ) + &if run.args.churn_resume {
+                    resume_text(run, &t.storm, d)
+                } else {
+                    String::new()
+                }
             }
             Scenario::ReconnectStorm => storm_figures(run, t).map_or(String::new(), |f| f.text()),
         }
     }
+}
+
+/// `--churn-resume`: how the clients that left came back (see [`crate::storm`] for what
+/// each count means; its back and caught-up times count from each client's resubscription).
+fn resume_json(run: &Run, s: &crate::storm::StormTotals) -> Value {
+    let caught_up = percentiles(&run.resume_caught_up_h);
+    json!({
+        "left": s.dropped,
+        "back": s.back,
+        "caught_up": s.caught_up,
+        "resumed_with_replay": s.resumed_with_replay,
+        "replayed": s.replayed,
+        "gapped": s.gapped,
+        "reconnects_without_id": s.reconnects_without_id,
+        "still_away_at_end": s.still_away,
+        "not_caught_up_at_end": s.not_caught_up,
+        "caught_up_p50_us": caught_up.p50_us,
+        "caught_up_p99_us": caught_up.p99_us,
+    })
+}
+
+fn resume_text(
+    run: &Run,
+    s: &crate::storm::StormTotals,
+    d: &crate::delivery::DeliveryTotals,
+) -> String {
+    let caught_up = percentiles(&run.resume_caught_up_h);
+    format!(
+        "resume     {} left and came back with their last id · {} back · {} caught up (p99 {}) · {} resumed with a replay ({} messages) · {} gap notices · at the end {} away, {} not caught up · duplicates {} · reordered {}\n",
+        thousands(s.dropped),
+        thousands(s.back),
+        thousands(s.caught_up),
+        fmt_us(caught_up.p99_us),
+        thousands(s.resumed_with_replay),
+        thousands(s.replayed),
+        thousands(s.gapped),
+        thousands(s.still_away),
+        thousands(s.not_caught_up),
+        thousands(d.duplicates),
+        thousands(d.reordered),
+    )
 }
 
 /// The reconnect storm's figures, when this run is one.

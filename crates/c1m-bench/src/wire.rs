@@ -52,6 +52,10 @@ pub struct WorkerConfig {
     /// reconnects and drops after the ramp are timed (see [`crate::storm`]).
     #[serde(default)]
     pub storm: bool,
+    /// `--churn-resume`: churned connections resubscribe with their last id and keep their
+    /// delivery window open (the storm's accounting, without a restart reference).
+    #[serde(default)]
+    pub churn_resume: bool,
     /// The worker exits by itself this long after start even if never told to stop.
     pub max_runtime_ms: u64,
     /// Nice steps the worker adds to its own CPU priority at start (`--load-nice`).
@@ -63,6 +67,12 @@ pub struct WorkerConfig {
 }
 
 impl WorkerConfig {
+    /// Delivery windows stay open across reconnects: a message sent while a subscriber was
+    /// away must still reach it (see [`crate::storm`]).
+    pub fn keeps_windows(&self) -> bool {
+        self.storm || self.churn_resume
+    }
+
     pub fn channel_name(&self, ch: u32) -> String {
         channel_name(&self.channel_base, self.channels, ch)
     }

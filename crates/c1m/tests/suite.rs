@@ -19,6 +19,7 @@ mod bench_loopback;
 mod bench_nchan;
 mod bench_reconnect_storm;
 mod bench_serve;
+mod bench_soak;
 mod bench_tls;
 mod build_outputs;
 mod conns_flag;

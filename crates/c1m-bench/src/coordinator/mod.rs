@@ -65,7 +65,20 @@ pub fn run(args: BenchArgs) -> anyhow::Result<u8> {
         let tx = tx.clone();
         crate::procs::spawn(&configs, move |m| tx.send(m).is_ok()).map(|p| workers.local = p)
     };
+    let sampling = Arc::new(AtomicBool::new(false));
+    let sampler = match (&run.status_source, run.args.server_every) {
+        (Some(src), Some(every)) => Some(crate::server_samples::spawn(
+            src.clone(),
+            every,
+            sampling.clone(),
+        )),
+        _ => None,
+    };
     let result = started.and_then(|()| drive(&mut run, &mut workers, &tx, &rx, t0));
+    sampling.store(true, Ordering::SeqCst);
+    if let Some((samples, unanswered)) = sampler.and_then(|s| s.join().ok()) {
+        (run.server_timeline, run.server_unanswered) = (samples, unanswered);
+    }
     workers.reap();
     result?;
     report::finish(&run)
@@ -102,6 +115,8 @@ fn handle(run: &mut Run, workers: &mut Workers, iv: &mut Interval, msg: Msg, gon
             if let Some(st) = run.storm.as_mut() {
                 add_pairs(&mut st.back_h, &r.storm_back_hist);
                 add_pairs(&mut st.caught_up_h, &r.storm_caught_up_hist);
+            } else {
+                add_pairs(&mut run.resume_caught_up_h, &r.storm_caught_up_hist);
             }
             r.storm_back_hist = Vec::new();
             r.storm_caught_up_hist = Vec::new();

@@ -62,12 +62,15 @@ impl Worker {
             self.first_unresolved = self.first_unresolved.saturating_sub(1);
         }
         let ch = (c.global % self.cfg.channels.max(1)) as usize;
-        if self.cfg.storm {
+        let resumes = reopen_now && self.cfg.churn_resume;
+        if self.cfg.keeps_windows() {
             // The window stays open until the run ends: what is sent while this connection is
-            // away must still reach it (settled in finish).
-            if was_online && self.churn_from.is_some() && !reopen_now {
-                let now = now_us();
-                self.storm_ref_us.get_or_insert(now);
+            // away must still reach it (settled in finish). A storm's drops are the server's
+            // doing; a resuming churn's are bench's own.
+            if was_online && self.churn_from.is_some() && (!reopen_now || resumes) {
+                if self.cfg.storm {
+                    self.storm_ref_us.get_or_insert(now_us());
+                }
                 c.storm = storm::DROPPED;
                 self.r.storm.dropped += 1;
             }
@@ -85,8 +88,11 @@ impl Worker {
             // A new client, not a resume: no last id, and sequence tracking starts over, so a
             // server that replays its history to new subscribers (nchan) is not counted as
             // duplicating (the replay was sent before the new window: received, not expected).
-            c.delivery = ConnDelivery::default();
-            c.last_id = 0;
+            // A resuming client keeps both: it asks for what followed its last id.
+            if !resumes {
+                c.delivery = ConnDelivery::default();
+                c.last_id = 0;
+            }
             c.state = State::Backoff;
             let (due, gen) = (self.epoch.elapsed().as_micros() as u64, c.gen);
             self.backoff.push(Reverse((due, key, gen)));
@@ -132,15 +138,21 @@ impl Worker {
         }
     }
 
-    /// An online connection picked at random (bounded probing; None when none is found).
+    /// An online connection picked at random (bounded probing; None when none is found). With
+    /// `--churn-resume`, one that holds a resume position: a client that has received no
+    /// message has no id to resume from, and what is published while it is away could not
+    /// reach it (SSE and WebSocket tell a new subscriber no id).
     pub(super) fn random_online(&mut self) -> Option<usize> {
+        let needs_id = self.cfg.churn_resume;
         let cap = self.conns.capacity().max(1);
         for _ in 0..64 {
             self.rng ^= self.rng << 13;
             self.rng ^= self.rng >> 7;
             self.rng ^= self.rng << 17;
             let key = (self.rng % cap as u64) as usize;
-            if matches!(self.conns.get(key), Some(c) if c.state == State::Online) {
+            if matches!(self.conns.get(key),
+                Some(c) if c.state == State::Online && (!needs_id || c.last_id != 0))
+            {
                 return Some(key);
             }
         }

@@ -138,7 +138,12 @@ impl Worker {
                 .publishes
                 .get(my_ch as usize)
                 .map_or(&[], Vec::as_slice),
-            restart_us: self.storm_ref_us.unwrap_or(0),
+            restart_us: super::open::back_reference_us(
+                &self.cfg,
+                self.storm_ref_us,
+                self.wall_epoch_us,
+                c.resub_ms,
+            ),
             totals: &mut self.r.storm,
             back_h: &mut self.storm_back_h,
             caught_up_h: &mut self.storm_caught_up_h,

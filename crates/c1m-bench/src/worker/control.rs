@@ -82,7 +82,7 @@ impl Worker {
     pub(super) fn finish(&mut self) -> anyhow::Result<()> {
         self.stop = true;
         let channels = self.cfg.channels.max(1);
-        let settle_all = self.cfg.storm;
+        let settle_all = self.cfg.keeps_windows();
         for (_, c) in self.conns.iter_mut() {
             if c.storm & storm::DROPPED != 0 {
                 self.r.storm.still_away += 1;

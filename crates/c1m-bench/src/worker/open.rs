@@ -256,16 +256,36 @@ impl Worker {
             c.attempts = 0;
             record(&mut self.subscribe_h, now_mono.saturating_sub(c.due_us));
             // A storm keeps the first window open across reconnects (see crate::storm).
-            let keep_window = self.cfg.storm && c.delivery.window_start_us != 0;
+            let keep_window = self.cfg.keeps_windows() && c.delivery.window_start_us != 0;
             if self.cfg.proto != Proto::Poll && !keep_window {
                 c.delivery.window_start_us = now_us();
             }
             if c.storm & storm::DROPPED != 0 {
                 c.storm = storm::BACK | (c.storm & storm::NO_ID);
                 self.r.storm.back += 1;
-                let since = now_us().saturating_sub(self.storm_ref_us.unwrap_or(0));
+                let since = now_us().saturating_sub(back_reference_us(
+                    &self.cfg,
+                    self.storm_ref_us,
+                    self.wall_epoch_us,
+                    c.resub_ms,
+                ));
                 record(&mut self.storm_back_h, since);
             }
         }
+    }
+}
+
+/// Where a dropped connection's "back" and "caught up" times count from: a reconnect storm's
+/// restart, or (`--churn-resume`, where each client leaves on its own) its own resubscription.
+pub(super) fn back_reference_us(
+    cfg: &crate::wire::WorkerConfig,
+    storm_ref_us: Option<u64>,
+    wall_epoch_us: u64,
+    resub_ms: u32,
+) -> u64 {
+    if cfg.storm {
+        storm_ref_us.unwrap_or(0)
+    } else {
+        wall_epoch_us + u64::from(resub_ms) * 1000
     }
 }

@@ -26,8 +26,6 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-pub use deliver::{signature, SIGNATURE_HEADER};
-
 /// Events queued between the loop and the delivery thread.
 const QUEUE: usize = 65_536;
 /// Most events in one POST.

@@ -14,6 +14,7 @@
 
 mod auth;
 mod broker;
+pub mod conn_id;
 mod growing_read;
 /// Redis Cluster's hash slot of a key: public so the cluster tests can check it against a live
 /// `CLUSTER KEYSLOT`.

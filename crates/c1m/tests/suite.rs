@@ -64,6 +64,7 @@ mod serve_smuggling_haproxy;
 mod serve_systemd_notify;
 mod serve_tls;
 mod serve_upgrade;
+mod serve_webhooks;
 mod serve_websocket;
 mod top_plain;
 mod top_tui;

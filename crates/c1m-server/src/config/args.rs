@@ -218,6 +218,32 @@ pub struct ServeArgs {
     /// both Redis connections check the certificate against it and the host name in the URL.
     #[arg(long, env = "C1M_BROKER_CA")]
     pub broker_ca: Option<PathBuf>,
+    // ---- lifecycle webhooks ----
+    /// POST connection and channel lifecycle events (connect, disconnect with its reason,
+    /// subscribe, unsubscribe, channel_occupied, channel_vacated) to this http:// URL, batched
+    /// (at most 500 events or 1 MiB per POST), each event with a unique id, retried with
+    /// exponential backoff (0.1 s doubling to 5 s) until the backend answers 2xx; needs
+    /// --webhook-spool. See docs/PROTOCOL.md, "Lifecycle webhooks".
+    #[arg(long, env = "C1M_WEBHOOK_URL", requires = "webhook_spool")]
+    pub webhook_url: Option<String>,
+    /// File holding the secret that signs each webhook POST: header `X-C1m-Signature:
+    /// sha256=HEX`, the HMAC-SHA256 of the body under the file's bytes (a trailing newline is
+    /// not part of the secret).
+    #[arg(long, env = "C1M_WEBHOOK_SECRET_FILE")]
+    pub webhook_secret_file: Option<PathBuf>,
+    /// Directory of the webhook spool: events are written here before they are sent and removed
+    /// once the backend answered 2xx, so they survive a backend outage, a restart and a live
+    /// upgrade (the new master takes the same directory).
+    #[arg(long, env = "C1M_WEBHOOK_SPOOL")]
+    pub webhook_spool: Option<PathBuf>,
+    /// Bytes the webhook spool may hold; past it the oldest events are dropped, logged and
+    /// counted (c1m_webhook_spool_dropped_total).
+    #[arg(long, env = "C1M_WEBHOOK_SPOOL_MAX_BYTES")]
+    pub webhook_spool_max_bytes: Option<u64>,
+    /// How long a channel stays empty on this node before `channel_vacated` is sent (a
+    /// subscriber that reconnects within it makes no vacate/occupy pair).
+    #[arg(long, env = "C1M_WEBHOOK_VACATE_DELAY", value_parser = humantime::parse_duration)]
+    pub webhook_vacate_delay: Option<Duration>,
     // ---- live binary upgrade ----
     /// Live upgrade (`kill -USR2 MASTER` or `c1m upgrade MASTER`): the master starts the
     /// binary now at its path, hands it the listeners, every connection and the hub, and

@@ -43,6 +43,22 @@ impl Config {
         if self.broker.is_none() && self.broker_ca.is_some() {
             problem!("--broker-ca needs --broker rediss://…");
         }
+        if let Some(url) = &self.webhook_url {
+            if let Err(e) = crate::master::webhooks::check_url(url) {
+                problem!("--webhook-url: {e}");
+            }
+            if self.webhook_spool.is_none() {
+                problem!("--webhook-url needs --webhook-spool DIR (events wait there until acknowledged)");
+            }
+        }
+        if self.webhook_url.is_none()
+            && (self.webhook_spool.is_some() || self.webhook_secret_file.is_some())
+        {
+            problem!("--webhook-spool and --webhook-secret-file need --webhook-url");
+        }
+        if self.webhook_spool_max_bytes < 64 * 1024 {
+            problem!("--webhook-spool-max-bytes must be at least 65536 (a POST holds at most an eighth of the spool)");
+        }
         if self.max_conns == 0 {
             problem!("--max-conns must be at least 1");
         }

@@ -176,6 +176,18 @@ pub struct Config {
     pub broker: Option<String>,
     /// PEM CA certificate(s) trusted for a `rediss://` broker; none = the system's roots.
     pub broker_ca: Option<PathBuf>,
+    // ---- lifecycle webhooks ----
+    /// Where lifecycle events are POSTed (http://); none = no webhooks.
+    pub webhook_url: Option<String>,
+    /// File with the HMAC-SHA256 secret that signs each POST.
+    pub webhook_secret_file: Option<PathBuf>,
+    /// Spool directory: events wait here until the backend acknowledged them.
+    pub webhook_spool: Option<PathBuf>,
+    /// Largest spool in bytes; past it the oldest events are dropped (counted and logged).
+    pub webhook_spool_max_bytes: u64,
+    /// How long a channel stays empty before `channel_vacated`.
+    #[serde(with = "humantime_serde")]
+    pub webhook_vacate_delay: Duration,
     // ---- live binary upgrade ----
     /// How long a live upgrade (SIGUSR2) may take from start to commit before it is aborted
     /// and the old processes serve on.
@@ -319,6 +331,11 @@ impl Default for Config {
             tls_key: None,
             broker: None,
             broker_ca: None,
+            webhook_url: None,
+            webhook_secret_file: None,
+            webhook_spool: None,
+            webhook_spool_max_bytes: 64 * 1024 * 1024,
+            webhook_vacate_delay: Duration::from_secs(5),
             upgrade_timeout: Duration::from_secs(30),
             io: IoMode::Epoll,
             uring_entries: 1024,
@@ -364,6 +381,7 @@ impl Config {
             "admin_listen" => "none: served on listen".to_string(),
             "broker" => "none: the in-process hub".to_string(),
             "broker_ca" => "the system's CA roots".to_string(),
+            "webhook_secret_file" => "none: POSTs are not signed".to_string(),
             _ => "off".to_string(),
         }
     }

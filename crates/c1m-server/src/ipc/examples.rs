@@ -34,6 +34,26 @@ pub fn examples() -> (Vec<ToMaster>, Vec<ToWorker>) {
         ToMaster::Leave {
             channel: "a".into(),
         },
+        ToMaster::Lifecycle {
+            reports: vec![
+                super::ConnReport::Opened {
+                    token: (3 << 32) | 7,
+                    user: Some("ann".into()),
+                    channels: vec!["a".into(), "b".into()],
+                    resumed: false,
+                },
+                super::ConnReport::Opened {
+                    token: 8,
+                    user: None,
+                    channels: vec!["c".into()],
+                    resumed: true,
+                },
+                super::ConnReport::Closed {
+                    token: 8,
+                    reason: super::CloseReason::SlowConsumer,
+                },
+            ],
+        },
         ToMaster::Stats(Box::new(WorkerStats {
             pid: 4,
             conns_sse: 3,

@@ -10,12 +10,14 @@
 //! answer ([`Replay`]) is the broker's (`crate::broker`), which builds it.
 
 mod examples;
+mod lifecycle;
 mod stats;
 mod to_master;
 mod to_worker;
 
 pub use crate::broker::Replay;
 pub use examples::examples;
+pub use lifecycle::{CloseReason, ConnReport, MAX_REPORTS};
 pub use stats::{IoReport, Refused, TlsStats, WorkerStats};
 pub use to_master::ToMaster;
 pub use to_worker::ToWorker;
@@ -58,6 +60,32 @@ mod tests {
         }
         for m in to_worker {
             assert_eq!(ToWorker::decode(body(&m.encode())).unwrap(), m);
+        }
+    }
+
+    #[test]
+    fn lifecycle_reports_refuse_unknown_kinds_and_reasons() {
+        let m = ToMaster::Lifecycle {
+            reports: vec![ConnReport::Closed {
+                token: 5,
+                reason: CloseReason::Timeout,
+            }],
+        };
+        let frame = m.encode();
+        let mut bad = frame[4..].to_vec();
+        *bad.last_mut().unwrap() = 99; // the reason byte
+        assert!(ToMaster::decode(&bad).is_err());
+        let mut bad = frame[4..].to_vec();
+        bad[5] = 9; // the report kind, after tag and count
+        assert!(ToMaster::decode(&bad).is_err());
+        for cut in 1..frame.len() - 4 {
+            assert!(ToMaster::decode(&frame[4..4 + cut]).is_err());
+        }
+        for reason in CloseReason::ALL {
+            let m = ToMaster::Lifecycle {
+                reports: vec![ConnReport::Closed { token: 1, reason }],
+            };
+            assert_eq!(ToMaster::decode(&m.encode()[4..]).unwrap(), m);
         }
     }
 

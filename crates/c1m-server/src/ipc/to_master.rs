@@ -22,6 +22,7 @@ c1m_proto::wire_tags! {
         HandOverFailed = 26,
         Io = 30,
         PublishKeyed = 60,
+        Lifecycle = 70,
     }
 }
 
@@ -66,6 +67,10 @@ pub enum ToMaster {
         channel: String,
         payload: Vec<u8>,
         key: String,
+    },
+    /// Connections opened and closed in one loop turn (only while webhooks are on).
+    Lifecycle {
+        reports: Vec<super::ConnReport>,
     },
     // ---- live upgrade (docs/upgrade.md) ----
     /// Input and accepts are stopped and every request this worker made is on the link before
@@ -132,6 +137,9 @@ impl ToMaster {
                 key,
             } => frame(Tag::PublishKeyed as u8, |w| {
                 w.u64(*req).str(channel).bytes(payload).str(key);
+            }),
+            ToMaster::Lifecycle { reports } => frame(Tag::Lifecycle as u8, |w| {
+                super::lifecycle::write(w, reports);
             }),
             ToMaster::HandOverPrepared => frame(Tag::HandOverPrepared as u8, |_| {}),
             ToMaster::HandOverSent { conns } => frame(Tag::HandOverSent as u8, |w| {
@@ -202,6 +210,9 @@ impl ToMaster {
                 channel: r.string("channel")?,
                 payload: r.bytes("payload")?,
                 key: r.string("idempotency key")?,
+            },
+            Tag::Lifecycle => ToMaster::Lifecycle {
+                reports: super::lifecycle::read(r)?,
             },
             Tag::HandOverPrepared => ToMaster::HandOverPrepared,
             Tag::HandOverSent => ToMaster::HandOverSent {

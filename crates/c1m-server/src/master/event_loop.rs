@@ -108,6 +108,9 @@ impl Master {
     fn tick(&mut self, now: Instant) {
         self.broker.tick(now);
         self.pump();
+        if let Some(w) = &mut self.webhooks {
+            w.tick(now);
+        }
         let refused = status::refused_totals(self);
         self.refusal_log.tick(now, &refused.fields());
         self.push_dashboard();
@@ -121,8 +124,12 @@ impl Master {
         }
         if alive {
             self.kill_workers();
+            self.reap();
         }
         self.end_leftovers(true);
+        if let Some(w) = &mut self.webhooks {
+            w.finish();
+        }
         true
     }
 

@@ -20,6 +20,7 @@ mod routing;
 mod sd_notify;
 mod status;
 mod upgrade;
+pub(crate) mod webhooks;
 mod workers;
 
 use crate::broker::{self, Broker, Event};
@@ -109,6 +110,9 @@ pub struct Master {
     /// The port reservations (bound socket and port claim per address), held for the life
     /// of this master and passed on to a new master at a live upgrade.
     reservations: Vec<(crate::listener::Kind, crate::listener::Reservation)>,
+    /// Lifecycle webhooks (`--webhook-url`): the open connections per worker and the
+    /// delivery thread.
+    webhooks: Option<webhooks::Webhooks>,
 }
 
 /// A new master's predecessor during a live upgrade.
@@ -150,7 +154,9 @@ impl Master {
                 Box::new(broker::redis::RedisBroker::start(target, limits, waker)?)
             }
         };
+        let webhooks = webhooks::Webhooks::start(&cfg)?;
         let master = Master {
+            webhooks,
             cfg,
             secrets,
             plan,

@@ -159,6 +159,11 @@ impl Master {
                 self.slots[i].listening = true;
             }
             ToMaster::Io(io) => self.slots[i].io = Some(io),
+            ToMaster::Lifecycle { reports } => {
+                if let Some(w) = &mut self.webhooks {
+                    w.on_reports(i, reports);
+                }
+            }
             ToMaster::Counts { counts } => {
                 for (channel, n) in counts {
                     self.set_worker_count(i, channel, n);

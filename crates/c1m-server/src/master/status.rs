@@ -60,6 +60,7 @@ pub struct Report {
     /// `--io` as asked, and each worker's send path (index, report).
     io_mode: crate::config::IoMode,
     io: Vec<(usize, Option<crate::ipc::IoReport>)>,
+    webhooks: Option<std::sync::Arc<super::webhooks::Stats>>,
 }
 
 impl Report {
@@ -94,6 +95,7 @@ impl Report {
             subscribes: 0,
             heartbeats_sent: 0,
             heartbeats_skipped: 0,
+            webhooks: m.webhooks.as_ref().map(|w| std::sync::Arc::clone(&w.stats)),
             io_mode: m.cfg.io,
             io: m.slots.iter().map(|s| s.io.clone()).enumerate().collect(),
         };
@@ -246,6 +248,7 @@ impl Report {
                 "failed": self.upgrades.failed,
             },
             "io": self.io_json(),
+            "webhooks": self.webhooks.as_ref().map(|w| w.json()),
             "latency": serde_json::Value::Object(
                 self.latency
                     .fields()
@@ -559,6 +562,9 @@ impl Report {
                 continue;
             }
             h.prometheus(&mut out, name, help);
+        }
+        if let Some(w) = &self.webhooks {
+            w.prometheus(&mut out);
         }
         out
     }

@@ -144,6 +144,14 @@ impl Master {
             let _ = child.kill();
         }
         self.drop_interest(i, None);
+        if let Some(w) = &mut self.webhooks {
+            let reason = if self.shutdown_deadline.is_some() {
+                crate::ipc::CloseReason::ServerShutdown
+            } else {
+                crate::ipc::CloseReason::WorkerCrash
+            };
+            w.worker_gone(i, reason);
+        }
         let held: Vec<String> = self
             .counts
             .iter()

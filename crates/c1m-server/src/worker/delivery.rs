@@ -176,6 +176,7 @@ impl Worker {
             return self.ws_close_slow(idx);
         }
         self.counters.refused.slow_consumer += 1;
+        self.note_close_reason(idx, crate::ipc::CloseReason::SlowConsumer);
         self.close(idx);
     }
 }

@@ -192,6 +192,7 @@ impl Worker {
         if let Some(user) = user {
             let token = self.conns.token(idx);
             self.conns.set_user(token, &user);
+            self.note_user(token, &user);
         }
         let conn = &self.conns[idx];
         match conn.kind {
@@ -225,6 +226,7 @@ impl Worker {
     /// (all counted as refused.expired). The client subscribes again with a new token and its
     /// last id; history replays what it missed meanwhile.
     pub(super) fn token_expired(&mut self, idx: usize) {
+        self.note_close_reason(idx, crate::ipc::CloseReason::Expired);
         let kind = self.conns[idx].kind;
         match kind {
             Kind::SseJoining | Kind::PollJoining => self.arm_timer(idx, JOINING_RETRY),

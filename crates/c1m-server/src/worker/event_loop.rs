@@ -43,6 +43,7 @@ impl Worker {
         loop {
             self.poll_events(&mut turn)?;
             if self.handle_events(&mut turn).is_break() || self.advance_fan_outs().is_break() {
+                self.flush_lifecycle();
                 return Ok(());
             }
             let now = Instant::now();
@@ -57,6 +58,8 @@ impl Worker {
             self.run_sweeps(&mut turn, now);
             self.report_stats(&mut turn, now)?;
             self.trim_memory(&mut turn, now);
+            // Before-sleep batching: this turn's opens and closes in one frame.
+            self.flush_lifecycle();
             if self.finish_shutdown(now)?.is_break() {
                 return Ok(());
             }
@@ -221,6 +224,7 @@ impl Worker {
             return Ok(Flow::Continue(()));
         }
         self.end_of_grace();
+        self.flush_lifecycle();
         self.push_stats()?;
         let _ = self.link.flush();
         Ok(Flow::Break(()))

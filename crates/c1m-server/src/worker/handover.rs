@@ -268,12 +268,17 @@ impl Worker {
 
     /// `HandOverAbort` (or a failure here): the new worker drops its copies; we serve on.
     pub(super) fn handover_abort(&mut self) {
-        if let Some(pair) = self.handover.sent.take() {
-            let _ = send(&pair, &Pair::Abort, &[]);
+        let sent = self.handover.sent.take();
+        if let Some(pair) = &sent {
+            let _ = send(pair, &Pair::Abort, &[]);
         }
         if self.handover.frozen {
             tracing::warn!("upgrade: aborted; serving on");
             self.handover_resume();
+        }
+        if sent.is_some() {
+            // The master forgot these connections when they were sent: it hears of them again.
+            self.report_all_resumed();
         }
     }
 
@@ -377,6 +382,8 @@ impl Worker {
     /// replay chunk is asked of the new master; a request the old master never answered is
     /// told to retry).
     pub(super) fn after_takeover(&mut self) {
+        // This master's generation never heard of them: recorded without a `connect` webhook.
+        self.report_all_resumed();
         let idxs = self.conns.slots();
         for idx in idxs {
             let Some(conn) = self.conns.get(idx) else {

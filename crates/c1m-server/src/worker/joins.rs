@@ -50,6 +50,7 @@ impl Worker {
             self.counters.subscribes += 1;
             self.conns[idx].add_sub(chan, pos);
         }
+        self.report_open(idx, channels, &transport);
         let mut conn = self.conns.at(idx);
         conn.deadline = 0;
         if all_known && last_id.is_none() {

@@ -37,6 +37,7 @@ mod heartbeats;
 mod ip_limits;
 mod joins;
 mod keepalive;
+mod lifecycle;
 mod master_link;
 mod message;
 mod publish_rule;
@@ -161,6 +162,8 @@ pub struct Worker {
     sender: sender::Sender,
     /// Why this worker does not use io_uring though `--io` allowed it (empty otherwise).
     io_fallback_reason: String,
+    /// Connection lifecycle reports for the master's webhooks (only when they are on).
+    lifecycle: Option<lifecycle::Lifecycle>,
 }
 
 /// Entry point of `c1m __serve-worker`.
@@ -339,7 +342,12 @@ impl Worker {
             conns.tls.set_configs(Some(configs));
         }
         let (sender, io_fallback_reason) = sender::Sender::from_config(&cfg)?;
+        let lifecycle = cfg
+            .webhook_url
+            .is_some()
+            .then(lifecycle::Lifecycle::default);
         Ok(Worker {
+            lifecycle,
             secrets,
             sender,
             io_fallback_reason,
@@ -377,6 +385,7 @@ impl Worker {
         let Some(mut conn) = self.conns.remove(idx) else {
             return;
         };
+        self.report_closed(token_of(idx, conn.generation));
         for (chan, pos) in conn.take_subs() {
             self.leave_channel(chan, pos);
         }

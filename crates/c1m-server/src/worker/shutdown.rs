@@ -5,6 +5,7 @@
 
 use super::conn::{Kind, Sent, COUNTED_SLOW};
 use super::Worker;
+use crate::ipc::CloseReason;
 use c1m_proto::{http, line, sse};
 use std::io;
 use std::time::{Duration, Instant};
@@ -67,6 +68,9 @@ impl Worker {
             return;
         };
         if let Some(e) = error {
+            if e.raw_os_error() == Some(libc::ETIMEDOUT) {
+                self.note_close_reason(idx, CloseReason::Timeout);
+            }
             self.count_lost_peer(e);
             return self.close(idx);
         }
@@ -85,6 +89,7 @@ impl Worker {
             .is_some_and(|c| c.has_out() && c.flags & COUNTED_SLOW == 0)
         {
             self.counters.refused.slow_consumer += 1;
+            self.note_close_reason(idx, CloseReason::SlowConsumer);
         }
         self.close(idx);
     }
@@ -95,6 +100,7 @@ impl Worker {
         let idxs = self.conns.slots();
         let unread = idxs.iter().filter(|&&i| self.conns[i].has_out()).count();
         for idx in idxs {
+            self.note_close_reason(idx, CloseReason::ServerShutdown);
             self.cut_unread(idx);
         }
         if unread > 0 {
@@ -134,6 +140,7 @@ impl Worker {
         }
         let idxs = self.conns.slots();
         for idx in idxs {
+            self.note_close_reason(idx, CloseReason::ServerShutdown);
             self.goodbye(idx);
         }
     }

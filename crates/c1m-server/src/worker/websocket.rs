@@ -273,6 +273,7 @@ impl Worker {
     /// only thing let past the cap; the socket is closed regardless after [`SLOW_CLOSE_LINGER`].
     pub(super) fn ws_close_slow(&mut self, idx: usize) {
         self.counters.refused.slow_consumer += 1;
+        self.note_close_reason(idx, crate::ipc::CloseReason::SlowConsumer);
         let frame = encode::close(
             Some(close::SLOW_CONSUMER),
             "slow consumer: fell too far behind; reconnect with last_id",
@@ -332,6 +333,7 @@ impl Worker {
             .collect();
         for idx in dead {
             self.counters.refused.ws_pong_timeout += 1;
+            self.note_close_reason(idx, crate::ipc::CloseReason::Timeout);
             self.ws_close(idx, close::GOING_AWAY, "ping not answered");
         }
     }

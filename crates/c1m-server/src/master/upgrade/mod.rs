@@ -466,7 +466,14 @@ impl Master {
         };
         match frame {
             ToMaster::HandOverPrepared => p.prepared[i] = true,
-            ToMaster::HandOverSent { conns } => p.sent[i] = Some(conns),
+            ToMaster::HandOverSent { conns } => {
+                p.sent[i] = Some(conns);
+                // The new generation reports them as its own; an abort has this worker
+                // report them again.
+                if let Some(w) = &mut self.webhooks {
+                    w.handed_over(i);
+                }
+            }
             ToMaster::HandOverFailed { reason } => {
                 p.failed.get_or_insert(format!("worker {i}: {reason}"));
             }

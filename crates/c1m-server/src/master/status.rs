@@ -59,6 +59,8 @@ pub struct Report {
     /// `--io` as asked, and each worker's send path (index, report).
     io_mode: crate::config::IoMode,
     io: Vec<(usize, Option<crate::ipc::IoReport>)>,
+    /// Each configured channel namespace with its resolved options.
+    namespaces: serde_json::Value,
 }
 
 impl Report {
@@ -94,6 +96,7 @@ impl Report {
             heartbeats_skipped: 0,
             io_mode: m.cfg.io,
             io: m.slots.iter().map(|s| s.io.clone()).enumerate().collect(),
+            namespaces: crate::config::Namespaces::new(&m.cfg).status_json(),
         };
         r.channels = r.broker.channels;
         r.history_bytes = r.broker.history_bytes;
@@ -242,6 +245,7 @@ impl Report {
                 "failed": self.upgrades.failed,
             },
             "io": self.io_json(),
+            "namespaces": self.namespaces,
             "latency": serde_json::Value::Object(
                 self.latency
                     .fields()

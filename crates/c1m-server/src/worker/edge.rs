@@ -153,7 +153,8 @@ impl Worker {
         req: &Request<'_>,
         channels: &[&str],
     ) -> Option<Grant> {
-        match self.auth.subscribe(req, channels) {
+        let token_required = self.token_required(channels);
+        match self.auth.subscribe(req, channels, token_required) {
             Ok(grant) => Some(grant),
             Err(refusal) => {
                 self.refuse_auth(idx, &refusal);

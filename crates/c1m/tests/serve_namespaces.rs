@@ -256,6 +256,28 @@ fn auth_required_namespace_needs_a_token_whatever_the_auth_mode() {
     wait_refused(&server, "unauthorized", 3);
     let id = server.publish("private:x", b"secret");
     assert_eq!(sub.next().id, Some(id.to_string()));
+
+    // A WebSocket in the namespace renews its token as under --auth (auth itself is off).
+    let stream = TcpStream::connect(server.http).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let url = format!("ws://{}/sub/private:x?token={token}", server.http);
+    let (mut socket, _) = tungstenite::client(url, stream).unwrap();
+    let renewed = keys.hs256(&serde_json::json!({
+        "exp": crate::auth::now() + 1200,
+        "channels": ["private:x"],
+    }));
+    let refresh = serde_json::json!({"type": "refresh", "token": renewed}).to_string();
+    socket.send(Message::Text(refresh.into())).unwrap();
+    let ack = loop {
+        match socket.read().unwrap() {
+            Message::Text(t) => break t.to_string(),
+            Message::Close(c) => panic!("closed: {c:?}"),
+            _ => {}
+        }
+    };
+    assert!(ack.contains("\"refreshed\""), "{ack}");
 }
 
 #[test]

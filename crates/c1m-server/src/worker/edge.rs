@@ -252,7 +252,7 @@ impl Worker {
     /// closes with 4001, one not granting the channels with 4003. Returns false when the
     /// message is not a refresh (it is then client data as usual).
     pub(super) fn ws_refresh(&mut self, idx: usize, message: &[u8]) -> bool {
-        if self.auth.mode == crate::config::AuthMode::Off || !message.starts_with(b"{") {
+        if !self.tokens_read() || !message.starts_with(b"{") {
             return false;
         }
         let Ok(v) = serde_json::from_slice::<serde_json::Value>(message) else {

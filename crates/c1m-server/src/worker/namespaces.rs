@@ -21,6 +21,12 @@ impl Worker {
                 .any(|c| self.namespaces.namespace_of(c).auth_required)
     }
 
+    /// Subscribers may show tokens: auth is on, or some namespace requires one (its held
+    /// streams then refresh their tokens as under `--auth`).
+    pub(super) fn tokens_read(&self) -> bool {
+        self.auth.mode != crate::config::AuthMode::Off || self.namespaces.any_auth_required()
+    }
+
     /// Refuses a subscribe its channels' namespaces do not allow, answering in the
     /// transport's way and counting it; true when refused. Raw TCP carries no token, so a
     /// channel that needs one is refused there; a channel at its `max_subscribers` on this

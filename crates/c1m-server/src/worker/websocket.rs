@@ -165,7 +165,7 @@ impl Worker {
     /// A piece of a client data message: ignored (counted), refused with 1003, refused with 1008
     /// when the upgrade did not pass the publish rule, or published.
     fn ws_client_data(&mut self, idx: usize, state: &mut WsMessage, piece: &[u8], fin: bool) {
-        if self.auth.mode != crate::config::AuthMode::Off {
+        if self.tokens_read() {
             // A message may be a token refresh: judged whole (bounded by --ws-max-message).
             state.data.extend_from_slice(piece);
             if !fin {

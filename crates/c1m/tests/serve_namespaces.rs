@@ -367,5 +367,23 @@ fn check_config_names_bad_namespaces_and_exits_2() {
         Some("[namespaces.chat]\nhistory_size = 500\nclient_publish = true\n"),
     );
     assert_eq!(code, Some(0), "{err}");
+
+    // --print-config shows the namespaces with their source, as a file that checks clean.
+    let out = common::c1m()
+        .args([
+            "serve",
+            "--print-config",
+            "--namespace",
+            "chat:history_size=5",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        text.contains("namespaces = { chat = { history_size = 5 } }  # flag --namespace"),
+        "{text}"
+    );
+    let (code, err) = check(&[], Some(&text));
+    assert_eq!(code, Some(0), "{err}");
     std::fs::remove_dir_all(dir).unwrap();
 }

@@ -46,11 +46,18 @@ fn file_keys(args: &ServeArgs) -> toml::Table {
 
 /// Where one key's value came from.
 fn source(key: &str, matches: Option<&ArgMatches>, file_keys: &toml::Table) -> String {
+    // The flag and variable as clap spells them (`namespaces` is `--namespace`).
+    let cmd = ServeArgs::augment_args(Command::new("serve"));
+    let arg = cmd.get_arguments().find(|a| a.get_id() == key);
     match matches.and_then(|m| m.value_source(key)) {
-        Some(ValueSource::CommandLine) => format!("flag --{}", key.replace('_', "-")),
-        Some(ValueSource::EnvVariable) => {
-            format!("env C1M_{}", key.to_ascii_uppercase())
-        }
+        Some(ValueSource::CommandLine) => match arg.and_then(|a| a.get_long()) {
+            Some(long) => format!("flag --{long}"),
+            None => format!("flag --{}", key.replace('_', "-")),
+        },
+        Some(ValueSource::EnvVariable) => match arg.and_then(|a| a.get_env()) {
+            Some(env) => format!("env {}", env.to_string_lossy()),
+            None => format!("env C1M_{}", key.to_ascii_uppercase()),
+        },
         _ if file_keys.contains_key(key) => "file".to_string(),
         _ => "default".to_string(),
     }

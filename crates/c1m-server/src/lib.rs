@@ -172,6 +172,10 @@ fn serve(
              --workers auto"
         );
     }
+    if !cfg.namespaces.is_empty() {
+        let names: Vec<&str> = cfg.namespaces.keys().map(String::as_str).collect();
+        tracing::info!(namespaces = %names.join(", "), "channel namespaces configured");
+    }
     if let Some(why) = open_publish_warning(&cfg) {
         tracing::warn!("{why}");
     }

@@ -51,6 +51,7 @@ mod serve_limits;
 mod serve_logs;
 mod serve_metrics;
 mod serve_metrics_tls;
+mod serve_namespaces;
 mod serve_operations;
 mod serve_packaging;
 mod serve_per_ip;

@@ -123,12 +123,27 @@ impl Auth {
     }
 
     /// Judges a subscribe to `channels`.
-    pub fn subscribe(&self, req: &Request<'_>, channels: &[&str]) -> Result<Grant, Refusal> {
-        if self.mode == AuthMode::Off {
+    /// With `token_required` (a channel's namespace has `auth_required`) it is judged as under
+    /// `--auth required`, whatever the mode.
+    pub fn subscribe(
+        &self,
+        req: &Request<'_>,
+        channels: &[&str],
+        token_required: bool,
+    ) -> Result<Grant, Refusal> {
+        let mode = if token_required {
+            AuthMode::Required
+        } else {
+            self.mode
+        };
+        if mode == AuthMode::Off {
             return Ok(Grant::Anonymous);
         }
         match token::find_with_source(req, self.cookie.as_deref()) {
-            None if self.mode == AuthMode::Optional => Ok(Grant::Anonymous),
+            None if mode == AuthMode::Optional => Ok(Grant::Anonymous),
+            None if self.mode != AuthMode::Required => Err(Refusal::Unauthorized(
+                format!("the channel's namespace requires a token; {}", self.missing).into(),
+            )),
             None => Err(Refusal::Unauthorized(self.missing.clone().into())),
             Some((_, token::Source::Cookie)) if !self.cookie_origin_allowed(req) => {
                 Err(Refusal::Forbidden(

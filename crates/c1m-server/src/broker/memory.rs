@@ -17,8 +17,11 @@ pub struct MemoryBroker {
 
 impl MemoryBroker {
     pub fn new(limits: Limits) -> MemoryBroker {
+        let global = limits.namespaces.global();
+        let mut hub = MemoryHub::new(global.history_size, global.history_age, limits.max_bytes);
+        hub.set_namespaces(limits.namespaces, limits.max_bytes);
         MemoryBroker {
-            hub: MemoryHub::new(limits.max_count, limits.max_age, limits.max_bytes),
+            hub,
             ready: Vec::new(),
             keys: Keys::new(IDEMPOTENCY_MAX_KEYS, IDEMPOTENCY_TTL),
             idempotent_replays: 0,
@@ -77,8 +80,7 @@ impl Broker for MemoryBroker {
     }
 
     fn set_limits(&mut self, limits: Limits) {
-        self.hub
-            .set_limits(limits.max_count, limits.max_age, limits.max_bytes);
+        self.hub.set_namespaces(limits.namespaces, limits.max_bytes);
     }
 
     fn set_count(&mut self, _channel: &str, _n: u64) {}

@@ -17,8 +17,10 @@ pub mod memory;
 pub mod redis;
 mod replay;
 
+use crate::config::{Namespaces, Resolved};
 pub use replay::{gap_through, Replay, ReplayChunk};
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How long a publish's `Idempotency-Key` is remembered (per channel): a retry within it gets
@@ -115,12 +117,37 @@ pub struct BrokerStats {
     pub resubscribes: u64,
 }
 
-/// History bounds (from the configuration, changed by SIGHUP).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// History bounds (from the configuration, changed by SIGHUP): per channel, its namespace's
+/// count, age and bytes; over all channels, `max_bytes` (the in-process hub; Redis is bounded by
+/// its own `maxmemory`).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
-    pub max_count: usize,
-    pub max_age: Duration,
+    pub namespaces: Arc<Namespaces>,
     pub max_bytes: usize,
+}
+
+impl Limits {
+    pub fn new(cfg: &crate::config::Config) -> Limits {
+        Limits {
+            namespaces: Arc::new(Namespaces::new(cfg)),
+            max_bytes: cfg.history_max_bytes,
+        }
+    }
+
+    /// The bounds of `channel`: its namespace's, else the global ones.
+    pub fn of(&self, channel: &str) -> &Resolved {
+        self.namespaces.namespace_of(channel)
+    }
+
+    /// The widest count and age bounds over `channels` (one read that serves them all).
+    pub fn widest<'a>(&self, channels: impl IntoIterator<Item = &'a String>) -> (usize, Duration) {
+        channels
+            .into_iter()
+            .fold((1, Duration::ZERO), |(n, age), c| {
+                let r = self.of(c);
+                (n.max(r.history_size), age.max(r.history_age))
+            })
+    }
 }
 
 /// What a broker must do for the master.

@@ -7,6 +7,7 @@
 //! is generated from [`Config::default`] ([`help_default`]), so `--help` and docs/CONFIG.md
 //! cannot drift from the defaults the server uses.
 
+use super::namespaces::NamespaceFlag;
 use super::{AuthMode, Config, IoMode, LogFormat, UringSetup, Workers};
 use clap::Args;
 use std::net::SocketAddr;
@@ -270,6 +271,23 @@ pub struct ServeArgs {
     /// defer (SINGLE_ISSUER|DEFER_TASKRUN).
     #[arg(long, env = "C1M_URING_SETUP", value_enum)]
     pub uring_setup: Option<UringSetup>,
+    // ---- channel namespaces ----
+    /// Options for one channel namespace, NAME:key=value (repeatable, or comma-separated). The
+    /// namespace of a channel is its name up to the first `:` (`chat:room1` is in `chat`);
+    /// names are [A-Za-z0-9_-]. Keys: history_size, history_age, history_max_bytes (per
+    /// channel), presence, join_leave, client_publish (WebSocket client publish, else
+    /// --ws-client-publish), auth_required (subscribing needs a valid token even when --auth
+    /// lets anonymous subscribers in), max_subscribers (per channel per worker process; more
+    /// get 503 + Retry-After, WebSocket close 1013, counted as refused.max_subscribers). Unset
+    /// keys inherit the global value; the TOML file takes the same keys in [namespaces.NAME]
+    /// tables, and the flags apply on top of them. Applied live on SIGHUP.
+    #[arg(
+        long = "namespace",
+        env = "C1M_NAMESPACE",
+        value_name = "NAME:KEY=VALUE",
+        value_delimiter = ','
+    )]
+    pub namespaces: Vec<NamespaceFlag>,
 }
 
 /// The default of configuration key `key` as `--help` shows it: the value in
@@ -288,6 +306,7 @@ fn help_default(key: &str) -> Option<String> {
     };
     Some(match values.get(key) {
         Some(toml::Value::String(text)) => text.clone(),
+        Some(toml::Value::Table(t)) if t.is_empty() => defaults.unset_meaning(key),
         Some(value) => value.to_string(),
         None => defaults.unset_meaning(key),
     })
@@ -356,7 +375,10 @@ mod tests {
                 .rsplit_once("[default: ")
                 .and_then(|(_, rest)| rest.strip_suffix(']'))
                 .unwrap_or_else(|| panic!("{key}: help does not end with its default: {help}"));
-            match defaults.get(&key) {
+            match defaults
+                .get(&key)
+                .filter(|v| v.as_table().is_none_or(|t| !t.is_empty()))
+            {
                 Some(value) => {
                     let flag = format!("--{}", key.replace('_', "-"));
                     let matches = ServeArgs::augment_args(Command::new("serve"))

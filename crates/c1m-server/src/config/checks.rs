@@ -99,6 +99,7 @@ impl Config {
                 self.max_payload,
             );
         }
+        problems.extend(self.namespace_problems(self.max_payload + crate::hub::STORED_OVERHEAD));
         if self
             .sse_heartbeat
             .is_some_and(|d| d < Duration::from_millis(100))

@@ -84,6 +84,8 @@ impl ServeArgs {
             uring_entries,
             uring_setup
         );
+        c.apply_namespace_flags(&self.namespaces)
+            .map_err(|e| anyhow::anyhow!("--namespace {e}"))?;
         c.normalize_off_values();
         Ok(c)
     }

@@ -9,6 +9,7 @@
 //! - `layering`: defaults, then the file, then environment and flags, into one [`Config`].
 //! - `checks`: what a configuration must satisfy (start, reload, `--check-config`); the only
 //!   part that asks other modules for their limits.
+//! - [`namespaces`]: options per channel-name prefix, resolved once against the globals.
 //! - [`report`]: `--check-config`, `--print-config` and docs/CONFIG.md.
 //!
 //! The log settings' types ([`LogFormat`], the level filter) belong to the log module; the
@@ -18,7 +19,9 @@ mod args;
 mod checks;
 mod layering;
 mod model;
+pub mod namespaces;
 pub mod report;
 
 pub use args::ServeArgs;
-pub use model::{AuthMode, Config, IoMode, LogFormat, UringSetup, Workers};
+pub use model::{AuthMode, Config, IoMode, LogFormat, NamespaceOptions, UringSetup, Workers};
+pub use namespaces::{Namespaces, Resolved};

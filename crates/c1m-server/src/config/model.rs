@@ -6,8 +6,10 @@
 //! Nothing here parses flags, reads files or checks limits: that is `args`, `layering` and
 //! `checks`, which keeps this module free of the server's other modules.
 
+pub use super::namespaces::NamespaceOptions;
 pub use crate::log::LogFormat;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -202,6 +204,10 @@ pub struct Config {
     pub uring_entries: u32,
     /// io_uring setup flags for the send ring (see docs/CONFIG.md `uring_setup`).
     pub uring_setup: UringSetup,
+    // ---- channel namespaces ----
+    /// Options per channel-name prefix (`[namespaces.chat]` applies to `chat:*`): see
+    /// `namespaces` and docs/CONFIG.md, Channel namespaces.
+    pub namespaces: BTreeMap<String, NamespaceOptions>,
 }
 
 /// `--io`: the fan-out send path. The default is `epoll`: on the loopback benchmarks so far
@@ -340,6 +346,7 @@ impl Default for Config {
             io: IoMode::Epoll,
             uring_entries: 1024,
             uring_setup: UringSetup::Coop,
+            namespaces: BTreeMap::new(),
         }
     }
 }
@@ -382,6 +389,7 @@ impl Config {
             "broker" => "none: the in-process hub".to_string(),
             "broker_ca" => "the system's CA roots".to_string(),
             "webhook_secret_file" => "none: POSTs are not signed".to_string(),
+            "namespaces" => "none: every channel uses the global options".to_string(),
             _ => "off".to_string(),
         }
     }

@@ -46,11 +46,18 @@ fn file_keys(args: &ServeArgs) -> toml::Table {
 
 /// Where one key's value came from.
 fn source(key: &str, matches: Option<&ArgMatches>, file_keys: &toml::Table) -> String {
+    // The flag and variable as clap spells them (`namespaces` is `--namespace`).
+    let cmd = ServeArgs::augment_args(Command::new("serve"));
+    let arg = cmd.get_arguments().find(|a| a.get_id() == key);
     match matches.and_then(|m| m.value_source(key)) {
-        Some(ValueSource::CommandLine) => format!("flag --{}", key.replace('_', "-")),
-        Some(ValueSource::EnvVariable) => {
-            format!("env C1M_{}", key.to_ascii_uppercase())
-        }
+        Some(ValueSource::CommandLine) => match arg.and_then(|a| a.get_long()) {
+            Some(long) => format!("flag --{long}"),
+            None => format!("flag --{}", key.replace('_', "-")),
+        },
+        Some(ValueSource::EnvVariable) => match arg.and_then(|a| a.get_env()) {
+            Some(env) => format!("env {}", env.to_string_lossy()),
+            None => format!("env C1M_{}", key.to_ascii_uppercase()),
+        },
         _ if file_keys.contains_key(key) => "file".to_string(),
         _ => "default".to_string(),
     }
@@ -82,6 +89,9 @@ pub fn print(args: &ServeArgs, cfg: &Config, matches: Option<&ArgMatches>) -> St
     for key in key_args(&cmd).map(|a| a.get_id().to_string()) {
         let from = source(&key, matches, &file_keys);
         match values.get(&key) {
+            Some(toml::Value::Table(t)) if t.is_empty() => {
+                let _ = writeln!(out, "# {key} = ({})  # {from}", cfg.unset_meaning(&key));
+            }
             Some(_) if SECRET_KEYS.contains(&key.as_str()) => {
                 let _ = writeln!(out, "# {key} = (set, not shown)  # {from}");
             }
@@ -129,8 +139,63 @@ pub fn reference() -> String {
         let _ = writeln!(out, "Flag `--{flag}`, environment `{env}`.\n");
         let _ = writeln!(out, "{}\n", help.trim());
     }
+    out.push_str(NAMESPACES_DOC);
     out
 }
+
+/// docs/CONFIG.md's section on channel namespaces (the `namespaces` key in depth).
+const NAMESPACES_DOC: &str = r#"# Channel namespaces
+
+Options can differ per group of channels. The **namespace** of a channel is the part of its
+name before the first `:` — `chat:room1` and `chat:lobby:2` are in namespace `chat`. A channel
+name without `:` (`news`), or whose prefix is not a configured namespace (`misc:x`), uses the
+global options. Namespace names are 1–64 bytes of `[A-Za-z0-9_-]` (channel names also allow
+`.` and `:`, so `a.b:c` is in no namespace).
+
+In the TOML file, one table per namespace; on the command line (or `C1M_NAMESPACE`, comma
+separated), `--namespace NAME:key=value`, repeatable, applied on top of the file's tables:
+
+```toml
+history_size = 100            # the global options
+ws_client_publish = false
+
+[namespaces.chat]
+history_size = 500            # chat:* channels keep 500 messages
+history_age = "1h"
+client_publish = true         # WebSocket clients may publish to chat:* channels
+max_subscribers = 10000
+
+[namespaces.private]
+auth_required = true          # a valid token is needed even with auth = "off" or "optional"
+```
+
+```
+c1m serve --namespace chat:history_size=500 --namespace chat:client_publish=true
+```
+
+| key | value | unset: inherits | what it does |
+|---|---|---|---|
+| `history_size` | count ≥ 1 | `history_size` | messages kept per channel for resume |
+| `history_age` | duration > 0 | `history_age` | longest a message stays in history |
+| `history_max_bytes` | bytes ≥ one message of `max_payload` + 64 | no per-channel bound | bytes of history one channel may hold (the in-process hub; the global `history_max_bytes` still bounds all channels together; Redis is bounded by its `maxmemory`) |
+| `presence` | bool | off | presence is kept for these channels (stored and shown; used by the presence feature) |
+| `join_leave` | bool | off | subscribers get join/leave events (stored and shown; used by the presence feature) |
+| `client_publish` | bool | `ws_client_publish` | WebSocket clients may publish to these channels, under the same publish rule (key or loopback); a client message to a channel whose namespace forbids it closes the WebSocket with 1008 (`refused.forbidden`) |
+| `auth_required` | bool | off | subscribing needs a valid token granting the channel, as with `auth = "required"`, whatever `auth` says (needs `jwt_key`); no token: 401 (`refused.unauthorized`); raw TCP (no token): `ERR` |
+| `max_subscribers` | count ≥ 1 | no limit | subscribers one channel may have on each worker process (with `workers = 1`: on the node); one more gets 503 + `Retry-After: 5` (SSE, long-poll), WebSocket close 1013, raw TCP `ERR`, counted as `refused.max_subscribers` |
+
+`--check-config` refuses an unknown key, a value of the wrong type or range, and a bad
+namespace name, each named, with exit code 2. `/status` shows every namespace with its resolved
+options under `namespaces`.
+
+**Reload.** SIGHUP applies changed namespaces live. A subscribe, client publish or publish
+after the reload uses the new options; subscribers already in a channel stay even past a new,
+lower `max_subscribers`. History already held over a new, smaller `history_size` or
+`history_max_bytes` is dropped at once (oldest first; a client resuming from before it gets a
+gap event); over a new, shorter `history_age` it goes at the next expiry pass (within a
+second). With Redis, a channel's stream is trimmed to the new bounds at its next publish, and
+a resume over several channels reads with the widest count and age among them.
+"#;
 
 #[cfg(test)]
 mod tests {

@@ -3,7 +3,8 @@
 //! which the memory broker implements on top of this store and the Redis broker implements on
 //! Redis (see the broker module's doc for why there is no second, hub-level trait).
 //!
-//! History is bounded three ways: per channel by count and age, and over all channels by bytes
+//! History is bounded per channel by count, age and bytes (each from the channel's namespace,
+//! looked up when the channel is made), and over all channels by bytes
 //! (the oldest message anywhere goes first), so no publisher can grow the master without bound.
 //! The byte bound counts what a channel itself costs too ([`CHANNEL_OVERHEAD`]), so many tiny
 //! channels are bounded as well as a few large ones.
@@ -24,8 +25,10 @@
 
 use crate::broker::Replay;
 use crate::broker::{gap_through, HistoryExport, ReplayChunk};
+use crate::config::Namespaces;
 use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Bookkeeping bytes charged per stored message beside its payload (the `Stored` entry, its
@@ -64,6 +67,12 @@ struct Channel {
     history: VecDeque<Stored>,
     /// Highest id of this channel that history no longer holds (0: none lost).
     lost_through: u64,
+    /// Bytes of this channel's messages (each [`MemoryHub::cost`]), for its namespace's
+    /// per-channel byte bound.
+    bytes: usize,
+    /// The channel's namespace ([`Namespaces::index_of`]), looked up once when the channel is
+    /// made (and again when the namespaces change), not per message.
+    ns: u16,
 }
 
 /// The byte count and the records of channels whose history is empty.
@@ -90,8 +99,9 @@ pub struct MemoryHub {
     last_id: u64,
     /// The first id of this hub (kept across live upgrades).
     origin: u64,
-    max_count: usize,
-    max_age: Duration,
+    /// Per-channel count, age and byte bounds, by namespace.
+    ns: Arc<Namespaces>,
+    /// The byte bound over all channels.
     max_bytes: usize,
 }
 
@@ -119,8 +129,7 @@ impl MemoryHub {
             lost: vec![0; LOST_BUCKETS].into_boxed_slice(),
             last_id: start - 1,
             origin: start,
-            max_count: max_count.max(1),
-            max_age,
+            ns: Arc::new(Namespaces::uniform(max_count, max_age, max_bytes)),
             max_bytes,
         }
     }
@@ -179,7 +188,9 @@ impl MemoryHub {
             let name: Rc<str> = Rc::from(ch.name.as_str());
             self.books.bytes += MemoryHub::channel_cost(&name);
             let mut history = VecDeque::with_capacity(ch.messages.len());
+            let mut bytes = 0;
             for (id, age_ms, payload) in ch.messages {
+                bytes += MemoryHub::cost(&payload);
                 self.books.bytes += MemoryHub::cost(&payload);
                 self.books.stored += 1;
                 order.push((id, name.clone()));
@@ -196,11 +207,14 @@ impl MemoryHub {
                 self.books.records += 1;
                 emptied.push((ch.forgotten_through, name.clone()));
             }
+            let ns = self.ns.index_of(&name);
             self.channels.insert(
                 name,
                 Channel {
                     history,
                     lost_through: ch.forgotten_through,
+                    bytes,
+                    ns,
                 },
             );
         }
@@ -216,18 +230,36 @@ impl MemoryHub {
         self.channels.get(channel)?.history.back().map(|s| s.id)
     }
 
-    /// New history bounds (SIGHUP); history over the new count or bytes is dropped now, the
-    /// age bound applies at the next expiry pass.
+    /// New history bounds, the same for every channel (tests).
+    #[cfg(test)]
     pub fn set_limits(&mut self, max_count: usize, max_age: Duration, max_bytes: usize) {
-        self.max_count = max_count.max(1);
-        self.max_age = max_age;
+        let ns = Namespaces::uniform(max_count, max_age, max_bytes);
+        self.set_namespaces(Arc::new(ns), max_bytes);
+    }
+
+    /// New history bounds (SIGHUP): each channel's namespace is looked up again; history over
+    /// a channel's new count or bytes, or over the new total, is dropped now, and the age bound
+    /// applies at the next expiry pass.
+    pub fn set_namespaces(&mut self, ns: Arc<Namespaces>, max_bytes: usize) {
+        self.ns = ns;
         self.max_bytes = max_bytes;
         for (name, ch) in self.channels.iter_mut() {
-            while ch.history.len() > self.max_count {
-                MemoryHub::pop_oldest(name, ch, &mut self.books);
-            }
+            ch.ns = self.ns.index_of(name);
+            MemoryHub::trim(name, ch, &self.ns, &mut self.books);
         }
         self.evict_to_budget();
+    }
+
+    /// Drops a channel's oldest messages past its namespace's count and byte bounds; the
+    /// newest message always stays (checks make every byte bound hold one message).
+    fn trim(name: &Rc<str>, ch: &mut Channel, ns: &Namespaces, books: &mut Books) {
+        let limits = ns.get(ch.ns);
+        let max_count = limits.history_size.max(1);
+        while ch.history.len() > max_count
+            || (ch.history.len() > 1 && ch.bytes > limits.history_max_bytes)
+        {
+            MemoryHub::pop_oldest(name, ch, books);
+        }
     }
 
     fn cost(payload: &[u8]) -> usize {
@@ -244,6 +276,7 @@ impl MemoryHub {
     fn pop_oldest(name: &Rc<str>, ch: &mut Channel, books: &mut Books) {
         if let Some(old) = ch.history.pop_front() {
             ch.lost_through = old.id;
+            ch.bytes -= MemoryHub::cost(&old.payload);
             books.bytes -= MemoryHub::cost(&old.payload);
             books.stored -= 1;
             if ch.history.is_empty() {
@@ -258,9 +291,10 @@ impl MemoryHub {
         name: &Rc<str>,
         ch: &mut Channel,
         now: Instant,
-        max_age: Duration,
+        ns: &Namespaces,
         books: &mut Books,
     ) {
+        let max_age = ns.get(ch.ns).history_age;
         while let Some(front) = ch.history.front() {
             if now.duration_since(front.at) < max_age {
                 break;
@@ -357,6 +391,8 @@ impl MemoryHub {
                         // Most channels hold few messages: grow from one, not from four.
                         history: VecDeque::with_capacity(1),
                         lost_through,
+                        bytes: 0,
+                        ns: self.ns.index_of(channel),
                     },
                 );
                 name
@@ -365,15 +401,14 @@ impl MemoryHub {
         let ch = self.channels.get_mut(&name).expect("just found or made");
         self.books.bytes += MemoryHub::cost(&payload);
         self.books.stored += 1;
+        ch.bytes += MemoryHub::cost(&payload);
         ch.history.push_back(Stored {
             id,
             at: now,
             payload,
         });
-        // After the push, so the count bound never empties the channel into a record.
-        if ch.history.len() > self.max_count {
-            MemoryHub::pop_oldest(&name, ch, &mut self.books);
-        }
+        // After the push, so the count and byte bounds never empty the channel into a record.
+        MemoryHub::trim(&name, ch, &self.ns, &mut self.books);
         self.order.push_back((name, id));
         self.evict_to_budget();
         id
@@ -396,7 +431,7 @@ impl MemoryHub {
                 Some((key, _)) => {
                     let key = key.clone();
                     let ch = self.channels.get_mut(&key).expect("just found");
-                    MemoryHub::expire_channel(&key, ch, now, self.max_age, &mut self.books);
+                    MemoryHub::expire_channel(&key, ch, now, &self.ns, &mut self.books);
                     ch.lost_through
                 }
                 None => self.lost_of_unknown(name),
@@ -449,9 +484,8 @@ impl MemoryHub {
 
     /// Drops history older than the age bound.
     pub fn expire(&mut self, now: Instant) {
-        let max_age = self.max_age;
         for (name, ch) in self.channels.iter_mut() {
-            MemoryHub::expire_channel(name, ch, now, max_age, &mut self.books);
+            MemoryHub::expire_channel(name, ch, now, &self.ns, &mut self.books);
         }
         self.evict_to_budget();
     }

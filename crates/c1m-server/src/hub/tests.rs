@@ -355,3 +355,47 @@ fn measure_channel_cost() {
         per - charged
     );
 }
+
+/// Each channel is bounded by its namespace's count, age and bytes; a reload that shrinks a
+/// namespace drops what is over the new bound at once, and the dropped ids are a gap.
+#[test]
+fn namespaces_bound_their_channels_history() {
+    let now = Instant::now();
+    let cfg: crate::config::Config = toml::from_str(
+        "history_size = 10\n\
+         [namespaces.chat]\nhistory_size = 3\n\
+         [namespaces.big]\nhistory_max_bytes = 200\n\
+         [namespaces.short]\nhistory_age = \"1s\"\n",
+    )
+    .unwrap();
+    let mut h = hub(10);
+    h.set_namespaces(Arc::new(Namespaces::new(&cfg)), usize::MAX);
+    for i in 0..6u8 {
+        for ch in ["chat:a", "plain", "big:x", "short:y"] {
+            h.publish(ch, Rc::from(vec![i; 40]), now);
+        }
+    }
+    let count =
+        |h: &mut MemoryHub, ch: &str| ids(&h.replay(&[ch.to_string()], 0, ALL, now).items).len();
+    assert_eq!(count(&mut h, "chat:a"), 3, "chat: 3 messages");
+    assert_eq!(count(&mut h, "plain"), 6, "no namespace: the global 10");
+    // 200 bytes hold one message of 40 + 64 bytes, not two.
+    assert_eq!(count(&mut h, "big:x"), 1);
+    let later = now + Duration::from_secs(2);
+    h.expire(later);
+    assert!(ids(&h.replay(&["short:y".to_string()], 0, ALL, later).items).is_empty());
+    assert_eq!(
+        ids(&h.replay(&["plain".to_string()], 0, ALL, later).items).len(),
+        6
+    );
+    // A reload makes chat keep 1 and puts plain channels at 2: dropped now, reported as a gap.
+    let cfg: crate::config::Config =
+        toml::from_str("history_size = 2\n[namespaces.chat]\nhistory_size = 1\n").unwrap();
+    let before = h.history_bytes();
+    h.set_namespaces(Arc::new(Namespaces::new(&cfg)), usize::MAX);
+    assert!(h.history_bytes() < before);
+    let chat = h.replay(&["chat:a".to_string()], 0, ALL, later);
+    assert_eq!(ids(&chat.items).len(), 1);
+    assert!(chat.items.iter().any(|r| matches!(r, Replay::Gap { .. })));
+    assert_eq!(count(&mut h, "plain"), 2);
+}

@@ -217,6 +217,9 @@ counters! {
         /// Publishes refused (503 + Retry-After, WebSocket 1013) because the cluster broker
         /// could not take them: Redis unreachable, or refusing writes (out of memory).
         pub broker_unavailable: u64,
+        /// Subscribes refused (503 + Retry-After, WebSocket 1013, raw TCP ERR) because the
+        /// channel had its namespace's `max_subscribers` on this worker.
+        pub max_subscribers: u64,
     }
 }
 

@@ -141,11 +141,7 @@ impl Master {
     fn build(cfg: Config, plan: Plan, secrets: crate::secrets::Secrets) -> anyhow::Result<Master> {
         let poll = Poll::new()?;
         check_io_path(&cfg)?;
-        let limits = broker::Limits {
-            max_count: cfg.history_size,
-            max_age: cfg.history_age,
-            max_bytes: cfg.history_max_bytes,
-        };
+        let limits = broker::Limits::new(&cfg);
         let broker: Box<dyn Broker> = match &cfg.broker {
             None => Box::new(broker::memory::MemoryBroker::new(limits)),
             Some(url) => {

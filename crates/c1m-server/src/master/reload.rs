@@ -124,11 +124,7 @@ impl Master {
         } else {
             tracing::info!(keys = %live.join(", "), "SIGHUP: applied");
         }
-        self.broker.set_limits(crate::broker::Limits {
-            max_count: merged.history_size,
-            max_age: merged.history_age,
-            max_bytes: merged.history_max_bytes,
-        });
+        self.broker.set_limits(crate::broker::Limits::new(&merged));
         let json = match serde_json::to_string(&merged) {
             Ok(json) => json,
             Err(e) => return tracing::error!(error = %e, "SIGHUP: encoding the configuration"),

@@ -61,6 +61,8 @@ pub struct Report {
     io_mode: crate::config::IoMode,
     io: Vec<(usize, Option<crate::ipc::IoReport>)>,
     webhooks: Option<std::sync::Arc<super::webhooks::Stats>>,
+    /// Each configured channel namespace with its resolved options.
+    namespaces: serde_json::Value,
 }
 
 impl Report {
@@ -98,6 +100,7 @@ impl Report {
             webhooks: m.webhooks.as_ref().map(|w| std::sync::Arc::clone(&w.stats)),
             io_mode: m.cfg.io,
             io: m.slots.iter().map(|s| s.io.clone()).enumerate().collect(),
+            namespaces: crate::config::Namespaces::new(&m.cfg).status_json(),
         };
         r.channels = r.broker.channels;
         r.history_bytes = r.broker.history_bytes;
@@ -249,6 +252,7 @@ impl Report {
             },
             "io": self.io_json(),
             "webhooks": self.webhooks.as_ref().map(|w| w.json()),
+            "namespaces": self.namespaces,
             "latency": serde_json::Value::Object(
                 self.latency
                     .fields()

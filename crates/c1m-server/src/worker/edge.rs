@@ -153,7 +153,8 @@ impl Worker {
         req: &Request<'_>,
         channels: &[&str],
     ) -> Option<Grant> {
-        match self.auth.subscribe(req, channels) {
+        let token_required = self.token_required(channels);
+        match self.auth.subscribe(req, channels, token_required) {
             Ok(grant) => Some(grant),
             Err(refusal) => {
                 self.refuse_auth(idx, &refusal);
@@ -259,7 +260,7 @@ impl Worker {
     /// closes with 4001, one not granting the channels with 4003. Returns false when the
     /// message is not a refresh (it is then client data as usual).
     pub(super) fn ws_refresh(&mut self, idx: usize, message: &[u8]) -> bool {
-        if self.auth.mode == crate::config::AuthMode::Off || !message.starts_with(b"{") {
+        if !self.tokens_read() || !message.starts_with(b"{") {
             return false;
         }
         let Ok(v) = serde_json::from_slice::<serde_json::Value>(message) else {

@@ -24,6 +24,9 @@ impl Worker {
         if self.refuse_multi_channel_resume(idx, channels.len(), last_id, &transport) {
             return;
         }
+        if self.refuse_by_namespace(idx, channels, &transport) {
+            return;
+        }
         let all_known = channels.iter().all(|n| {
             self.channels
                 .lookup(n)

@@ -40,6 +40,7 @@ mod keepalive;
 mod lifecycle;
 mod master_link;
 mod message;
+mod namespaces;
 mod publish_rule;
 mod reload;
 mod requests;
@@ -139,6 +140,9 @@ pub struct Worker {
     socket_errors: crate::log::Limited,
     shutdown_deadline: Option<Instant>,
     ws_policy: c1m_proto::ws::handshake::OriginPolicy,
+    /// Per-namespace options (client publish, auth required, max subscribers), rebuilt on
+    /// reload; looked up per subscribe and per client publish, never kept per connection.
+    namespaces: std::sync::Arc<crate::config::Namespaces>,
     /// Sending to the master failed (the link broke or the master stopped reading): the loop
     /// exits and the master starts a fresh worker; nothing is queued that would never arrive.
     link_failed: Option<io::Error>,
@@ -336,6 +340,7 @@ impl Worker {
             })
             .transpose()?;
         let ws_policy = reload::origin_policy(&cfg);
+        let namespaces = std::sync::Arc::new(crate::config::Namespaces::new(&cfg));
         let auth = crate::auth::Auth::new(&cfg, &secrets)?;
         let mut conns = ConnTable::with_capacity(max_conns.min(SLAB_PRESIZE_MAX));
         if let Some(configs) = secrets.tls_configs(&cfg)? {
@@ -356,6 +361,7 @@ impl Worker {
             fan_outs: fan_out_slices::FanOuts::default(),
             link_read_paused: false,
             ws_policy,
+            namespaces,
             cfg,
             poll,
             http_listener: http,

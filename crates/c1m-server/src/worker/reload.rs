@@ -20,6 +20,8 @@ impl Worker {
                     ),
                 }
                 self.ws_policy = origin_policy(&cfg);
+                // Subscribes and client publishes from now on; who is already subscribed stays.
+                self.namespaces = std::sync::Arc::new(crate::config::Namespaces::new(&cfg));
                 reload_tls(&mut self.conns.tls, &cfg, &self.secrets);
                 self.cfg = cfg;
                 self.apply_keepalive_to_listeners();

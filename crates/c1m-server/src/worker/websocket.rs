@@ -72,7 +72,7 @@ impl Worker {
         let mut flags = if envelope { WS_ENVELOPE } else { 0 };
         // The right to publish is judged once, on the upgrade's headers and peer, by the same
         // rule as POST /pub (a WebSocket must not be a way around the publish key).
-        if self.cfg.ws_client_publish {
+        if channels.iter().any(|c| self.client_publish_on(c)) {
             let peer = self.conns[idx].stream.peer_addr().ok().map(|a| a.ip());
             let key = self.cfg.publish_key.as_deref();
             if publish_rule::check_with_token(key, &self.auth, req, peer, channels).is_ok() {
@@ -165,7 +165,7 @@ impl Worker {
     /// A piece of a client data message: ignored (counted), refused with 1003, refused with 1008
     /// when the upgrade did not pass the publish rule, or published.
     fn ws_client_data(&mut self, idx: usize, state: &mut WsMessage, piece: &[u8], fin: bool) {
-        if self.auth.mode != crate::config::AuthMode::Off {
+        if self.tokens_read() {
             // A message may be a token refresh: judged whole (bounded by --ws-max-message).
             state.data.extend_from_slice(piece);
             if !fin {
@@ -182,7 +182,7 @@ impl Worker {
 
     /// Client data that is not a refresh: ignored, refused or published.
     fn ws_client_piece(&mut self, idx: usize, state: &mut WsMessage, piece: &[u8], fin: bool) {
-        if !self.cfg.ws_client_publish {
+        if !self.may_client_publish_somewhere(idx) {
             if self.cfg.ws_close_on_client_data {
                 self.counters.refused.ws_client_data += 1;
                 self.ws_close(
@@ -233,6 +233,14 @@ impl Worker {
                 })
         };
         match target {
+            Some((channel, _)) if !self.client_publish_on(&channel) => {
+                self.counters.refused.forbidden += 1;
+                self.ws_close(
+                    idx,
+                    close::POLICY_VIOLATION,
+                    "client publish is off for this channel's namespace",
+                );
+            }
             Some(_) if self.master_congested() => {
                 self.counters.refused.busy += 1;
                 self.ws_close(

@@ -140,9 +140,15 @@ impl RedisBroker {
         })
     }
 
-    /// The age bound in ms, as the scripts take it (at least 1).
-    pub(super) fn max_age_ms(&self) -> u64 {
-        (self.limits.max_age.as_millis() as u64).max(1)
+    /// The widest count and age bounds (ms, at least 1, as the scripts take it) over
+    /// `channels`' namespaces: one read serves them all, and each channel's own bounds were
+    /// applied when its messages were stored.
+    pub(super) fn bounds_of<'a>(
+        &self,
+        channels: impl IntoIterator<Item = &'a String>,
+    ) -> (usize, u64) {
+        let (count, age) = self.limits.widest(channels);
+        (count, (age.as_millis() as u64).max(1))
     }
 
     /// A new request tag, remembering what it is for.
@@ -281,12 +287,12 @@ impl Broker for RedisBroker {
             req,
             channel: channel.clone(),
         });
-        let max_age_ms = self.max_age_ms();
+        let (max_count, max_age_ms) = self.bounds_of([&channel]);
         if !self.request(Request::Publish {
             tag,
             channel,
             payload: payload.to_vec(),
-            max_count: self.limits.max_count,
+            max_count,
             max_age_ms,
             key: key.unwrap_or_default(),
         }) {

@@ -87,8 +87,7 @@ impl RedisBroker {
             generation,
             after,
         });
-        let cap = self.limits.max_count;
-        let max_age_ms = self.max_age_ms();
+        let (cap, max_age_ms) = self.bounds_of([&channel]);
         self.request(Request::Replay {
             tag,
             channels: vec![channel],
@@ -106,8 +105,8 @@ impl RedisBroker {
         join.stage = Stage::Querying;
         let (channels, after) = (join.channels.clone(), join.after);
         let tag = self.tag(Pending::Join { join: id });
-        let cap = self.limits.max_count.clamp(1, 1000);
-        let max_age_ms = self.max_age_ms();
+        let (cap, max_age_ms) = self.bounds_of(&channels);
+        let cap = cap.clamp(1, 1000);
         if !self.request(Request::Replay {
             tag,
             channels,
@@ -399,7 +398,7 @@ impl RedisBroker {
         let current_id = found.current;
         let chunk = match join.after {
             Some(after) => {
-                let cap = self.limits.max_count.clamp(1, 1000);
+                let cap = self.bounds_of(&join.channels).0.clamp(1, 1000);
                 script::to_chunk(found, &join.channels, after, join.budget, cap)
             }
             None => ReplayChunk::default(),

@@ -45,6 +45,7 @@ impl Worker {
             if self.handle_events(&mut turn).is_break() || self.advance_fan_outs().is_break() {
                 return Ok(());
             }
+            self.h2_turn();
             let now = Instant::now();
             if self.handover.frozen {
                 // No timer, heartbeat or ping touches a client while frozen; they run late
@@ -55,6 +56,7 @@ impl Worker {
             self.expire_timers(&mut turn, now);
             self.resume_accepts(now);
             self.run_sweeps(&mut turn, now);
+            self.h2_turn();
             self.report_stats(&mut turn, now)?;
             self.trim_memory(&mut turn, now);
             if self.finish_shutdown(now)?.is_break() {

@@ -99,6 +99,25 @@ struct Bridge {
 }
 
 impl H2State {
+    /// The worker's HTTP/2 figures for the master (totals since the worker started).
+    pub fn stats(&self) -> crate::ipc::H2Stats {
+        let (c, s) = (&self.codec, &self.counters);
+        crate::ipc::H2Stats {
+            connections: s.connections,
+            streams: s.streams,
+            slow_streams: s.slow_streams,
+            rapid_reset: c.rapid_reset.into(),
+            continuation_flood: c.continuation_flood.into(),
+            control_flood: c.control_flood.into(),
+            header_list_too_large: c.header_list_too_large.into(),
+            refused_streams: c.refused_streams.into(),
+            malformed_requests: c.malformed_requests.into(),
+            connection_errors: c.connection_errors.into(),
+            stream_errors: c.stream_errors.into(),
+            output_full: c.output_full.into(),
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.parents.is_empty() && self.children.is_empty()
     }

@@ -195,9 +195,9 @@ pub struct ServeArgs {
     #[arg(long, env = "C1M_NO_HTTP2", num_args = 0..=1, default_missing_value = "true")]
     pub no_http2: Option<bool>,
     // ---- TLS ----
-    /// PEM certificate chain (leaf first): TLS (rustls; ALPN http/1.1 on the HTTP port) on the
-    /// HTTP and raw TCP listeners (the admin listener stays plain HTTP unless --admin-tls);
-    /// needs --tls-key. SIGHUP re-reads both files: new handshakes
+    /// PEM certificate chain (leaf first): TLS (rustls; ALPN h2 and http/1.1 on the HTTP
+    /// port) on the HTTP and raw TCP listeners (the admin listener stays plain HTTP unless
+    /// --admin-tls); needs --tls-key. SIGHUP re-reads both files: new handshakes
     /// get the new certificate, established connections stay. A plaintext client on a TLS port
     /// gets 400 (raw TCP: ERR) and is closed; a handshake not done within --head-timeout is
     /// closed; /status `tls` counts both.

@@ -52,9 +52,24 @@ impl Worker {
         let mut c = self.conns.at(idx);
         c.kind = Kind::H2;
         c.flags |= conn::SERVED;
-        // Streams have their own timers; an HTTP/2 connection has no request head to wait for.
-        c.deadline = 0;
+        // Streams have their own timers; the connection's checks for idleness (`h2_idle_check`).
+        self.arm_head_timer(idx);
         Start::Started(self.h2_input(idx, data))
+    }
+
+    /// An HTTP/2 connection's timer (every `--head-timeout`): one with no stream open is idle,
+    /// as an HTTP/1.1 keep-alive connection with no request would be, and is closed with
+    /// GOAWAY(NO_ERROR); one with streams is checked again later.
+    pub(super) fn h2_idle_check(&mut self, idx: usize) {
+        let token = self.conns.token(idx);
+        let Some(p) = self.conns.h2.parents.get_mut(&token) else {
+            return;
+        };
+        if p.streams.is_empty() && p.bodies.is_empty() && p.conn.open_streams() == 0 {
+            p.conn.goaway(ErrorCode::NO_ERROR, b"idle");
+            return self.h2_flush(idx);
+        }
+        self.arm_head_timer(idx);
     }
 
     /// Input on an HTTP/2 connection: frames to the codec, its events to the streams. Returns
@@ -170,8 +185,7 @@ impl Worker {
         // A request that neither answered nor waits for anything (cannot happen for a whole
         // request, but a slot must never be left behind).
         if let Some(c) = self.conns.get(cidx) {
-            if c.kind == Kind::Http && c.deadline == 0 && !self.conns.h2.finished.contains(&child)
-            {
+            if c.kind == Kind::Http && c.deadline == 0 && !self.conns.h2.finished.contains(&child) {
                 self.close(cidx);
             }
         }

@@ -236,9 +236,7 @@ impl StreamIo<'_> {
             return Sent::Failed;
         };
         let cap = max_unsent.min(STREAM_QUEUE_MAX);
-        let sent = child
-            .bridge
-            .push(data, &mut parent.conn, child.stream, cap);
+        let sent = child.bridge.push(data, &mut parent.conn, child.stream, cap);
         match sent {
             Sent::Done => {}
             Sent::Overflow => {

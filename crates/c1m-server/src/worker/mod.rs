@@ -376,7 +376,11 @@ impl Worker {
     /// channels (telling the master about channels this worker no longer needs) and closes
     /// the socket.
     fn close(&mut self, idx: usize) {
-        if self.conns.get(idx).is_some_and(|c| c.kind == conn::Kind::H2) {
+        if self
+            .conns
+            .get(idx)
+            .is_some_and(|c| c.kind == conn::Kind::H2)
+        {
             self.close_h2_streams(idx);
         }
         let Some(mut conn) = self.conns.remove(idx) else {

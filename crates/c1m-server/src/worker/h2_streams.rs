@@ -331,9 +331,12 @@ const CONNECTION_SPECIFIC: [&str; 5] = [
     "upgrade",
 ];
 
+/// Response fields: lowercase names and their values.
+type Fields = Vec<(String, Vec<u8>)>;
+
 /// Status, fields (lowercase names, connection-specific ones dropped) and Content-Length of
 /// an HTTP/1.1 response head the worker wrote.
-fn parse_head(head: &[u8]) -> Option<(u16, Vec<(String, Vec<u8>)>, Option<u64>)> {
+fn parse_head(head: &[u8]) -> Option<(u16, Fields, Option<u64>)> {
     let mut headers = [httparse::EMPTY_HEADER; 64];
     let mut resp = httparse::Response::new(&mut headers);
     match resp.parse(head) {

@@ -43,6 +43,14 @@ if ! command -v npm >/dev/null; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null
 fi
 
+# h2spec: the HTTP/2 conformance suite, run against h2c by crates/c1m/tests/serve_http2.rs. A Go
+# module (github.com/summerwind/h2spec), built with Debian's or the machine's go into ~/go/bin;
+# its latest release resolves as v2.2.1+incompatible (the proxy refuses v2.6.0).
+if [ ! -x "$HOME/go/bin/h2spec" ]; then
+  command -v go >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go >/dev/null
+  go install github.com/summerwind/h2spec/cmd/h2spec@v2.2.1+incompatible
+fi
+
 # cargo-deb builds the .deb that crates/c1m/tests/serve_packaging.rs checks extracted into a temp
 # directory (never installed on the host).
 # Installed once per machine (skipped when present, like cargo-fuzz in scripts/fuzz.sh);

@@ -80,7 +80,7 @@ impl Secrets {
     pub fn tls_configs(&self, cfg: &Config) -> anyhow::Result<Option<crate::tls::Configs>> {
         match (&self.tls_cert, &self.tls_key, &cfg.tls_cert, &cfg.tls_key) {
             (Some(cert), Some(key), Some(cert_path), Some(key_path)) => {
-                crate::tls::from_pem(cert, key, cert_path, key_path).map(Some)
+                crate::tls::from_pem(cert, key, cert_path, key_path, !cfg.no_http2).map(Some)
             }
             _ => Ok(None),
         }

@@ -18,9 +18,11 @@ use std::sync::Arc;
 
 /// ALPN protocol offered on the HTTP listener (SSE, WebSocket and long-poll all ride HTTP/1.1).
 pub const ALPN_HTTP1: &[u8] = b"http/1.1";
+/// HTTP/2 over TLS, offered before [`ALPN_HTTP1`] unless `--no-http2`.
+pub const ALPN_H2: &[u8] = b"h2";
 
-/// The two listeners' TLS configurations: the same certificate, ALPN `http/1.1` on the HTTP
-/// listener and no ALPN on the raw TCP line-protocol listener (it speaks no HTTP).
+/// The two listeners' TLS configurations: the same certificate, ALPN `h2` and `http/1.1` (or
+/// `http/1.1` alone with `--no-http2`) on the HTTP listener and no ALPN on the raw TCP line-protocol listener (it speaks no HTTP).
 #[derive(Clone)]
 pub struct Configs {
     pub http: Arc<ServerConfig>,
@@ -28,13 +30,13 @@ pub struct Configs {
 }
 
 /// Reads and checks the certificate chain and private key, and builds both configurations.
-/// Errors name the file and what is wrong with it.
-pub fn load(cert: &Path, key: &Path) -> anyhow::Result<Configs> {
+/// Errors name the file and what is wrong with it. `http2`: ALPN offers `h2` first.
+pub fn load(cert: &Path, key: &Path, http2: bool) -> anyhow::Result<Configs> {
     let cert_pem = std::fs::read(cert)
         .with_context(|| format!("--tls-cert {}: cannot read", cert.display()))?;
     let key_pem =
         std::fs::read(key).with_context(|| format!("--tls-key {}: cannot read", key.display()))?;
-    from_pem(&cert_pem, &key_pem, cert, key)
+    from_pem(&cert_pem, &key_pem, cert, key, http2)
 }
 
 /// As [`load`], from the files' bytes (`cert` and `key` name them in errors): a worker builds
@@ -44,6 +46,7 @@ pub fn from_pem(
     key_pem: &[u8],
     cert: &Path,
     key: &Path,
+    http2: bool,
 ) -> anyhow::Result<Configs> {
     let chain = CertificateDer::pem_slice_iter(cert_pem)
         .collect::<Result<Vec<_>, _>>()
@@ -64,7 +67,7 @@ pub fn from_pem(
                 key.display()
             )
         })?;
-    let build = |alpn: Option<&[u8]>| -> anyhow::Result<Arc<ServerConfig>> {
+    let build = |alpn: &[&[u8]]| -> anyhow::Result<Arc<ServerConfig>> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut config = ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
@@ -78,11 +81,15 @@ pub fn from_pem(
                     key.display()
                 )
             })?;
-        config.alpn_protocols = alpn.into_iter().map(<[u8]>::to_vec).collect();
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
         Ok(Arc::new(config))
     };
     Ok(Configs {
-        http: build(Some(ALPN_HTTP1))?,
-        tcp: build(None)?,
+        http: build(if http2 {
+            &[ALPN_H2, ALPN_HTTP1]
+        } else {
+            &[ALPN_HTTP1]
+        })?,
+        tcp: build(&[])?,
     })
 }

@@ -25,7 +25,7 @@ fn sse_and_long_poll_over_tls_with_curl_and_alpn_http11() {
     let base = format!("https://localhost:{}", srv.http.port());
     // SSE: curl holds the stream; a publish over TLS reaches it.
     let mut sse = curl()
-        .args(["-N", "-v", "--cacert", path_str(&pki.ca_pem)])
+        .args(["-N", "-v", "--http1.1", "--cacert", path_str(&pki.ca_pem)])
         .args(["-H", "Accept: text/event-stream"])
         .arg(format!("{base}/sub/news"))
         .stdout(Stdio::piped())

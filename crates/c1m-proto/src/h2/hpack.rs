@@ -28,8 +28,7 @@ pub enum HpackError {
     BadIndex,
     /// A Huffman string with EOS or bad padding.
     Huffman,
-    /// A dynamic table size update above the allowed size, after a field, or missing when the
-    /// allowed size shrank.
+    /// A dynamic table size update above the allowed size, or after a field.
     TableSizeUpdate,
     /// The decoded header list passed `max_list`; the block was read to its end and the table is
     /// consistent, so this is a stream-level refusal.
@@ -54,8 +53,6 @@ pub struct Decoder {
     max_size: usize,
     /// Size this side allows (SETTINGS_HEADER_TABLE_SIZE once acknowledged).
     limit: usize,
-    /// The limit shrank below `max_size`: the next block must start with a size update.
-    update_due: bool,
 }
 
 impl Default for Decoder {
@@ -65,7 +62,6 @@ impl Default for Decoder {
             size: 0,
             max_size: DEFAULT_TABLE_SIZE,
             limit: DEFAULT_TABLE_SIZE,
-            update_due: false,
         }
     }
 }
@@ -82,12 +78,14 @@ impl Decoder {
     }
 
     /// Applies this side's SETTINGS_HEADER_TABLE_SIZE once the peer acknowledged it. A smaller
-    /// size evicts at once and frees the memory; the peer must confirm with a size update.
+    /// size evicts at once and frees the memory. RFC 7541 §4.2 has the peer confirm with a size
+    /// update at the start of its next block, but a missing one is not refused: Go's encoder
+    /// (h2spec, Go clients) omits it, and the table is already at the new size, so decoding
+    /// goes on exactly as if the update had come.
     pub fn set_limit(&mut self, limit: usize) {
         self.limit = limit;
         if limit < self.max_size {
             self.max_size = limit;
-            self.update_due = true;
             self.evict(0);
             if self.table.is_empty() {
                 self.table = VecDeque::new();
@@ -119,13 +117,10 @@ impl Decoder {
                     return Err(HpackError::TableSizeUpdate);
                 }
                 self.max_size = size;
-                self.update_due = false;
                 self.evict(0);
                 continue;
             }
-            if std::mem::replace(&mut first, false) && self.update_due {
-                return Err(HpackError::TableSizeUpdate);
-            }
+            first = false;
             let entry_len;
             if b & 0x80 != 0 {
                 // Indexed field (§6.1).

@@ -191,10 +191,14 @@ pub struct ServeArgs {
     /// plain HTTP, for scrapers and health checks on a private address.
     #[arg(long, env = "C1M_ADMIN_TLS", num_args = 0..=1, default_missing_value = "true")]
     pub admin_tls: Option<bool>,
+    /// Turns HTTP/2 off: TLS offers ALPN http/1.1 only, and a plaintext connection opening
+    /// with the HTTP/2 preface (h2c prior knowledge) is refused as a bad HTTP/1.1 request.
+    #[arg(long, env = "C1M_NO_HTTP2", num_args = 0..=1, default_missing_value = "true")]
+    pub no_http2: Option<bool>,
     // ---- TLS ----
-    /// PEM certificate chain (leaf first): TLS (rustls; ALPN http/1.1 on the HTTP port) on the
-    /// HTTP and raw TCP listeners (the admin listener stays plain HTTP unless --admin-tls);
-    /// needs --tls-key. SIGHUP re-reads both files: new handshakes
+    /// PEM certificate chain (leaf first): TLS (rustls; ALPN h2 and http/1.1 on the HTTP
+    /// port) on the HTTP and raw TCP listeners (the admin listener stays plain HTTP unless
+    /// --admin-tls); needs --tls-key. SIGHUP re-reads both files: new handshakes
     /// get the new certificate, established connections stay. A plaintext client on a TLS port
     /// gets 400 (raw TCP: ERR) and is closed; a handshake not done within --head-timeout is
     /// closed; /status `tls` counts both.

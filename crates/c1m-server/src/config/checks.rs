@@ -206,7 +206,7 @@ impl Config {
     fn validate_tls(&self) -> anyhow::Result<()> {
         match (&self.tls_cert, &self.tls_key) {
             (None, None) => Ok(()),
-            (Some(cert), Some(key)) => crate::tls::load(cert, key).map(|_| ()),
+            (Some(cert), Some(key)) => crate::tls::load(cert, key, !self.no_http2).map(|_| ()),
             _ => bail!("--tls-cert and --tls-key go together: give both or neither"),
         }
     }

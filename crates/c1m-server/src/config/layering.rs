@@ -70,6 +70,7 @@ impl ServeArgs {
             admin_listen,
             admin_publish,
             admin_tls,
+            no_http2,
             tls_cert,
             tls_key,
             broker,

@@ -166,6 +166,8 @@ pub struct Config {
     /// With `admin_listen` and `tls_cert`: the admin listener speaks TLS too (default: plain
     /// HTTP, what monitoring and load-balancer health checks on a private address expect).
     pub admin_tls: bool,
+    /// HTTP/2 off: ALPN offers http/1.1 only and h2c prior knowledge is not recognised.
+    pub no_http2: bool,
     // ---- TLS ----
     /// PEM certificate chain (leaf first) served on the HTTP and raw TCP listeners; with
     /// `tls_key`, turns TLS on for both. Re-read on SIGHUP (new handshakes get the new one).
@@ -333,6 +335,7 @@ impl Default for Config {
             admin_listen: None,
             admin_publish: false,
             admin_tls: false,
+            no_http2: false,
             tls_cert: None,
             tls_key: None,
             broker: None,

@@ -18,7 +18,7 @@ mod to_worker;
 pub use crate::broker::Replay;
 pub use examples::examples;
 pub use lifecycle::{CloseReason, ConnReport, MAX_REPORTS};
-pub use stats::{IoReport, Refused, TlsStats, WorkerStats};
+pub use stats::{H2Stats, IoReport, Refused, TlsStats, WorkerStats};
 pub use to_master::ToMaster;
 pub use to_worker::ToWorker;
 

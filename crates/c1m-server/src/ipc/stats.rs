@@ -159,6 +159,38 @@ wire_struct! {
         pub heartbeats_sent: u64,
         pub heartbeats_skipped: u64,
         pub latency: Latencies,
+        pub h2: H2Stats,
+    }
+}
+
+counters! {
+    /// HTTP/2 counters of one worker (`/status` key `http2`): connections and streams served,
+    /// and each hardening limit's breaches (the codec's counters, summed).
+    pub struct H2Stats {
+        /// Connections that spoke HTTP/2 (ALPN h2 or h2c prior knowledge).
+        pub connections: u64,
+        /// Request streams served.
+        pub streams: u64,
+        /// Streams reset because their DATA could not be queued (a slow consumer).
+        pub slow_streams: u64,
+        /// GOAWAY(ENHANCE_YOUR_CALM): too many peer resets per second (rapid reset).
+        pub rapid_reset: u64,
+        /// GOAWAY(ENHANCE_YOUR_CALM): a header block over the byte or CONTINUATION cap.
+        pub continuation_flood: u64,
+        /// GOAWAY(ENHANCE_YOUR_CALM): too many control frames queued (SETTINGS/PING floods).
+        pub control_flood: u64,
+        /// Requests answered 431: the decoded header list passed the cap (HPACK bombs).
+        pub header_list_too_large: u64,
+        /// Streams refused over SETTINGS_MAX_CONCURRENT_STREAMS.
+        pub refused_streams: u64,
+        /// Requests reset as malformed.
+        pub malformed_requests: u64,
+        /// Connection errors sent (GOAWAY with an error code), the ones above included.
+        pub connection_errors: u64,
+        /// Stream errors sent (RST_STREAM), refused and malformed included.
+        pub stream_errors: u64,
+        /// Sends refused because a connection's output bound was reached.
+        pub output_full: u64,
     }
 }
 

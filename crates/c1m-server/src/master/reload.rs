@@ -28,6 +28,8 @@ const RESTART_KEYS: &[&str] = &[
     "admin_listen",
     // What the admin listener speaks, like TLS on or off for the others.
     "admin_tls",
+    // What ALPN offers is set when the TLS configuration is built; h2c follows it.
+    "no_http2",
 ];
 
 /// The running configuration with `new`'s live values, the live keys that changed, and the

@@ -50,6 +50,7 @@ pub struct Report {
     publish_refused: u64,
     history_bytes: usize,
     tls: Option<TlsStats>,
+    h2: crate::ipc::H2Stats,
     broker: BrokerStats,
     pub(super) latency: Latencies,
     pub(super) gauges: Vec<WorkerGauges>,
@@ -92,6 +93,7 @@ impl Report {
             broker: m.broker.stats(),
             upgrades: m.upgrades,
             tls: m.cfg.tls_cert.is_some().then(TlsStats::default),
+            h2: crate::ipc::H2Stats::default(),
             latency: Latencies::default(),
             gauges: Vec::new(),
             subscribes: 0,
@@ -141,6 +143,8 @@ impl Report {
                 tls.add(&s.tls);
                 tls.add(&old.tls);
             }
+            r.h2.add(&s.h2);
+            r.h2.add(&old.h2);
         }
         let pids = r.workers.iter().map(|w| w.1).filter(|&p| p != 0).collect();
         (r.memory, r.processes) = m.memory.latest(pids);
@@ -230,6 +234,7 @@ impl Report {
             "worker_restarts": self.restarts,
             "channels": self.channels,
             "tls": self.tls_json(),
+            "http2": self.h2.fields().iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
             "broker": {
                 "kind": self.broker.kind, "connected": self.broker.connected,
                 "reconnects": self.broker.reconnects,
@@ -536,6 +541,61 @@ impl Report {
             let rows: Vec<(&str, u64)> = rows.iter().map(|(k, v)| (k.as_str(), *v)).collect();
             metric(name, kind, help, &rows);
         }
+        let h = &self.h2;
+        for (name, help, value) in [
+            (
+                "http2_connections_total",
+                "Connections that spoke HTTP/2 (ALPN h2 or h2c prior knowledge).",
+                h.connections,
+            ),
+            (
+                "http2_streams_total",
+                "HTTP/2 request streams served, each as the same HTTP/1.1 request would be.",
+                h.streams,
+            ),
+            (
+                "http2_slow_streams_total",
+                "HTTP/2 streams reset because their DATA could not be queued (slow consumer).",
+                h.slow_streams,
+            ),
+            (
+                "http2_output_full_total",
+                "HTTP/2 sends refused because the connection's output bound was reached.",
+                h.output_full,
+            ),
+        ] {
+            metric(name, "counter", help, &[("", value)]);
+        }
+        metric(
+            "http2_connection_errors_total",
+            "counter",
+            "HTTP/2 GOAWAY frames sent with an error code, by cause (other: any protocol error).",
+            &[
+                ("{cause=\"rapid_reset\"}", h.rapid_reset),
+                ("{cause=\"continuation_flood\"}", h.continuation_flood),
+                ("{cause=\"control_flood\"}", h.control_flood),
+                (
+                    "{cause=\"other\"}",
+                    h.connection_errors
+                        .saturating_sub(h.rapid_reset + h.continuation_flood + h.control_flood),
+                ),
+            ],
+        );
+        metric(
+            "http2_stream_errors_total",
+            "counter",
+            "HTTP/2 streams refused or reset by the server, by cause (other: any stream error).",
+            &[
+                ("{cause=\"header_list_too_large\"}", h.header_list_too_large),
+                ("{cause=\"refused\"}", h.refused_streams),
+                ("{cause=\"malformed\"}", h.malformed_requests),
+                (
+                    "{cause=\"other\"}",
+                    h.stream_errors
+                        .saturating_sub(h.refused_streams + h.malformed_requests),
+                ),
+            ],
+        );
         if let Some(tls) = &self.tls {
             metric(
                 "tls_handshakes_total",
@@ -592,6 +652,7 @@ pub fn retire(retired: &mut WorkerStats, last: &WorkerStats) {
     retired.client_ignored += last.client_ignored;
     retired.refused.add(&last.refused);
     retired.tls.add(&last.tls);
+    retired.h2.add(&last.h2);
     retired.subscribes += last.subscribes;
     retired.heartbeats_sent += last.heartbeats_sent;
     retired.heartbeats_skipped += last.heartbeats_skipped;

@@ -11,6 +11,15 @@ impl Worker {
         let Some((idx, mut conn)) = self.conns.by_token(token) else {
             return;
         };
+        if conn.kind == Kind::H2 {
+            if writable {
+                self.h2_flush(idx);
+            }
+            if readable {
+                self.on_readable(idx);
+            }
+            return;
+        }
         if writable && !conn.has_out() {
             // TLS handshake bytes the socket refused earlier.
             if let Err(e) = conn.flush_tls() {
@@ -60,7 +69,7 @@ impl Worker {
         let mut eof = false;
         let mut error = None;
         while let Some(kind) = self.conns.get(idx).map(|c| c.kind) {
-            if buf.len() >= limit && keeps_input(kind) && kind != Kind::Ws {
+            if buf.len() >= limit && keeps_input(kind) && !matches!(kind, Kind::Ws | Kind::H2) {
                 let used = self.process_input(idx, &buf);
                 buf.drain(..used);
                 match self.conns.get_mut(idx) {
@@ -91,6 +100,14 @@ impl Worker {
                         break;
                     }
                 }
+                Ok(_) if kind == Kind::H2 => {
+                    // Frames go to the codec as they arrive, like WebSocket frames.
+                    let used = self.h2_input(idx, &buf);
+                    buf.drain(..used);
+                    if self.conns.get(idx).is_none_or(|c| c.kind != Kind::H2) {
+                        break;
+                    }
+                }
                 Ok(_) if keeps_input(kind) => {}
                 Ok(_) => buf.truncate(old), // a stream's input is discarded
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
@@ -105,7 +122,7 @@ impl Worker {
         let kind = self.conns.get(idx).map(|c| c.kind);
         if kind.is_some_and(keeps_input) && !buf.is_empty() {
             // WebSocket input was decoded while reading; what is left is an unfinished tail.
-            let consumed = if kind == Some(Kind::Ws) {
+            let consumed = if matches!(kind, Some(Kind::Ws | Kind::H2)) {
                 0
             } else {
                 self.process_input(idx, &buf)

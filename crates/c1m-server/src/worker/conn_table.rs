@@ -5,12 +5,14 @@
 //!   (a chunked replay, a chunked request body, CORS headers owed, a publish awaiting its
 //!   ack, a dashboard stream, the user a token named): kept out of `Conn` so an idle
 //!   anonymous subscriber pays nothing for them;
-//! - the TLS sessions, by slot, lent with the connection ([`ConnMut`]) to its byte paths.
+//! - the TLS sessions, by slot, lent with the connection ([`ConnMut`]) to its byte paths;
+//! - the HTTP/2 codecs and streams (`h2_streams`), lent the same way to a stream's slot.
 //!
 //! [`ConnTable::remove`] is the one way out: it drops all of a connection's state at once, so
 //! no map keeps an entry for a connection that is gone.
 
-use super::conn::{Conn, ConnMut};
+use super::conn::{Conn, ConnMut, H2_STREAM};
+use super::h2_streams::H2State;
 use super::tls_session;
 use c1m_proto::chunked::Progress;
 use slab::Slab;
@@ -49,6 +51,8 @@ pub struct ConnTable {
     users: HashMap<u64, Rc<str>>,
     /// The same, by user: each user's connections, for the server API's calls by user id.
     by_user: HashMap<Rc<str>, Vec<u64>>,
+    /// HTTP/2 connections and their streams (empty unless a client speaks HTTP/2).
+    pub h2: H2State,
 }
 
 impl ConnTable {
@@ -65,6 +69,7 @@ impl ConnTable {
             tls: tls_session::Sessions::default(),
             users: HashMap::new(),
             by_user: HashMap::new(),
+            h2: H2State::default(),
         }
     }
 
@@ -155,8 +160,39 @@ impl ConnTable {
         if !self.users.is_empty() {
             self.forget_user(token);
         }
+        if !self.h2.is_empty() {
+            self.h2.remove(token);
+        }
         self.tls.end(idx, &mut conn.stream);
         Some(conn)
+    }
+
+    /// Writes what the HTTP/2 connection in `idx` has in its codec's output (TLS ciphertext
+    /// owed goes first). Ok(true) when all is written; Ok(false): the socket is full, the
+    /// writable event resumes.
+    pub fn write_h2(&mut self, idx: usize) -> std::io::Result<bool> {
+        let Some(conn) = self.slab.get_mut(idx) else {
+            return Ok(true);
+        };
+        let token = token_of(idx, conn.generation);
+        let Some(p) = self.h2.parents.get_mut(&token) else {
+            return Ok(true);
+        };
+        p.dirty = false;
+        self.h2.codec.add(&p.conn.take_counters());
+        let mut io = ConnMut::new(conn, self.tls.io(idx));
+        if !io.flush_tls()? {
+            return Ok(false);
+        }
+        while !p.conn.output().is_empty() {
+            let len = p.conn.output().len();
+            let n = io.write_now(p.conn.output())?;
+            p.conn.advance(n);
+            if n < len || io.owes_tls() {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     pub fn get(&self, idx: usize) -> Option<&Conn> {
@@ -166,6 +202,10 @@ impl ConnTable {
     /// The connection in `idx` with its TLS session, for reading and sending.
     pub fn get_mut(&mut self, idx: usize) -> Option<ConnMut<'_>> {
         let conn = self.slab.get_mut(idx)?;
+        if conn.edge & H2_STREAM != 0 {
+            let token = token_of(idx, conn.generation);
+            return Some(ConnMut::stream(conn, self.h2.io(token)));
+        }
         Some(ConnMut::new(conn, self.tls.io(idx)))
     }
 

@@ -46,6 +46,7 @@ impl Worker {
                 self.flush_lifecycle();
                 return Ok(());
             }
+            self.h2_turn();
             let now = Instant::now();
             if self.handover.frozen {
                 // No timer, heartbeat or ping touches a client while frozen; they run late
@@ -56,6 +57,7 @@ impl Worker {
             self.expire_timers(&mut turn, now);
             self.resume_accepts(now);
             self.run_sweeps(&mut turn, now);
+            self.h2_turn();
             self.report_stats(&mut turn, now)?;
             self.trim_memory(&mut turn, now);
             // Before-sleep batching: this turn's opens and closes in one frame.

@@ -71,6 +71,7 @@ impl Worker {
                 self.token_expired(idx)
             }
             Kind::Status => self.status_timeout(idx),
+            Kind::H2 => self.h2_idle_check(idx),
             // The peer did not read its final answer within the linger time.
             Kind::Closing => self.cut_unread(idx),
             _ => {}

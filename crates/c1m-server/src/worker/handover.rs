@@ -5,7 +5,7 @@
 //! lists, and serves once the old one says commit. Until then neither side writes to a client,
 //! so whichever way it ends, every byte goes out exactly once.
 
-use super::conn::{Conn, Kind, WsMessage};
+use super::conn::{Conn, Kind, WsMessage, H2_STREAM};
 use super::{token_of, Worker, ADMIN_LISTENER, HTTP_LISTENER, TCP_LISTENER};
 use crate::ipc::ToMaster;
 use anyhow::{bail, Context};
@@ -161,7 +161,14 @@ impl Worker {
             }
         }
         send(&pair, &Pair::Listeners { kinds }, &fds)?;
-        let idxs = self.conns.slots();
+        // HTTP/2 connections and their streams are not handed over (the record has no place
+        // for a codec's state): they end with this worker and their clients reconnect.
+        let idxs: Vec<usize> = self
+            .conns
+            .slots()
+            .into_iter()
+            .filter(|&i| self.conns[i].kind != Kind::H2 && self.conns[i].edge & H2_STREAM == 0)
+            .collect();
         for batch in idxs.chunks(handover::FDS_PER_BATCH) {
             let records = batch
                 .iter()

@@ -9,7 +9,7 @@
 //! master), `stats` (the figures pushed to the master); the connections (`conn_table`: the
 //! slab, side maps and TLS sessions with one `remove`; `conn`: one connection's state and byte
 //! paths; `tls_session`: TLS handshake and record layer); input (`requests`: HTTP and line
-//! protocol; `websocket`; `edge`: JWT auth, token expiry and refresh, CORS, the admin
+//! protocol; `h2` and `h2_streams`: HTTP/2 connections and their streams; `websocket`; `edge`: JWT auth, token expiry and refresh, CORS, the admin
 //! listener; `publish_rule`; `ip_limits`: per-source-address admission; `health`); output
 //! (`joins`: subscribe and the join answer's replay; `delivery`: fan-out to live
 //! subscribers; `fan_out_slices`: fan-outs delivered a bounded slice per loop turn; `answers`:
@@ -31,6 +31,8 @@ mod edge;
 mod event_loop;
 mod expiry;
 mod fan_out_slices;
+mod h2;
+mod h2_streams;
 mod handover;
 mod health;
 mod heartbeats;
@@ -388,6 +390,13 @@ impl Worker {
     /// channels (telling the master about channels this worker no longer needs) and closes
     /// the socket.
     fn close(&mut self, idx: usize) {
+        if self
+            .conns
+            .get(idx)
+            .is_some_and(|c| c.kind == conn::Kind::H2)
+        {
+            self.close_h2_streams(idx);
+        }
         let Some(mut conn) = self.conns.remove(idx) else {
             return;
         };

@@ -136,6 +136,11 @@ impl Worker {
 
     /// One HTTP request. Returns the bytes it used, or None when it needs more input.
     fn http_request(&mut self, idx: usize, data: &[u8]) -> Option<usize> {
+        match self.h2_start(idx, data) {
+            super::h2::Start::No => {}
+            super::h2::Start::NeedMore => return None,
+            super::h2::Start::Started(used) => return Some(used),
+        }
         let req = match http::parse_request(data) {
             Ok(req) => req,
             Err(HeadError::Partial) => return None,

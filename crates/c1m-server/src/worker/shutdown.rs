@@ -50,6 +50,7 @@ impl Worker {
                 http::error(503, "server shutting down")
             }
             Kind::Closing => return,
+            Kind::H2 => return self.h2_goodbye(idx),
             Kind::Publishing | Kind::Status => return, // answered when the master replies
             _ => return self.close(idx),
         };

@@ -146,6 +146,15 @@ impl Sessions {
         })
     }
 
+    /// Whether the connection in `slot` negotiated HTTP/2 by ALPN.
+    pub fn negotiated_h2(&self, slot: usize) -> bool {
+        self.by_slot
+            .get(slot)
+            .and_then(Option::as_deref)
+            .and_then(|s| s.tls.alpn_protocol())
+            == Some(crate::tls::ALPN_H2)
+    }
+
     /// The session of the connection in `slot`, if it has one.
     pub fn io(&mut self, slot: usize) -> Option<TlsIo<'_>> {
         let session = self.by_slot.get_mut(slot)?.as_deref_mut()?;

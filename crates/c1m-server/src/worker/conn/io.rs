@@ -4,6 +4,7 @@
 //! own keyed by descriptor.
 
 use super::{Conn, WROTE};
+use crate::worker::h2_streams::StreamIo;
 use crate::worker::tls_session::TlsIo;
 use mio::net::TcpStream;
 use std::io::{self, Read, Write};
@@ -25,15 +26,37 @@ pub enum Sent {
 pub struct ConnMut<'a> {
     conn: &'a mut Conn,
     tls: Option<TlsIo<'a>>,
+    /// An HTTP/2 stream's path into its connection's codec (`h2_streams`): set for a slot
+    /// marked [`super::H2_STREAM`], which never touches its socket.
+    h2: Option<StreamIo<'a>>,
 }
 
 impl<'a> ConnMut<'a> {
     pub fn new(conn: &'a mut Conn, tls: Option<TlsIo<'a>>) -> ConnMut<'a> {
-        ConnMut { conn, tls }
+        ConnMut {
+            conn,
+            tls,
+            h2: None,
+        }
+    }
+
+    /// An HTTP/2 stream's slot with its byte path.
+    pub fn stream(conn: &'a mut Conn, h2: StreamIo<'a>) -> ConnMut<'a> {
+        ConnMut {
+            conn,
+            tls: None,
+            h2: Some(h2),
+        }
+    }
+
+    /// Writes what the socket takes of `data` now (through TLS), queueing nothing: an HTTP/2
+    /// connection keeps what is left in its codec's output. Only with no queue ahead of it.
+    pub fn write_now(&mut self, data: &[u8]) -> io::Result<usize> {
+        write_some(&mut self.conn.stream, self.tls.as_mut(), data)
     }
 
     /// TLS ciphertext waits for the socket.
-    fn owes_tls(&self) -> bool {
+    pub fn owes_tls(&self) -> bool {
         self.tls.as_ref().is_some_and(TlsIo::owes_bytes)
     }
 
@@ -43,6 +66,9 @@ impl<'a> ConnMut<'a> {
     /// the next message or replay chunk whole, however large (each is bounded on its own).
     pub fn send_shared(&mut self, data: &Rc<[u8]>, max_unsent: usize) -> Sent {
         self.conn.edge |= WROTE;
+        if let Some(h2) = &mut self.h2 {
+            return h2.send(data, max_unsent);
+        }
         if let Some(q) = self.conn.side.as_mut().and_then(|s| s.out.as_mut()) {
             if q.bytes > max_unsent {
                 return Sent::Overflow;
@@ -68,7 +94,7 @@ impl<'a> ConnMut<'a> {
     /// Whether a fan-out send may go through the io_uring batch: nothing is queued ahead of it
     /// (order), and the socket carries plaintext (TLS records are made by rustls in user space).
     pub fn can_batch_send(&self) -> bool {
-        !self.conn.has_out() && self.tls.is_none()
+        !self.conn.has_out() && self.tls.is_none() && self.h2.is_none()
     }
 
     /// The outcome of a batched (io_uring) send of `data`: `result` is the kernel's (bytes
@@ -91,6 +117,9 @@ impl<'a> ConnMut<'a> {
     /// Sends bytes owned by this connection alone (responses, replays).
     pub fn send_owned(&mut self, data: Vec<u8>, max_unsent: usize) -> Sent {
         self.conn.edge |= WROTE;
+        if let Some(h2) = &mut self.h2 {
+            return h2.send(&data, max_unsent);
+        }
         if !self.conn.has_out() {
             match write_some(&mut self.conn.stream, self.tls.as_mut(), &data) {
                 Ok(n) if n == data.len() && !self.owes_tls() => return Sent::Done,
@@ -139,6 +168,8 @@ impl<'a> ConnMut<'a> {
     pub fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match &mut self.tls {
             Some(tls) => tls.read(&mut self.conn.stream, buf),
+            // A stream's input comes from its connection's codec, never its socket.
+            None if self.h2.is_some() => Err(io::ErrorKind::WouldBlock.into()),
             None => self.conn.stream.read(buf),
         }
     }

@@ -26,11 +26,13 @@ pub enum Kind {
     Ws,
     /// Response written or error sent: close once `out` drains.
     Closing,
+    /// An HTTP/2 connection: its input goes to its codec, its streams are slots of their own.
+    H2,
 }
 
 impl Kind {
     /// Every kind, in the order of its hand-over code (docs/upgrade.md): the index is the code.
-    pub(super) const ALL: [Kind; 13] = [
+    pub(super) const ALL: [Kind; 14] = [
         Kind::Http,
         Kind::TcpCommand,
         Kind::Publishing,
@@ -44,6 +46,7 @@ impl Kind {
         Kind::TcpStream,
         Kind::Ws,
         Kind::Closing,
+        Kind::H2,
     ];
 
     /// This kind's code in a hand-over record.

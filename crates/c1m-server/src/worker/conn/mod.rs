@@ -107,6 +107,9 @@ pub const WROTE: u8 = 4;
 /// The heartbeat sweep's previous visit (half an interval ago) found the stream sent nothing:
 /// the next visit that finds it silent too writes the heartbeat (heartbeats.rs).
 pub const QUIET: u8 = 8;
+/// The slot is an HTTP/2 request stream (`h2_streams`): its bytes go through its connection's
+/// codec, its socket is a duplicate of the connection's that is never read or written.
+pub const H2_STREAM: u8 = 16;
 
 /// Everything a connection holds only while it is doing something an idle subscriber does
 /// not: half-read input, bytes the socket refused, a WebSocket message in progress, or
@@ -402,7 +405,7 @@ mod tests {
         for k in Kind::ALL {
             assert_eq!(Kind::from_code(k.code()), Some(k));
         }
-        assert_eq!(Kind::from_code(13), None);
+        assert_eq!(Kind::from_code(14), None);
         let mut q = OutQueue::from_unsent(b"abc".to_vec());
         q.chunks.push_back((Rc::from(&b"defg"[..]), 1));
         q.chunks[0].1 = 1;

@@ -1,0 +1,266 @@
+//! HTTP/2 on the HTTP listener: which connections speak it (ALPN `h2` on TLS; on plaintext,
+//! h2c with prior knowledge: the first bytes are the client preface), the codec driven from the
+//! connection's reads and writes, each request stream given a slot of its own and handed to the
+//! same request code as HTTP/1.1 (see `h2_streams` for why), and the per-turn work: slots whose
+//! answer is complete are removed, codec output is written, rate windows start over each
+//! second. `--no-http2` turns both ways in off.
+
+use super::conn::{self, Conn, Kind, H2_STREAM};
+use super::h2_streams::{request_bytes, request_head};
+use super::{token_of, Worker};
+use c1m_proto::h2::{frame::PREFACE, ErrorCode, Event, Scope};
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+
+/// Streams one HTTP/2 connection may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS).
+pub const MAX_STREAMS: u32 = 100;
+/// How often each codec starts a new rate window (peer resets per window).
+const TICK: Duration = Duration::from_secs(1);
+
+/// Whether a connection's first bytes start HTTP/2.
+pub enum Start {
+    /// Not HTTP/2: go on as HTTP/1.1.
+    No,
+    /// A prefix of the preface so far: wait for more.
+    NeedMore,
+    /// Now an HTTP/2 connection; the bytes it used.
+    Started(usize),
+}
+
+impl Worker {
+    /// A connection's first request: HTTP/2 when TLS negotiated `h2`, or when the plaintext
+    /// bytes are the client preface.
+    pub(super) fn h2_start(&mut self, idx: usize, data: &[u8]) -> Start {
+        let conn = &self.conns[idx];
+        if self.cfg.no_http2 || conn.flags & conn::SERVED != 0 || conn.edge & H2_STREAM != 0 {
+            return Start::No;
+        }
+        if !self.conns.tls.negotiated_h2(idx) {
+            let n = data.len().min(PREFACE.len());
+            if data[..n] != PREFACE[..n] {
+                return Start::No;
+            }
+            if n < PREFACE.len() {
+                return Start::NeedMore;
+            }
+        }
+        let token = self.conns.token(idx);
+        self.conns.h2.add_parent(token, MAX_STREAMS);
+        if self.conns.h2.next_tick.is_none() {
+            self.conns.h2.next_tick = Some(Instant::now() + TICK);
+        }
+        let mut c = self.conns.at(idx);
+        c.kind = Kind::H2;
+        c.flags |= conn::SERVED;
+        // Streams have their own timers; the connection's checks for idleness (`h2_idle_check`).
+        self.arm_head_timer(idx);
+        Start::Started(self.h2_input(idx, data))
+    }
+
+    /// An HTTP/2 connection's timer (every `--head-timeout`): one with no stream open is idle,
+    /// as an HTTP/1.1 keep-alive connection with no request would be, and is closed with
+    /// GOAWAY(NO_ERROR); one with streams is checked again later.
+    pub(super) fn h2_idle_check(&mut self, idx: usize) {
+        let token = self.conns.token(idx);
+        let Some(p) = self.conns.h2.parents.get_mut(&token) else {
+            return;
+        };
+        if p.streams.is_empty() && p.bodies.is_empty() && p.conn.open_streams() == 0 {
+            p.conn.goaway(ErrorCode::NO_ERROR, b"idle");
+            return self.h2_flush(idx);
+        }
+        self.arm_head_timer(idx);
+    }
+
+    /// Input on an HTTP/2 connection: frames to the codec, its events to the streams. Returns
+    /// the bytes used (the rest is an unfinished frame).
+    pub(super) fn h2_input(&mut self, idx: usize, data: &[u8]) -> usize {
+        let token = self.conns.token(idx);
+        let mut events = Vec::new();
+        let Some(p) = self.conns.h2.parents.get_mut(&token) else {
+            return data.len();
+        };
+        let used = p.conn.receive(data, &mut events);
+        for ev in events {
+            self.h2_event(idx, token, ev);
+        }
+        self.h2_flush(idx);
+        used
+    }
+
+    fn h2_event(&mut self, idx: usize, token: u64, ev: Event) {
+        match ev {
+            Event::Request {
+                stream,
+                request,
+                end_stream,
+            } => {
+                let head = request_head(&request);
+                let has_body = matches!(request.method.as_str(), "POST" | "PUT" | "PATCH");
+                if end_stream {
+                    return self.h2_dispatch(idx, token, stream, head, &[], has_body);
+                }
+                if let Some(p) = self.conns.h2.parents.get_mut(&token) {
+                    p.bodies.push((stream, head, Vec::new()));
+                }
+            }
+            Event::Data {
+                stream,
+                data,
+                end_stream,
+            } => {
+                let max = self.cfg.max_payload;
+                let Some(p) = self.conns.h2.parents.get_mut(&token) else {
+                    return;
+                };
+                let Some(i) = p.bodies.iter().position(|b| b.0 == stream) else {
+                    return; // already answered (e.g. 413): the rest is not read
+                };
+                p.bodies[i].2.extend_from_slice(&data);
+                // Past the payload limit the request goes now: it is refused with 413 by the
+                // same check as HTTP/1.1, and no more of it is kept.
+                if end_stream || p.bodies[i].2.len() > max {
+                    let (_, head, body) = p.bodies.swap_remove(i);
+                    self.h2_dispatch(idx, token, stream, head, &body, true);
+                }
+            }
+            Event::Reset { stream, .. }
+            | Event::StreamError(c1m_proto::h2::H2Error {
+                scope: Scope::Stream(stream),
+                ..
+            }) => self.h2_stream_gone(token, stream),
+            Event::StreamError(_) | Event::GoAway { .. } => {}
+            Event::ConnectionError(e) => {
+                tracing::debug!(error = %e, "HTTP/2 connection error; GOAWAY sent");
+                self.close_h2_streams(idx);
+            }
+        }
+    }
+
+    /// The peer reset a stream, or the codec did: its slot goes (leaving its channels).
+    fn h2_stream_gone(&mut self, token: u64, stream: u32) {
+        if let Some(p) = self.conns.h2.parents.get_mut(&token) {
+            p.bodies.retain(|b| b.0 != stream);
+        }
+        if let Some(child) = self.conns.h2.child_of(token, stream) {
+            if let Some((cidx, _)) = self.conns.by_token(child) {
+                self.close(cidx);
+            }
+        }
+    }
+
+    /// A whole request: a slot for its stream, then the HTTP/1.1 request path.
+    fn h2_dispatch(
+        &mut self,
+        idx: usize,
+        token: u64,
+        stream: u32,
+        head: Vec<u8>,
+        body: &[u8],
+        has_body: bool,
+    ) {
+        let parent = &self.conns[idx];
+        let edge = H2_STREAM | (parent.edge & conn::ADMIN);
+        let sock = match parent.stream.as_fd().try_clone_to_owned() {
+            Ok(fd) => mio::net::TcpStream::from_std(std::net::TcpStream::from(fd)),
+            Err(e) => {
+                if let Some(held_back) = self.socket_errors.allow(Instant::now()) {
+                    tracing::warn!(error = %e, held_back, "no descriptor for an HTTP/2 stream; refused");
+                }
+                self.counters.refused.fd_limit += 1;
+                if let Some(p) = self.conns.h2.parents.get_mut(&token) {
+                    p.conn.reset(stream, ErrorCode::REFUSED_STREAM);
+                }
+                return;
+            }
+        };
+        let generation = self.conns.next_generation();
+        let mut c = Conn::new(sock, generation, Kind::Http);
+        c.edge = edge;
+        let cidx = self.conns.insert(c);
+        let child = token_of(cidx, generation);
+        self.conns.h2.add_child(child, token, stream);
+        let bytes = request_bytes(head, body, has_body);
+        self.process_input(cidx, &bytes);
+        // A request that neither answered nor waits for anything (cannot happen for a whole
+        // request, but a slot must never be left behind).
+        if let Some(c) = self.conns.get(cidx) {
+            if c.kind == Kind::Http && c.deadline == 0 && !self.conns.h2.finished.contains(&child) {
+                self.close(cidx);
+            }
+        }
+    }
+
+    /// Removes every stream slot of the HTTP/2 connection in `idx` (it is closing).
+    pub(super) fn close_h2_streams(&mut self, idx: usize) {
+        let token = self.conns.token(idx);
+        if let Some(p) = self.conns.h2.parents.get_mut(&token) {
+            p.bodies.clear();
+        }
+        for child in self.conns.h2.children_of(token) {
+            if let Some((cidx, _)) = self.conns.by_token(child) {
+                self.close(cidx);
+            }
+        }
+    }
+
+    /// Writes the codec's output; closes the connection once the codec is done (after a
+    /// GOAWAY) or the socket failed.
+    pub(super) fn h2_flush(&mut self, idx: usize) {
+        let token = self.conns.token(idx);
+        match self.conns.write_h2(idx) {
+            Err(e) => {
+                self.count_lost_peer(&e);
+                self.close(idx);
+            }
+            Ok(_) => {
+                if self
+                    .conns
+                    .h2
+                    .parents
+                    .get(&token)
+                    .is_some_and(|p| p.conn.is_done())
+                {
+                    self.close(idx);
+                }
+            }
+        }
+    }
+
+    /// Shutdown: GOAWAY(NO_ERROR); open streams get their own goodbye, and the connection
+    /// closes when the last one is gone.
+    pub(super) fn h2_goodbye(&mut self, idx: usize) {
+        let token = self.conns.token(idx);
+        if let Some(p) = self.conns.h2.parents.get_mut(&token) {
+            p.conn.goaway(ErrorCode::NO_ERROR, b"server shutting down");
+        }
+        self.h2_flush(idx);
+    }
+
+    /// Once per loop turn: slots whose answer is complete go, codec output is written, and
+    /// each second every codec starts a new rate window.
+    pub(super) fn h2_turn(&mut self) {
+        if self.conns.h2.is_empty() {
+            return;
+        }
+        for child in std::mem::take(&mut self.conns.h2.finished) {
+            if let Some((cidx, _)) = self.conns.by_token(child) {
+                self.close(cidx);
+            }
+        }
+        let now = Instant::now();
+        if self.conns.h2.next_tick.is_some_and(|t| t <= now) {
+            self.conns.h2.next_tick = Some(now + TICK);
+            let h2 = &mut self.conns.h2;
+            for p in h2.parents.values_mut() {
+                p.conn.tick();
+                h2.codec.add(&p.conn.take_counters());
+            }
+        }
+        for parent in std::mem::take(&mut self.conns.h2.dirty) {
+            if let Some((idx, _)) = self.conns.by_token(parent) {
+                self.h2_flush(idx);
+            }
+        }
+    }
+}

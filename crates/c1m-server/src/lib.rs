@@ -12,8 +12,10 @@
 //!
 //! Must not touch: raw syscalls (they live in `c1m-sys`) or wire-format details (`c1m-proto`).
 
+mod api;
 mod auth;
 mod broker;
+mod conn_id;
 mod growing_read;
 /// Redis Cluster's hash slot of a key: public so the cluster tests can check it against a live
 /// `CLUSTER KEYSLOT`.

@@ -13,12 +13,14 @@ mod examples;
 mod stats;
 mod to_master;
 mod to_worker;
+mod user_act;
 
 pub use crate::broker::Replay;
 pub use examples::examples;
 pub use stats::{IoReport, Refused, TlsStats, WorkerStats};
 pub use to_master::ToMaster;
 pub use to_worker::ToWorker;
+pub use user_act::{Action, Target, UserAct};
 
 use c1m_proto::codec::{Reader, Writer};
 

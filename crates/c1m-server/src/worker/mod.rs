@@ -20,6 +20,7 @@
 
 mod accept;
 mod answers;
+mod api;
 mod channels;
 mod cluster;
 mod conn;
@@ -161,6 +162,9 @@ pub struct Worker {
     sender: sender::Sender,
     /// Why this worker does not use io_uring though `--io` allowed it (empty otherwise).
     io_fallback_reason: String,
+    /// This worker's index among the master's workers: the first part of its connections'
+    /// ids (`crate::conn_id`).
+    index: u32,
 }
 
 /// Entry point of `c1m __serve-worker`.
@@ -210,6 +214,7 @@ fn run_configured(cfg: Config, index: usize) -> anyhow::Result<u8> {
     let Ok(name) = std::env::var(handover::ENV_HANDOVER) else {
         let mut worker = Worker::new(cfg, secrets, link, max_conns, control, &mut Vec::new())?;
         worker.ip_limits = ip_limits;
+        worker.index = index as u32;
         worker.run()?;
         return Ok(0);
     };
@@ -226,6 +231,7 @@ fn run_configured(cfg: Config, index: usize) -> anyhow::Result<u8> {
     );
     let mut worker = Worker::new(cfg, secrets, link, max_conns, control, &mut taken.listeners)?;
     worker.ip_limits = ip_limits;
+    worker.index = index as u32;
     worker.restore(std::mem::take(&mut taken.conns))?;
     if !handover::await_commit(&taken.pair, timeout)? {
         tracing::warn!("upgrade: aborted by the old worker; exiting without touching a connection");
@@ -367,6 +373,7 @@ impl Worker {
             link_failed: None,
             ip_limits: None,
             handover: handover::HandOver::default(),
+            index: 0,
         })
     }
 
@@ -383,6 +390,14 @@ impl Worker {
         let _ = self.poll.registry().deregister(&mut conn.stream);
         if let Some(limits) = &mut self.ip_limits {
             limits.release_held(idx);
+        }
+    }
+
+    /// The id of the connection in `idx` (`crate::conn_id`).
+    fn conn_id(&self, idx: usize) -> crate::conn_id::ConnId {
+        crate::conn_id::ConnId {
+            worker: self.index,
+            token: self.conns.token(idx),
         }
     }
 

@@ -50,6 +50,13 @@ pub(super) enum Pending {
         channel: String,
         local: u64,
     },
+    /// The server API's `history`: the channel's replay after `since` (0 without).
+    History {
+        req: Req,
+        channel: String,
+        since: Option<u64>,
+        limit: usize,
+    },
 }
 
 /// The broker seam on Redis: one node's view of the shared ids, history and delivery.
@@ -259,6 +266,22 @@ impl RedisBroker {
                 generation,
                 after,
             } => self.on_sync_found(channel, generation, after, value),
+            Pending::History {
+                req,
+                channel,
+                since,
+                limit,
+            } => {
+                let channels = [channel];
+                let cap = self.limits.max_count.clamp(1, 1000);
+                let after = since.unwrap_or(0);
+                let page = value
+                    .and_then(|v| script::decode_found(v, 1))
+                    .map(|found| script::to_chunk(found, &channels, after, usize::MAX, cap))
+                    .map(|chunk| crate::broker::HistoryPage::from_replay(chunk.items, since, limit))
+                    .ok_or_else(|| self.failure_cause());
+                self.ready.push(Event::History { req, page });
+            }
         }
     }
 }
@@ -390,6 +413,30 @@ impl Broker for RedisBroker {
                 last_id: None,
                 complete: false,
             });
+        }
+    }
+
+    fn history(&mut self, req: Req, channel: String, since: Option<u64>, limit: usize) {
+        if !self.shared.command_up.load(Ordering::SeqCst) || self.pending.len() >= MAX_IN_FLIGHT {
+            let page = Err(self.failure_cause());
+            return self.ready.push(Event::History { req, page });
+        }
+        let tag = self.tag(Pending::History {
+            req,
+            channel: channel.clone(),
+            since,
+            limit,
+        });
+        let request = Request::Replay {
+            tag,
+            channels: vec![channel],
+            after: Some(since.unwrap_or(0)),
+            cap: self.limits.max_count.clamp(1, 1000),
+            max_age_ms: self.max_age_ms(),
+        };
+        if !self.request(request) {
+            let page = Err("the redis request queue is full".to_string());
+            self.ready.push(Event::History { req, page });
         }
     }
 

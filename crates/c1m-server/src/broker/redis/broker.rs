@@ -50,6 +50,8 @@ pub(super) enum Pending {
         channel: String,
         local: u64,
     },
+    /// A server API control message (its answer says only that Redis took it).
+    Control,
     /// The server API's `history`: the channel's replay after `since` (0 without).
     History {
         req: Req,
@@ -266,6 +268,7 @@ impl RedisBroker {
                 generation,
                 after,
             } => self.on_sync_found(channel, generation, after, value),
+            Pending::Control => {}
             Pending::History {
                 req,
                 channel,
@@ -414,6 +417,16 @@ impl Broker for RedisBroker {
                 complete: false,
             });
         }
+    }
+
+    /// One Redis only: Redis Cluster's sharded pub/sub has no channel every node hears
+    /// (docs/PROTOCOL.md says the API acts on the node it is asked on there).
+    fn control(&mut self, message: String) -> bool {
+        if self.stats.kind != "redis" || !self.shared.command_up.load(Ordering::SeqCst) {
+            return false;
+        }
+        let tag = self.tag(Pending::Control);
+        self.request(Request::Control { tag, message })
     }
 
     fn history(&mut self, req: Req, channel: String, since: Option<u64>, limit: usize) {

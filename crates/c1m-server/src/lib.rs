@@ -12,6 +12,7 @@
 //!
 //! Must not touch: raw syscalls (they live in `c1m-sys`) or wire-format details (`c1m-proto`).
 
+mod api;
 mod auth;
 mod broker;
 pub mod conn_id;

@@ -25,6 +25,7 @@ mod build_outputs;
 mod conns_flag;
 mod doctor_live;
 mod serve_ack_priority;
+mod serve_api;
 mod serve_auth;
 mod serve_backpressure;
 mod serve_broker_dead_link;

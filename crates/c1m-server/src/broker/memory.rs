@@ -97,6 +97,17 @@ impl Broker for MemoryBroker {
         });
     }
 
+    fn history(&mut self, req: Req, channel: String, since: Option<u64>, limit: usize) {
+        let chunk = self
+            .hub
+            .replay(&[channel], since.unwrap_or(0), usize::MAX, Instant::now());
+        let page = super::HistoryPage::from_replay(chunk.items, since, limit);
+        self.ready.push(Event::History {
+            req,
+            page: Ok(page),
+        });
+    }
+
     fn export_history(&self, now: Instant) -> Option<super::HistoryExport> {
         Some(self.hub.export(now))
     }

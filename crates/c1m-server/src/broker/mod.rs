@@ -71,6 +71,13 @@ pub enum Event {
         nodes: u64,
         complete: bool,
     },
+    /// The answer to `history`.
+    History {
+        req: Req,
+        page: Result<HistoryPage, String>,
+    },
+    /// A server API control message from another node (`control`), as that node sent it.
+    Control { message: String },
     /// Messages `(after, through]` on `channel` cannot be delivered (lost while the broker was
     /// unreachable, or gone from its history): live subscribers are told so.
     Gap {
@@ -115,6 +122,43 @@ pub struct BrokerStats {
     /// Channels subscribed again after their live subscription was lost (pub/sub connection
     /// lost or dead, or under Redis Cluster their slot moved), each caught up from history.
     pub resubscribes: u64,
+}
+
+/// One page of a channel's history for the server API's `history` call.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct HistoryPage {
+    /// (id, payload), oldest first.
+    pub messages: Vec<(u64, Vec<u8>)>,
+    /// What a resume from the asked id missed (`gap_through`): `(after, through]`.
+    pub gap: Option<(u64, u64)>,
+    /// History holds more after the last message here.
+    pub more: bool,
+}
+
+impl HistoryPage {
+    /// The page from a whole replay of one channel: with `since`, the first `limit` messages
+    /// after it (a resume's answer, gap included); without, the newest `limit` (no gap).
+    pub fn from_replay(items: Vec<Replay>, since: Option<u64>, limit: usize) -> HistoryPage {
+        let mut page = HistoryPage::default();
+        for item in items {
+            match item {
+                Replay::Gap { after, through, .. } if since.is_some() => {
+                    page.gap = Some((after, through))
+                }
+                Replay::Gap { .. } => {}
+                Replay::Message { id, payload, .. } => page.messages.push((id, payload)),
+            }
+        }
+        if page.messages.len() > limit {
+            if since.is_some() {
+                page.messages.truncate(limit);
+                page.more = true;
+            } else {
+                page.messages.drain(..page.messages.len() - limit);
+            }
+        }
+        page
+    }
 }
 
 /// History bounds (from the configuration, changed by SIGHUP): per channel, its namespace's
@@ -174,6 +218,14 @@ pub trait Broker {
     /// answered by `ChannelInfo`.
     fn channel_info(&mut self, req: Req, channel: String, local: u64);
     fn stats(&self) -> BrokerStats;
+    /// A channel's history for the server API: answered by `History` (see
+    /// [`HistoryPage::from_replay`] for what `since` and `limit` select).
+    fn history(&mut self, req: Req, channel: String, since: Option<u64>, limit: usize);
+    /// Sends a server API control message to every other node (`Control` events there);
+    /// false when this broker has no other nodes to reach (one box) or could not queue it.
+    fn control(&mut self, _message: String) -> bool {
+        false
+    }
     /// Live upgrade: the ids and history to hand to the new master, or None when this broker
     /// cannot hand over (the upgrade is then refused).
     fn export_history(&self, _now: Instant) -> Option<HistoryExport> {

@@ -70,6 +70,9 @@ pub struct ServeArgs {
     /// Largest publish body in bytes (after chunked decoding; larger → 413), at most 8388608.
     #[arg(long, env = "C1M_MAX_PAYLOAD")]
     pub max_payload: Option<usize>,
+    /// Largest server API request body in bytes (POST /api/{call}; larger → 413).
+    #[arg(long, env = "C1M_API_MAX_BODY")]
+    pub api_max_body: Option<usize>,
     /// Bearer key required to publish (HTTP and WebSocket client publish).
     #[arg(long, env = "C1M_PUBLISH_KEY", hide_env_values = true)]
     pub publish_key: Option<String>,

@@ -86,6 +86,13 @@ impl Config {
                 self.max_payload
             );
         }
+        if self.api_max_body == 0 || self.api_max_body > MAX_PAYLOAD_LIMIT {
+            problem!(
+                "--api-max-body {} must be between 1 and {MAX_PAYLOAD_LIMIT} bytes: a server API \
+                 request crosses the master-worker link in one frame",
+                self.api_max_body
+            );
+        }
         // One channel of the longest name holding one message of the largest payload.
         let one = self.max_payload
             + crate::hub::STORED_OVERHEAD

@@ -40,6 +40,7 @@ impl ServeArgs {
             history_age,
             history_max_bytes,
             max_payload,
+            api_max_body,
             publish_key,
             poll_timeout,
             sse_heartbeat,

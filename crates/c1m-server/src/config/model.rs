@@ -82,6 +82,8 @@ pub struct Config {
     pub history_max_bytes: usize,
     /// Largest publish body in bytes (larger gets 413).
     pub max_payload: usize,
+    /// Largest server API request body in bytes (larger gets 413).
+    pub api_max_body: usize,
     /// Bearer key required to publish; without it only loopback peers may publish.
     pub publish_key: Option<String>,
     #[serde(with = "humantime_serde")]
@@ -293,6 +295,7 @@ impl Default for Config {
             history_age: Duration::from_secs(300),
             history_max_bytes: 128 * 1024 * 1024,
             max_payload: 64 * 1024,
+            api_max_body: crate::api::DEFAULT_MAX_BODY,
             publish_key: None,
             poll_timeout: Duration::from_secs(30),
             // On by default: a heartbeat every 30 s feeds the 60 s idle timeout common to

@@ -101,6 +101,16 @@ pub fn examples() -> (Vec<ToMaster>, Vec<ToWorker>) {
             req: 6,
             channel: "a".into(),
         },
+        ToMaster::Api {
+            req: 7,
+            call: "publish".into(),
+            body: br#"{"channel":"a","data":"x"}"#.to_vec(),
+            ndjson: false,
+        },
+        ToMaster::ApiRefused {
+            call: "batch".into(),
+        },
+        ToMaster::ApiActed { op: 3, count: 2 },
         ToMaster::HandOverPrepared,
         ToMaster::HandOverSent { conns: 12 },
         ToMaster::HandOverFailed {
@@ -167,6 +177,36 @@ pub fn examples() -> (Vec<ToMaster>, Vec<ToWorker>) {
         },
         ToWorker::Dashboard {
             json: "{\"connections\":1}".into(),
+        },
+        ToWorker::ApiAnswer {
+            req: 7,
+            status: 400,
+            body: r#"{"error":{"code":400,"message":"x"}}"#.into(),
+        },
+        ToWorker::ApiAct {
+            op: 3,
+            act: super::UserAct {
+                target: super::Target::User("ann".into()),
+                action: super::Action::Disconnect { reconnect: true },
+            },
+        },
+        ToWorker::ApiAct {
+            op: 4,
+            act: super::UserAct {
+                target: super::Target::Conn(0x1_0000_0002),
+                action: super::Action::Unsubscribe {
+                    channel: "room".into(),
+                },
+            },
+        },
+        ToWorker::ApiAct {
+            op: 5,
+            act: super::UserAct {
+                target: super::Target::User("bob".into()),
+                action: super::Action::Subscribe {
+                    channel: "news".into(),
+                },
+            },
         },
         ToWorker::HandOverPrepare,
         ToWorker::HandOverGo {

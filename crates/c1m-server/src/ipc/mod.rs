@@ -14,6 +14,7 @@ mod lifecycle;
 mod stats;
 mod to_master;
 mod to_worker;
+mod user_act;
 
 pub use crate::broker::Replay;
 pub use examples::examples;
@@ -21,6 +22,7 @@ pub use lifecycle::{CloseReason, ConnReport, MAX_REPORTS};
 pub use stats::{H2Stats, IoReport, Refused, TlsStats, WorkerStats};
 pub use to_master::ToMaster;
 pub use to_worker::ToWorker;
+pub use user_act::{Action, Target, UserAct};
 
 use c1m_proto::codec::{Reader, Writer};
 

@@ -22,6 +22,9 @@ c1m_proto::wire_tags! {
         HandOverFailed = 26,
         Io = 30,
         PublishKeyed = 60,
+        Api = 40,
+        ApiRefused = 41,
+        ApiActed = 42,
         Lifecycle = 70,
     }
 }
@@ -71,6 +74,24 @@ pub enum ToMaster {
     /// Connections opened and closed in one loop turn (only while webhooks are on).
     Lifecycle {
         reports: Vec<super::ConnReport>,
+    },
+    /// `POST /api/{call}`: the request body as it came (JSON, or NDJSON for a batch), checked
+    /// and carried out by the master, answered with `ApiAnswer`.
+    Api {
+        req: u64,
+        call: String,
+        body: Vec<u8>,
+        ndjson: bool,
+    },
+    /// An API request the worker refused before the master saw it (method, size, publish
+    /// rule): counted as an error of `call`.
+    ApiRefused {
+        call: String,
+    },
+    /// The answer to `ToWorker::ApiAct` number `op`: how many connections it touched here.
+    ApiActed {
+        op: u64,
+        count: u64,
     },
     // ---- live upgrade (docs/upgrade.md) ----
     /// Input and accepts are stopped and every request this worker made is on the link before
@@ -140,6 +161,20 @@ impl ToMaster {
             }),
             ToMaster::Lifecycle { reports } => frame(Tag::Lifecycle as u8, |w| {
                 super::lifecycle::write(w, reports);
+            }),
+            ToMaster::Api {
+                req,
+                call,
+                body,
+                ndjson,
+            } => frame(Tag::Api as u8, |w| {
+                w.u64(*req).str(call).bytes(body).bool(*ndjson);
+            }),
+            ToMaster::ApiRefused { call } => frame(Tag::ApiRefused as u8, |w| {
+                w.str(call);
+            }),
+            ToMaster::ApiActed { op, count } => frame(Tag::ApiActed as u8, |w| {
+                w.u64(*op).u64(*count);
             }),
             ToMaster::HandOverPrepared => frame(Tag::HandOverPrepared as u8, |_| {}),
             ToMaster::HandOverSent { conns } => frame(Tag::HandOverSent as u8, |w| {
@@ -213,6 +248,19 @@ impl ToMaster {
             },
             Tag::Lifecycle => ToMaster::Lifecycle {
                 reports: super::lifecycle::read(r)?,
+            },
+            Tag::Api => ToMaster::Api {
+                req: r.u64("req")?,
+                call: r.string("api call")?,
+                body: r.bytes("api body")?,
+                ndjson: r.bool("ndjson")?,
+            },
+            Tag::ApiRefused => ToMaster::ApiRefused {
+                call: r.string("api call")?,
+            },
+            Tag::ApiActed => ToMaster::ApiActed {
+                op: r.u64("op")?,
+                count: r.u64("count")?,
             },
             Tag::HandOverPrepared => ToMaster::HandOverPrepared,
             Tag::HandOverSent => ToMaster::HandOverSent {

@@ -3,7 +3,7 @@
 //! configuration and key material) and the master's side of a live upgrade. Each tag number is
 //! written once, in [`Tag`] (replay entries in [`ReplayTag`]).
 
-use super::{frame, reader, MAX_CHANNELS};
+use super::{frame, reader, UserAct, MAX_CHANNELS};
 use crate::broker::Replay;
 use crate::secrets::Secrets;
 use c1m_proto::codec::{Reader, Result};
@@ -27,6 +27,8 @@ c1m_proto::wire_tags! {
         HandOverGo = 21,
         HandOverCommit = 22,
         HandOverAbort = 23,
+        ApiAnswer = 40,
+        ApiAct = 41,
     }
 }
 
@@ -103,6 +105,18 @@ pub enum ToWorker {
     /// The running key material (`crate::secrets`): the first frame a worker gets, and again
     /// before a `Reconfigure` that comes with new files.
     Secrets(Secrets),
+    /// The answer to `ToMaster::Api`: the HTTP status and the JSON body.
+    ApiAnswer {
+        req: u64,
+        status: u16,
+        body: String,
+    },
+    /// A server API call on users' connections (disconnect, unsubscribe, subscribe); answered
+    /// with `ToMaster::ApiActed` carrying `op`.
+    ApiAct {
+        op: u64,
+        act: UserAct,
+    },
     // ---- live upgrade (docs/upgrade.md) ----
     /// Stop accepting and reading clients, answer `HandOverPrepared`.
     HandOverPrepare,
@@ -202,6 +216,13 @@ impl ToWorker {
                     .opt_bytes(secrets.tls_key.as_deref())
                     .opt_bytes(secrets.jwt_key.as_deref());
             }),
+            ToWorker::ApiAnswer { req, status, body } => frame(Tag::ApiAnswer as u8, |w| {
+                w.u64(*req).u32(u32::from(*status)).str(body);
+            }),
+            ToWorker::ApiAct { op, act } => frame(Tag::ApiAct as u8, |w| {
+                w.u64(*op);
+                act.write(w);
+            }),
             ToWorker::HandOverPrepare => frame(Tag::HandOverPrepare as u8, |_| {}),
             ToWorker::HandOverGo {
                 name,
@@ -291,6 +312,15 @@ impl ToWorker {
                 tls_key: r.opt_bytes("tls key")?,
                 jwt_key: r.opt_bytes("jwt key")?,
             }),
+            Tag::ApiAnswer => ToWorker::ApiAnswer {
+                req: r.u64("req")?,
+                status: u16::try_from(r.u32("status")?).map_err(|_| r.bad("api status"))?,
+                body: r.string("api answer")?,
+            },
+            Tag::ApiAct => ToWorker::ApiAct {
+                op: r.u64("op")?,
+                act: UserAct::read(r)?,
+            },
             Tag::HandOverPrepare => ToWorker::HandOverPrepare,
             Tag::HandOverGo => ToWorker::HandOverGo {
                 name: r.string("hand-over socket name")?,

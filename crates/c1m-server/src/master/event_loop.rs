@@ -37,6 +37,7 @@ impl Master {
             self.resume_paused_reads();
             self.step_live_upgrade();
             let now = Instant::now();
+            self.api_expire(now);
             self.notify_systemd(now);
             if now >= next_tick {
                 self.tick(now);

@@ -10,6 +10,7 @@
 //! out: the in-node hub's traffic), `plan` and `plan_reason` (how many workers and why),
 //! `status`, `dashboard`, `memory`, `reload`, `sd_notify` and `upgrade`.
 
+mod api;
 mod dashboard;
 mod event_loop;
 mod memory;
@@ -78,6 +79,8 @@ pub struct Master {
     /// Publishes refused because a worker that must deliver them is behind.
     publish_refused: u64,
     restarts: u64,
+    /// The server API's calls in progress and counts.
+    api: api::Api,
     /// One warning per 10 s summing the refusals that rose.
     refusal_log: crate::log::RefusalSummary,
     started: Instant,
@@ -164,6 +167,7 @@ impl Master {
             slots: Vec::new(),
             published: 0,
             publish_refused: 0,
+            api: api::Api::new(),
             restarts: 0,
             refusal_log: crate::log::RefusalSummary::new(Instant::now()),
             started: Instant::now(),

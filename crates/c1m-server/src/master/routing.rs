@@ -4,7 +4,7 @@
 //! that is behind is not read until it drains, and publishes it would have to deliver are
 //! refused before they get an id.
 
-use super::{status, Master};
+use super::{api, status, Master};
 use crate::broker::{Event, Req};
 use crate::ipc::{ToMaster, ToWorker};
 use std::rc::Rc;
@@ -181,10 +181,18 @@ impl Master {
             frame @ (ToMaster::HandOverPrepared
             | ToMaster::HandOverSent { .. }
             | ToMaster::HandOverFailed { .. }) => self.on_handover_frame(i, frame),
+            ToMaster::Api {
+                req,
+                call,
+                body,
+                ndjson,
+            } => self.on_api(i, req, &call, &body, ndjson),
+            ToMaster::ApiRefused { call } => self.api.count(&call, false),
+            ToMaster::ApiActed { op, count } => self.api_acted(i, op, count),
             ToMaster::StatusQuery { req, metrics } => {
                 let report = status::Report::gather(self);
                 let body = if metrics {
-                    report.prometheus()
+                    report.prometheus() + &self.api.prometheus()
                 } else {
                     report.json()
                 };
@@ -230,6 +238,16 @@ impl Master {
                 // The publisher's answer comes before the message: if its worker also has
                 // subscribers, the ack would otherwise wait behind that worker's whole local
                 // fan-out. (Only join answers must stay ordered after earlier messages.)
+                Event::Published { req, id, .. } if req.worker == api::API_WORKER => {
+                    self.published += 1;
+                    self.api_published(req.token, Ok(id));
+                }
+                Event::PublishUnavailable { req, cause } if req.worker == api::API_WORKER => {
+                    self.publish_refused += 1;
+                    self.api_published(req.token, Err(format!("not published: {cause}")));
+                }
+                Event::History { req, page } => self.api_history(req.token, page),
+                Event::Control { message } => self.api_control(&message),
                 Event::Published { req, channel, id } => {
                     self.published += 1;
                     let ack = ToWorker::Published {

@@ -97,6 +97,11 @@ impl ConnTable {
         self.users.get(&token).map(|u| &**u)
     }
 
+    /// The tokens of `user`'s connections (a snapshot: acting on them may close some).
+    pub fn tokens_of_user(&self, user: &str) -> Vec<u64> {
+        self.by_user.get(user).cloned().unwrap_or_default()
+    }
+
     /// How many connections have a user, and how many distinct users they belong to.
     pub fn user_counts(&self) -> (usize, usize) {
         (self.users.len(), self.by_user.len())

@@ -43,13 +43,18 @@ impl Worker {
             return true;
         }
         let admin = self.conns[idx].edge & ADMIN != 0;
-        let publish = route.starts_with("/pub/");
+        // The server API: always on the admin listener, and on the public one only while /pub
+        // is (it is never more open than publishing).
+        if route.starts_with("/api/") && (admin || !self.cfg.admin_publish) {
+            return true;
+        }
+        let publish = route.starts_with("/pub/") || route.starts_with("/api/");
         // The routes that moved to the admin listener: served there and only there.
         let moved = is_admin_route(route) || (publish && self.cfg.admin_publish);
         let served = moved == admin;
         if !served {
             let why = if admin {
-                "the admin listener serves /status, /metrics, /healthz, /dashboard (and /pub with --admin-publish)"
+                "the admin listener serves /status, /metrics, /healthz, /dashboard, /api (and /pub with --admin-publish)"
             } else {
                 "not served here: this path is on the admin listener"
             };
@@ -116,12 +121,15 @@ impl Worker {
     }
 
     /// The SSE response head, with CORS headers when the request came from an allowed Origin.
+    /// Carries the connection's id (`C1m-Conn-Id`), which the server API's calls by
+    /// connection take.
     pub(super) fn sse_head(&mut self, idx: usize) -> Vec<u8> {
-        let Some(lines) = self.take_cors(idx) else {
-            return sse::RESPONSE_HEAD.to_vec();
-        };
+        let id = self.conn_id(idx);
         let mut head = sse::RESPONSE_HEAD[..sse::RESPONSE_HEAD.len() - 2].to_vec();
-        head.extend_from_slice(lines.as_bytes());
+        head.extend_from_slice(format!("C1m-Conn-Id: {id}\r\n").as_bytes());
+        if let Some(lines) = self.take_cors(idx) {
+            head.extend_from_slice(lines.as_bytes());
+        }
         head.extend_from_slice(b"\r\n");
         head
     }

@@ -58,6 +58,7 @@ impl Worker {
                 ToWorker::Published { .. }
                     | ToWorker::PublishRefused { .. }
                     | ToWorker::Status { .. }
+                    | ToWorker::ApiAnswer { .. }
             )
         });
         for frame in replies.into_iter().chain(ordered) {
@@ -113,6 +114,12 @@ impl Worker {
                 broker,
             } => self.on_publish_refused(req, retry_after_s, &broker),
             ToWorker::Status { req, body, metrics } => self.on_status(req, body, metrics),
+            ToWorker::ApiAnswer { req, status, body } => self.on_api_answer(req, status, body),
+            ToWorker::ApiAct { op, act } => {
+                // Ordered after the messages sent before it (a kicked stream gets those first).
+                self.finish_fan_outs();
+                self.on_api_act(op, act)
+            }
             ToWorker::Shutdown => self.begin_shutdown(),
             ToWorker::Reconfigure { json } => self.reconfigure(&json),
             ToWorker::Secrets(secrets) => self.secrets = secrets,

@@ -20,6 +20,7 @@
 
 mod accept;
 mod answers;
+mod api;
 mod channels;
 mod cluster;
 mod conn;
@@ -170,6 +171,9 @@ pub struct Worker {
     io_fallback_reason: String,
     /// Connection lifecycle reports for the master's webhooks (only when they are on).
     lifecycle: Option<lifecycle::Lifecycle>,
+    /// This worker's index among the master's workers: the first part of its connections'
+    /// ids (`crate::conn_id`).
+    index: u32,
 }
 
 /// Entry point of `c1m __serve-worker`.
@@ -219,6 +223,7 @@ fn run_configured(cfg: Config, index: usize) -> anyhow::Result<u8> {
     let Ok(name) = std::env::var(handover::ENV_HANDOVER) else {
         let mut worker = Worker::new(cfg, secrets, link, max_conns, control, &mut Vec::new())?;
         worker.ip_limits = ip_limits;
+        worker.index = index as u32;
         worker.run()?;
         return Ok(0);
     };
@@ -235,6 +240,7 @@ fn run_configured(cfg: Config, index: usize) -> anyhow::Result<u8> {
     );
     let mut worker = Worker::new(cfg, secrets, link, max_conns, control, &mut taken.listeners)?;
     worker.ip_limits = ip_limits;
+    worker.index = index as u32;
     worker.restore(std::mem::take(&mut taken.conns))?;
     if !handover::await_commit(&taken.pair, timeout)? {
         tracing::warn!("upgrade: aborted by the old worker; exiting without touching a connection");
@@ -383,6 +389,7 @@ impl Worker {
             link_failed: None,
             ip_limits: None,
             handover: handover::HandOver::default(),
+            index: 0,
         })
     }
 
@@ -407,6 +414,14 @@ impl Worker {
         let _ = self.poll.registry().deregister(&mut conn.stream);
         if let Some(limits) = &mut self.ip_limits {
             limits.release_held(idx);
+        }
+    }
+
+    /// The id of the connection in `idx` (`crate::conn_id`).
+    fn conn_id(&self, idx: usize) -> crate::conn_id::ConnId {
+        crate::conn_id::ConnId {
+            worker: self.index,
+            token: self.conns.token(idx),
         }
     }
 

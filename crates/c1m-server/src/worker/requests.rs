@@ -16,7 +16,18 @@ use c1m_proto::{channel, line};
 /// largest coding, plus one byte. So a connection that takes input can always use a full buffer:
 /// either a whole request is in it, or it is refused (431, 413).
 pub fn input_limit(cfg: &Config) -> usize {
-    http::MAX_HEAD + chunked::wire_limit(cfg.max_payload) + 1
+    http::MAX_HEAD + chunked::wire_limit(cfg.max_payload.max(cfg.api_max_body)) + 1
+}
+
+/// How far a request body has arrived ([`Worker::read_body`]).
+pub enum BodyRead {
+    /// Still arriving (a `100 Continue` went out if asked for).
+    Partial,
+    /// The whole body and the bytes it took after the head.
+    Done(Vec<u8>, usize),
+    /// Over the limit: what was too large.
+    TooLarge(String),
+    Malformed(&'static str),
 }
 
 /// What a subscribe asks for.
@@ -166,9 +177,14 @@ impl Worker {
                 return Some(data.len());
             }
         };
-        let is_publish = req.method == "POST" && route.starts_with("/pub/");
-        if !is_publish && !matches!(framing, BodyFraming::None | BodyFraming::Length(0)) {
-            self.refuse(idx, 400, "only POST /pub/{channel} takes a request body");
+        let takes_body =
+            req.method == "POST" && (route.starts_with("/pub/") || route.starts_with("/api/"));
+        if !takes_body && !matches!(framing, BodyFraming::None | BodyFraming::Length(0)) {
+            self.refuse(
+                idx,
+                400,
+                "only POST /pub/{channel} and POST /api/{call} take a request body",
+            );
             return Some(data.len());
         }
         if !self.route_served(idx, route) {
@@ -194,6 +210,9 @@ impl Worker {
             }
             self.subscribe_request(idx, &req, channels);
             return Some(used);
+        }
+        if let Some(call) = route.strip_prefix("/api/") {
+            return self.api_request(idx, &req, framing, call, data);
         }
         if let Some(channel) = route.strip_prefix("/channels/") {
             return self.channel_info_request(idx, &req, channel, data.len(), used);
@@ -240,7 +259,7 @@ impl Worker {
                     idx,
                     404,
                     "unknown path; see /sub/{channel}, /pub/{channel}, /channels/{channel}, \
-                     /status, /metrics, /healthz, /dashboard, /demo",
+                     /api/{call}, /status, /metrics, /healthz, /dashboard, /demo",
                 );
                 Some(data.len())
             }
@@ -341,42 +360,19 @@ impl Worker {
         };
         let max = self.cfg.max_payload;
         let too_large = |what: String| format!("{what} is over the {max} byte payload limit");
-        let body = &data[req.head_len..];
-        // A chunked body that is still arriving resumes where the last read's scan stopped.
-        let token = self.conns.token(idx);
-        let mut progress = self.conns.chunked_bodies.remove(&token).unwrap_or_default();
-        let (payload, used) = match framing {
-            BodyFraming::None => (Vec::new(), 0),
-            BodyFraming::Length(len) if len > max as u64 => {
-                self.refuse(idx, 413, &too_large(format!("a payload of {len} bytes")));
+        let (payload, used) = match self.read_body(idx, req, framing, data, max) {
+            BodyRead::Partial => return None,
+            BodyRead::Done(payload, used) => (payload, used),
+            BodyRead::TooLarge(what) => {
+                self.refuse(idx, 413, &too_large(what));
                 return Some(data.len());
             }
-            BodyFraming::Length(len) => {
-                let len = len as usize; // ≤ max_payload
-                if body.len() < len {
-                    self.send_continue(idx, req);
-                    return None; // body still arriving
-                }
-                (body[..len].to_vec(), len)
+            BodyRead::Malformed(why) => {
+                self.refuse(idx, 400, why);
+                return Some(data.len());
             }
-            BodyFraming::Chunked => match chunked::decode_resume(body, max, &mut progress) {
-                Ok(Decoded::Complete { body, used }) => (body, used),
-                Ok(Decoded::Partial) => {
-                    self.conns.chunked_bodies.insert(token, progress);
-                    self.send_continue(idx, req);
-                    return None;
-                }
-                Err(ChunkedError::TooLarge) => {
-                    let what = "the chunked body (or its framing overhead)".to_string();
-                    self.refuse(idx, 413, &too_large(what));
-                    return Some(data.len());
-                }
-                Err(ChunkedError::Malformed(why)) => {
-                    self.refuse(idx, 400, why);
-                    return Some(data.len());
-                }
-            },
         };
+        let token = self.conns.token(idx);
         let end = req.head_len + used;
         // The body is whole: the next request on this connection gets its own 100 Continue.
         self.conns[idx].flags &= !CONTINUE_SENT;
@@ -405,6 +401,47 @@ impl Worker {
         };
         self.send_to_master(frame);
         Some(end)
+    }
+
+    /// The request's body, up to `max` bytes (after chunked decoding). A chunked body that is
+    /// still arriving resumes where the last read's scan stopped.
+    pub(super) fn read_body(
+        &mut self,
+        idx: usize,
+        req: &Request<'_>,
+        framing: BodyFraming,
+        data: &[u8],
+        max: usize,
+    ) -> BodyRead {
+        let body = &data[req.head_len..];
+        let token = self.conns.token(idx);
+        let mut progress = self.conns.chunked_bodies.remove(&token).unwrap_or_default();
+        match framing {
+            BodyFraming::None => BodyRead::Done(Vec::new(), 0),
+            BodyFraming::Length(len) if len > max as u64 => {
+                BodyRead::TooLarge(format!("a body of {len} bytes"))
+            }
+            BodyFraming::Length(len) => {
+                let len = len as usize; // ≤ max
+                if body.len() < len {
+                    self.send_continue(idx, req);
+                    return BodyRead::Partial;
+                }
+                BodyRead::Done(body[..len].to_vec(), len)
+            }
+            BodyFraming::Chunked => match chunked::decode_resume(body, max, &mut progress) {
+                Ok(Decoded::Complete { body, used }) => BodyRead::Done(body, used),
+                Ok(Decoded::Partial) => {
+                    self.conns.chunked_bodies.insert(token, progress);
+                    self.send_continue(idx, req);
+                    BodyRead::Partial
+                }
+                Err(ChunkedError::TooLarge) => {
+                    BodyRead::TooLarge("the chunked body (or its framing overhead)".to_string())
+                }
+                Err(ChunkedError::Malformed(why)) => BodyRead::Malformed(why),
+            },
+        }
     }
 
     /// `Expect: 100-continue` (curl sends it before larger and chunked bodies): tell the client

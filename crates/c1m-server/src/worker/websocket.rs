@@ -88,7 +88,12 @@ impl Worker {
             accept.select_protocol(entry);
         }
         self.conns[idx].flags = flags;
-        self.send_or_close(idx, accept.response);
+        // The connection's id, which the server API's calls by connection take.
+        let mut response = accept.response;
+        response.truncate(response.len() - 2);
+        let id = self.conn_id(idx);
+        response.extend_from_slice(format!("C1m-Conn-Id: {id}\r\n\r\n").as_bytes());
+        self.send_or_close(idx, response);
         if self.conns.contains(idx) {
             self.subscribe(idx, channels, last_id, Transport::Ws);
         }

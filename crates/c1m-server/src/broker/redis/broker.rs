@@ -50,6 +50,15 @@ pub(super) enum Pending {
         channel: String,
         local: u64,
     },
+    /// A server API control message (its answer says only that Redis took it).
+    Control,
+    /// The server API's `history`: the channel's replay after `since` (0 without).
+    History {
+        req: Req,
+        channel: String,
+        since: Option<u64>,
+        limit: usize,
+    },
 }
 
 /// The broker seam on Redis: one node's view of the shared ids, history and delivery.
@@ -265,6 +274,24 @@ impl RedisBroker {
                 generation,
                 after,
             } => self.on_sync_found(channel, generation, after, value),
+            Pending::Control => {}
+            Pending::History {
+                req,
+                channel,
+                since,
+                limit,
+            } => {
+                let (count, _) = self.bounds_of([&channel]);
+                let cap = count.clamp(1, 1000);
+                let channels = [channel];
+                let after = since.unwrap_or(0);
+                let page = value
+                    .and_then(|v| script::decode_found(v, 1))
+                    .map(|found| script::to_chunk(found, &channels, after, usize::MAX, cap))
+                    .map(|chunk| crate::broker::HistoryPage::from_replay(chunk.items, since, limit))
+                    .ok_or_else(|| self.failure_cause());
+                self.ready.push(Event::History { req, page });
+            }
         }
     }
 }
@@ -396,6 +423,41 @@ impl Broker for RedisBroker {
                 last_id: None,
                 complete: false,
             });
+        }
+    }
+
+    /// One Redis only: Redis Cluster's sharded pub/sub has no channel every node hears
+    /// (docs/PROTOCOL.md says the API acts on the node it is asked on there).
+    fn control(&mut self, message: String) -> bool {
+        if self.stats.kind != "redis" || !self.shared.command_up.load(Ordering::SeqCst) {
+            return false;
+        }
+        let tag = self.tag(Pending::Control);
+        self.request(Request::Control { tag, message })
+    }
+
+    fn history(&mut self, req: Req, channel: String, since: Option<u64>, limit: usize) {
+        if !self.shared.command_up.load(Ordering::SeqCst) || self.pending.len() >= MAX_IN_FLIGHT {
+            let page = Err(self.failure_cause());
+            return self.ready.push(Event::History { req, page });
+        }
+        let tag = self.tag(Pending::History {
+            req,
+            channel: channel.clone(),
+            since,
+            limit,
+        });
+        let (count, max_age_ms) = self.bounds_of([&channel]);
+        let request = Request::Replay {
+            tag,
+            channels: vec![channel],
+            after: Some(since.unwrap_or(0)),
+            cap: count.clamp(1, 1000),
+            max_age_ms,
+        };
+        if !self.request(request) {
+            let page = Err("the redis request queue is full".to_string());
+            self.ready.push(Event::History { req, page });
         }
     }
 

@@ -240,6 +240,7 @@ impl RedisBroker {
                     self.refuse_join(id);
                 }
             }
+            Incoming::Control(message) => self.ready.push(Event::Control { message }),
             Incoming::Lost(ch) => {
                 // Redis Cluster: this channel alone lost its subscription (its slot moved or
                 // its master's connection went); subscribed again where the map says, then

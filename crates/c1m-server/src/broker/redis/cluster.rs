@@ -227,6 +227,8 @@ impl Nodes for Router {
             }
             Request::Subscribe(ch) => self.subscribe(ch),
             Request::Unsubscribe(ch) => self.unsubscribe(&ch),
+            // Never sent: control messages need plain pub/sub (`RedisBroker::control`).
+            Request::Control { .. } => {}
         }
     }
 

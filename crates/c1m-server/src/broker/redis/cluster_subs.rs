@@ -206,6 +206,8 @@ impl Owner for NodeLink {
                 payload,
             }),
             Push::Subscribed(channel) => subs.link.send(Incoming::Subscribed(channel)),
+            // Sharded connections never subscribe to the control name.
+            Push::Control(_) => true,
             Push::Unsubscribed(channel) => {
                 // Ours (a leave) when the channel is no longer recorded here; else Redis ended
                 // it: its slot moved.

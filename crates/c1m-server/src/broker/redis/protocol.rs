@@ -32,6 +32,11 @@ pub enum Request {
     },
     Subscribe(String),
     Unsubscribe(String),
+    /// PUBLISH of a server API control message to every node (one Redis only).
+    Control {
+        tag: u64,
+        message: String,
+    },
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -46,7 +51,8 @@ impl Request {
         match self {
             Request::Publish { tag, .. }
             | Request::Replay { tag, .. }
-            | Request::Script { tag, .. } => Some(*tag),
+            | Request::Script { tag, .. }
+            | Request::Control { tag, .. } => Some(*tag),
             _ => None,
         }
     }
@@ -73,6 +79,8 @@ pub enum Incoming {
         id: u64,
         payload: Vec<u8>,
     },
+    /// A server API control message another node published.
+    Control(String),
 }
 
 /// A bounded send for the master's side: the request back when the queue is full (or the

@@ -38,6 +38,8 @@ pub enum Push {
     Moved(u16),
     /// A subscribe was refused for another reason.
     Refused(String),
+    /// A server API control message (one Redis only).
+    Control(Vec<u8>),
     /// Anything else (a PING's answer, another program's channel).
     Other,
 }
@@ -96,6 +98,12 @@ impl Kind {
         let [Value::BulkString(kind), Value::BulkString(name), data] = parts.as_slice() else {
             return Push::Other;
         };
+        if let (Kind::Plain { db }, Value::BulkString(data)) = (self, data) {
+            if kind.as_slice() == message && name.as_slice() == script::control_name(db).as_bytes()
+            {
+                return Push::Control(data.clone());
+            }
+        }
         let Some(channel) = self.channel_of(name) else {
             return Push::Other;
         };
@@ -231,6 +239,11 @@ mod tests {
         assert_eq!(
             plain.parse(push(&[b"message", other_db.as_bytes(), b"7\nhi"])),
             Push::Other
+        );
+        let control = script::control_name(3);
+        assert_eq!(
+            plain.parse(push(&[b"message", control.as_bytes(), b"{}"])),
+            Push::Control(b"{}".to_vec())
         );
         let sharded = Kind::Sharded;
         let name = sharded.name("news");

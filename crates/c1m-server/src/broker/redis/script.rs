@@ -212,6 +212,12 @@ pub fn pubsub_name(db: i64, channel: &str) -> String {
     format!("c1m:{db}:p:{channel}")
 }
 
+/// The pub/sub name of the server API's control messages (acts on users, questions to every
+/// node and their answers): not a channel's name (those carry `:p:`).
+pub fn control_name(db: i64) -> String {
+    format!("c1m:{db}:control")
+}
+
 /// The channel of a pub/sub name, if it is one of ours.
 pub fn channel_of(db: i64, name: &[u8]) -> Option<&str> {
     let prefix = format!("c1m:{db}:p:");

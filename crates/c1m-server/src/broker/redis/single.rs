@@ -169,6 +169,12 @@ impl Nodes for Single {
                 cmd.arg(args);
                 (tag, cmd)
             }
+            Request::Control { tag, message } => {
+                let mut cmd = redis::cmd("PUBLISH");
+                cmd.arg(super::script::control_name(self.target.db))
+                    .arg(message);
+                (tag, cmd)
+            }
             Request::Subscribe(ch) => return self.subscribe(ch),
             Request::Unsubscribe(ch) => return self.unsubscribe(&ch),
         };
@@ -243,6 +249,11 @@ impl Owner for PubSub {
 
     fn up(&self, writer: Writer) -> bool {
         *self.writer() = Some(writer);
+        // The server API's control messages, on every (re)connection.
+        let control = redis::cmd("SUBSCRIBE")
+            .arg(super::script::control_name(self.target.db))
+            .clone();
+        pubsub_conn::write_or_shut(&mut self.writer(), &control);
         self.link.send(Incoming::PubSubUp)
     }
 
@@ -258,6 +269,9 @@ impl Owner for PubSub {
                 payload,
             }),
             Push::Subscribed(channel) => self.link.send(Incoming::Subscribed(channel)),
+            Push::Control(message) => self.link.send(Incoming::Control(
+                String::from_utf8_lossy(&message).into_owned(),
+            )),
             _ => true,
         }
     }

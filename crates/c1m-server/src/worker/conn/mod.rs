@@ -325,6 +325,37 @@ impl Conn {
         }
     }
 
+    /// Gives up the membership of channel `chan`, returning its position to leave (None when
+    /// not a member). A connection that was in several channels keeps naming the channel of
+    /// each event (`is_multi` stays true), so its client's parsing does not change midway.
+    pub fn remove_sub(&mut self, chan: u32) -> Option<u32> {
+        match self.subs.chan {
+            Subs::NONE => None,
+            Subs::MANY => {
+                let side = self.side.as_mut()?;
+                let at = side.subs.iter().position(|&(c, _)| c == chan)?;
+                let (_, pos) = side.subs.swap_remove(at);
+                if side.subs.is_empty() {
+                    self.subs = Subs {
+                        chan: Subs::NONE,
+                        pos: 0,
+                    };
+                    self.tidy();
+                }
+                Some(pos)
+            }
+            one if one == chan => {
+                let pos = self.subs.pos;
+                self.subs = Subs {
+                    chan: Subs::NONE,
+                    pos: 0,
+                };
+                Some(pos)
+            }
+            _ => None,
+        }
+    }
+
     /// Gives up every membership, returning the (channel, position) pairs to leave.
     pub fn take_subs(&mut self) -> TakenSubs {
         let subs = std::mem::replace(

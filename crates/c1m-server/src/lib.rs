@@ -32,6 +32,7 @@ mod link;
 mod listener;
 mod log;
 mod master;
+mod presence;
 mod secrets;
 mod tls;
 mod upgrade_cli;

@@ -10,12 +10,14 @@
 //! answer ([`Replay`]) is the broker's (`crate::broker`), which builds it.
 
 mod examples;
+mod presence;
 mod stats;
 mod to_master;
 mod to_worker;
 
 pub use crate::broker::Replay;
 pub use examples::examples;
+pub use presence::{batches, PresenceChange, PresenceEvent};
 pub use stats::{IoReport, Refused, TlsStats, WorkerStats};
 pub use to_master::ToMaster;
 pub use to_worker::ToWorker;

@@ -3,6 +3,7 @@
 //! configuration and key material) and the master's side of a live upgrade. Each tag number is
 //! written once, in [`Tag`] (replay entries in [`ReplayTag`]).
 
+use super::presence::PresenceEvent;
 use super::{frame, reader, MAX_CHANNELS};
 use crate::broker::Replay;
 use crate::secrets::Secrets;
@@ -23,6 +24,7 @@ c1m_proto::wire_tags! {
         Gap = 9,
         Dashboard = 10,
         Secrets = 11,
+        PresenceEvents = 12,
         HandOverPrepare = 20,
         HandOverGo = 21,
         HandOverCommit = 22,
@@ -103,6 +105,11 @@ pub enum ToWorker {
     /// The running key material (`crate::secrets`): the first frame a worker gets, and again
     /// before a `Reconfigure` that comes with new files.
     Secrets(Secrets),
+    /// Join/leave events for this worker's subscribers of each event's channel (not stored,
+    /// no id).
+    PresenceEvents {
+        events: Vec<PresenceEvent>,
+    },
     // ---- live upgrade (docs/upgrade.md) ----
     /// Stop accepting and reading clients, answer `HandOverPrepared`.
     HandOverPrepare,
@@ -202,6 +209,12 @@ impl ToWorker {
                     .opt_bytes(secrets.tls_key.as_deref())
                     .opt_bytes(secrets.jwt_key.as_deref());
             }),
+            ToWorker::PresenceEvents { events } => frame(Tag::PresenceEvents as u8, |w| {
+                w.count(events.len());
+                for e in events {
+                    e.write(w);
+                }
+            }),
             ToWorker::HandOverPrepare => frame(Tag::HandOverPrepare as u8, |_| {}),
             ToWorker::HandOverGo {
                 name,
@@ -291,6 +304,14 @@ impl ToWorker {
                 tls_key: r.opt_bytes("tls key")?,
                 jwt_key: r.opt_bytes("jwt key")?,
             }),
+            Tag::PresenceEvents => {
+                // Each event takes at least 9 bytes (kind, empty channel, empty event).
+                let n = r.count(9, "presence events")?;
+                let events = (0..n)
+                    .map(|_| PresenceEvent::read(r))
+                    .collect::<Result<_>>()?;
+                ToWorker::PresenceEvents { events }
+            }
             Tag::HandOverPrepare => ToWorker::HandOverPrepare,
             Tag::HandOverGo => ToWorker::HandOverGo {
                 name: r.string("hand-over socket name")?,

@@ -173,6 +173,18 @@ impl Master {
                 self.broker.channel_info(req, channel, local);
                 self.pump();
             }
+            ToMaster::Presence { changes } => self.on_presence_changes(i, changes),
+            ToMaster::PresenceQuery { req, channel } => {
+                let stats = self.presence.presence_stats(&channel);
+                let members = self.presence.presence(&channel);
+                let body = super::presence::answer_json(&channel, stats, &members);
+                let answer = ToWorker::Status {
+                    req,
+                    body,
+                    metrics: false,
+                };
+                self.send(i, answer.encode());
+            }
             frame @ (ToMaster::HandOverPrepared
             | ToMaster::HandOverSent { .. }
             | ToMaster::HandOverFailed { .. }) => self.on_handover_frame(i, frame),

@@ -144,6 +144,7 @@ impl Master {
             let _ = child.kill();
         }
         self.drop_interest(i, None);
+        self.drop_worker_presence(i);
         let held: Vec<String> = self
             .counts
             .iter()

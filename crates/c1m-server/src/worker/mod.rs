@@ -39,6 +39,7 @@ mod joins;
 mod keepalive;
 mod master_link;
 mod message;
+mod presence;
 mod publish_rule;
 mod reload;
 mod requests;
@@ -161,6 +162,8 @@ pub struct Worker {
     sender: sender::Sender,
     /// Why this worker does not use io_uring though `--io` allowed it (empty otherwise).
     io_fallback_reason: String,
+    /// Members of presence-enabled channels and the changes owed to the master.
+    presence: presence::Presence,
 }
 
 /// Entry point of `c1m __serve-worker`.
@@ -367,6 +370,7 @@ impl Worker {
             link_failed: None,
             ip_limits: None,
             handover: handover::HandOver::default(),
+            presence: presence::Presence::default(),
         })
     }
 
@@ -374,6 +378,9 @@ impl Worker {
     /// channels (telling the master about channels this worker no longer needs) and closes
     /// the socket.
     fn close(&mut self, idx: usize) {
+        if let Some(conn) = self.conns.get(idx) {
+            self.presence_leave(token_of(idx, conn.generation));
+        }
         let Some(mut conn) = self.conns.remove(idx) else {
             return;
         };

@@ -191,6 +191,9 @@ impl Worker {
             return Some(used);
         }
         if let Some(channel) = route.strip_prefix("/channels/") {
+            if let Some(channel) = channel.strip_suffix("/presence") {
+                return self.presence_request(idx, &req, channel, data.len(), used);
+            }
             return self.channel_info_request(idx, &req, channel, data.len(), used);
         }
         if let Some(channel) = route.strip_prefix("/pub/") {

@@ -14,12 +14,16 @@ use std::time::{Duration, Instant};
 use tungstenite::Message;
 
 fn presence(server: &Server, channel: &str) -> Value {
+    try_presence(server, channel).unwrap()
+}
+
+fn try_presence(server: &Server, channel: &str) -> Result<Value, Box<ureq::Error>> {
     let body = ureq::get(&server.url(&format!("/channels/{channel}/presence")))
         .call()
-        .unwrap()
+        .map_err(Box::new)?
         .into_string()
         .unwrap();
-    serde_json::from_str(&body).unwrap()
+    Ok(serde_json::from_str(&body).unwrap())
 }
 
 /// Polls the presence answer until `pred` holds (changes reach the master within a loop
@@ -27,7 +31,8 @@ fn presence(server: &Server, channel: &str) -> Value {
 fn wait_presence(server: &Server, channel: &str, pred: impl Fn(&Value) -> bool) -> Value {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let p = presence(server, channel);
+        // A pooled connection to a worker killed since is reset: asked again.
+        let p = try_presence(server, channel).unwrap_or_default();
         if pred(&p) {
             return p;
         }
@@ -409,4 +414,63 @@ fn members_cross_a_live_upgrade_without_a_leave_or_a_join() {
             break;
         }
     }
+}
+
+#[test]
+fn in_a_cluster_presence_is_the_union_and_a_killed_nodes_members_leave_within_10s() {
+    let Some(redis) = crate::redis_support::Redis::start(&[]) else {
+        return; // skipped loudly by redis_support (a failure under CI)
+    };
+    let url = format!("redis://{}", redis.addr());
+    let tokens = Tokens::new("presence-cluster");
+    let secret = tokens.0.secret();
+    let node = || {
+        Server::start(&[
+            "--workers",
+            "1",
+            "--broker",
+            &url,
+            "--auth",
+            "optional",
+            "--jwt-key",
+            &secret,
+            "--presence",
+            "--join-leave",
+        ])
+    };
+    let a = node();
+    let mut b = node();
+    let bob = tokens.for_user("bob", None);
+    let mut watcher = Sse::connect(a.http, &format!("/sub/room?token={bob}"), "");
+    watcher
+        .stream
+        .set_read_timeout(Some(Duration::from_secs(15)))
+        .unwrap();
+    let ann = tokens.for_user("ann", Some(json!({"name": "Ann"})));
+    let _ann = Sse::connect(b.http, &format!("/sub/room?token={ann}"), "");
+    // Presence is the union, asked of either node.
+    for server in [&a, &b] {
+        let p = wait_presence(server, "room", |p| p["clients"] == 2);
+        assert_eq!(users(&p), ["ann", "bob"], "{p}");
+        assert_eq!(p["members"][0]["info"], json!({"name": "Ann"}));
+    }
+    // Ann's join crossed from B to A's subscriber.
+    let (kind, v) = next_event_about(&mut watcher, "ann");
+    assert_eq!(
+        (kind.as_str(), &v["info"]),
+        ("join", &json!({"name": "Ann"}))
+    );
+    // Node B dies with -9 (master; its worker follows it): A says Ann left, within 10 s.
+    let killed = Instant::now();
+    b.child.kill().unwrap();
+    b.child.wait().unwrap();
+    let (kind, v) = next_event_about(&mut watcher, "ann");
+    assert_eq!(kind, "leave", "{v}");
+    assert!(
+        killed.elapsed() < Duration::from_secs(10),
+        "the leave took {:?}",
+        killed.elapsed()
+    );
+    let p = wait_presence(&a, "room", |p| p["clients"] == 1);
+    assert_eq!(users(&p), ["bob"], "{p}");
 }

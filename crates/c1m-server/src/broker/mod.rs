@@ -69,6 +69,21 @@ pub enum Event {
         nodes: u64,
         complete: bool,
     },
+    /// A join or leave from another node (or the leave of a dead node's member) for this
+    /// node's subscribers of `channel`.
+    Presence {
+        join: bool,
+        channel: String,
+        json: String,
+    },
+    /// The answer to `presence_query`: the cluster's members of `channel` as (field
+    /// `node/conn`, member JSON or '' for an anonymous one); `None` when Redis could not be
+    /// asked.
+    PresenceMembers {
+        req: Req,
+        channel: String,
+        members: Option<Vec<(String, String)>>,
+    },
     /// Messages `(after, through]` on `channel` cannot be delivered (lost while the broker was
     /// unreachable, or gone from its history): live subscribers are told so.
     Gap {
@@ -115,6 +130,21 @@ pub struct BrokerStats {
     pub resubscribes: u64,
 }
 
+/// One member change for a broker that keeps the cluster's presence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PresenceOp {
+    /// Added (true) or removed.
+    pub join: bool,
+    /// Other nodes' subscribers are told (false: a live upgrade's or a resync's quiet add, or
+    /// an anonymous member).
+    pub announce: bool,
+    pub channel: String,
+    /// The member's id on this node (`crate::presence::ConnId` as written).
+    pub conn: String,
+    /// The member's event JSON, '' for an anonymous member.
+    pub json: String,
+}
+
 /// History bounds (from the configuration, changed by SIGHUP).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
@@ -147,6 +177,21 @@ pub trait Broker {
     /// answered by `ChannelInfo`.
     fn channel_info(&mut self, req: Req, channel: String, local: u64);
     fn stats(&self) -> BrokerStats;
+    /// Whether the cluster's presence lives in this broker (then member changes go to it,
+    /// `presence_query` answers for the cluster, and other nodes' events come back as
+    /// `Presence` events). The in-process hub: no, the master's sets are the whole story.
+    fn shares_presence(&self) -> bool {
+        false
+    }
+    /// This node's member changes, in order.
+    fn presence_ops(&mut self, _ops: Vec<PresenceOp>) {}
+    /// The cluster's members of `channel`: answered by `PresenceMembers`.
+    fn presence_query(&mut self, _req: Req, _channel: String) {}
+    /// True once after the broker may have lost this node's members (it reconnected): the
+    /// master sends them all again, quietly.
+    fn take_presence_resync(&mut self) -> bool {
+        false
+    }
     /// Live upgrade: the ids and history to hand to the new master, or None when this broker
     /// cannot hand over (the upgrade is then refused).
     fn export_history(&self, _now: Instant) -> Option<HistoryExport> {

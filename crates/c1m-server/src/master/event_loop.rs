@@ -107,6 +107,9 @@ impl Master {
     /// Once a second: the broker's expiry and retries, the refusal log, the dashboard.
     fn tick(&mut self, now: Instant) {
         self.broker.tick(now);
+        if self.broker.take_presence_resync() {
+            self.resync_presence();
+        }
         self.pump();
         let refused = status::refused_totals(self);
         self.refusal_log.tick(now, &refused.fields());

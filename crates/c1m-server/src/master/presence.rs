@@ -10,6 +10,7 @@
 //! events: there is no one to name.
 
 use super::Master;
+use crate::broker::{PresenceOp, Req};
 use crate::ipc::{PresenceChange, PresenceEvent, ToWorker};
 use crate::presence::ConnId;
 use std::collections::{HashMap, HashSet};
@@ -205,10 +206,54 @@ impl Presence {
         }
     }
 
+    /// Every member: (channel, id, user, info).
+    fn all(&self) -> impl Iterator<Item = (&str, ConnId, Option<&str>, Option<&str>)> {
+        self.channels.iter().flat_map(|(ch, set)| {
+            set.iter()
+                .map(move |(id, m)| (&**ch, *id, m.user.as_deref(), m.info.as_deref()))
+        })
+    }
+
     /// (channels, members, bytes counted against `presence_max_bytes`).
     pub fn totals(&self) -> (usize, usize, usize) {
         (self.channels.len(), self.members, self.bytes)
     }
+}
+
+/// The JSON answer of `GET /channels/{ch}/presence` from the cluster's members (field
+/// `node/conn`, member JSON or '' for an anonymous member).
+fn cluster_answer_json(channel: &str, members: &[(String, String)]) -> String {
+    let mut listed: Vec<serde_json::Value> = Vec::new();
+    let mut users = HashSet::new();
+    for (field, value) in members {
+        let Ok(mut m) = serde_json::from_str::<serde_json::Value>(value) else {
+            continue; // anonymous: counted in clients only
+        };
+        if let Some(user) = m["user"].as_str() {
+            users.insert(user.to_string());
+        }
+        let node = field.split_once('/').map_or("", |(n, _)| n);
+        if let Some(o) = m.as_object_mut() {
+            o.remove("channel");
+            o.insert("node".into(), node.into());
+        }
+        listed.push(m);
+    }
+    listed.sort_by(|a, b| {
+        let key = |v: &serde_json::Value| {
+            (
+                v["user"].as_str().unwrap_or_default().to_string(),
+                v["node"].as_str().unwrap_or_default().to_string(),
+                v["conn"].as_str().unwrap_or_default().to_string(),
+            )
+        };
+        key(a).cmp(&key(b))
+    });
+    serde_json::json!({
+        "channel": channel, "clients": members.len(), "users": users.len(),
+        "members": listed, "complete": true,
+    })
+    .to_string()
 }
 
 /// The JSON answer of `GET /channels/{ch}/presence`.
@@ -230,12 +275,82 @@ pub fn answer_json(channel: &str, stats: Stats, members: &[MemberView]) -> Strin
 }
 
 impl Master {
+    /// `GET /channels/{ch}/presence` from worker `worker`: this node's sets, or with a broker
+    /// that shares presence, the cluster's (asked of it; answered in
+    /// [`Master::answer_cluster_presence`]).
+    pub(super) fn on_presence_query(&mut self, worker: usize, req: u64, channel: String) {
+        if self.broker.shares_presence() {
+            self.broker
+                .presence_query(Req { worker, token: req }, channel);
+            return self.pump();
+        }
+        let stats = self.presence.presence_stats(&channel);
+        let members = self.presence.presence(&channel);
+        let body = answer_json(&channel, stats, &members);
+        self.send(
+            worker,
+            ToWorker::Status {
+                req,
+                body,
+                metrics: false,
+            }
+            .encode(),
+        );
+    }
+
+    /// The broker's answer to a presence query; when it could not be asked, this node's
+    /// members alone, marked `"complete": false`.
+    pub(super) fn answer_cluster_presence(
+        &mut self,
+        req: Req,
+        channel: String,
+        members: Option<Vec<(String, String)>>,
+    ) {
+        let body = match members {
+            Some(members) => cluster_answer_json(&channel, &members),
+            None => {
+                let stats = self.presence.presence_stats(&channel);
+                let local = self.presence.presence(&channel);
+                let mut v: serde_json::Value =
+                    serde_json::from_str(&answer_json(&channel, stats, &local)).unwrap_or_default();
+                v["complete"] = false.into();
+                v.to_string()
+            }
+        };
+        let answer = ToWorker::Status {
+            req: req.token,
+            body,
+            metrics: false,
+        };
+        self.send(req.worker, answer.encode());
+    }
+
+    /// The broker may have lost this node's members: all of them again, quietly.
+    pub(super) fn resync_presence(&mut self) {
+        let ops = self
+            .presence
+            .all()
+            .map(|(channel, conn, user, info)| PresenceOp {
+                join: true,
+                announce: false,
+                channel: channel.to_string(),
+                conn: conn.to_string(),
+                json: user.map_or_else(String::new, |u| {
+                    crate::presence::event_json(channel, Some(u), conn, info)
+                }),
+            })
+            .collect();
+        self.broker.presence_ops(ops);
+    }
+
     /// A worker's member changes: applied to the sets; the joins and leaves of named users on
     /// join/leave channels go out as events, one frame per worker.
     pub(super) fn on_presence_changes(&mut self, worker: usize, changes: Vec<PresenceChange>) {
+        let shared = self.broker.shares_presence();
         let mut events = Vec::new();
+        let mut ops = Vec::new();
         for change in changes {
-            match change {
+            let (join, channel, conn, json, announce) = match change {
                 PresenceChange::Join {
                     channel,
                     token,
@@ -247,46 +362,47 @@ impl Master {
                         worker: worker as u32,
                         token,
                     };
-                    let event = (!quiet && user.is_some()).then(|| {
-                        crate::presence::event_json(
-                            &channel,
-                            user.as_deref(),
-                            conn,
-                            info.as_deref(),
-                        )
+                    let json = user.as_deref().map(|u| {
+                        crate::presence::event_json(&channel, Some(u), conn, info.as_deref())
                     });
-                    if self.presence.join(conn, &channel, user, info) == Joined::Added {
-                        if let Some(json) = event {
-                            events.push(PresenceEvent {
-                                join: true,
-                                channel,
-                                json,
-                            });
-                        }
+                    if self.presence.join(conn, &channel, user, info) != Joined::Added {
+                        continue;
                     }
+                    (true, channel, conn, json, !quiet)
                 }
                 PresenceChange::Leave { channel, token } => {
                     let conn = ConnId {
                         worker: worker as u32,
                         token,
                     };
-                    if let Some(m) = self.presence.leave(conn, &channel) {
-                        if let Some(user) = &m.user {
-                            let json = crate::presence::event_json(
-                                &channel,
-                                Some(user),
-                                conn,
-                                m.info.as_deref(),
-                            );
-                            events.push(PresenceEvent {
-                                join: false,
-                                channel,
-                                json,
-                            });
-                        }
-                    }
+                    let Some(m) = self.presence.leave(conn, &channel) else {
+                        continue; // never a member (a cap left it out)
+                    };
+                    let json = m.user.as_deref().map(|user| {
+                        crate::presence::event_json(&channel, Some(user), conn, m.info.as_deref())
+                    });
+                    (false, channel, conn, json, true)
                 }
+            };
+            if shared {
+                ops.push(PresenceOp {
+                    join,
+                    announce: announce && json.is_some(),
+                    channel: channel.clone(),
+                    conn: conn.to_string(),
+                    json: json.clone().unwrap_or_default(),
+                });
             }
+            if let Some(json) = json.filter(|_| announce) {
+                events.push(PresenceEvent {
+                    join,
+                    channel,
+                    json,
+                });
+            }
+        }
+        if !ops.is_empty() {
+            self.broker.presence_ops(ops);
         }
         self.send_presence_events(events);
     }
@@ -295,31 +411,37 @@ impl Master {
     /// connections live on in the new ones, so nobody is told they left.
     pub(super) fn drop_worker_presence(&mut self, worker: usize) {
         let gone = self.presence.drop_worker(worker as u32);
-        if self.handover.is_some() {
-            return;
-        }
-        let events = gone
-            .into_iter()
-            .filter_map(|(channel, conn, m)| {
-                let user = m.user.as_deref()?;
-                Some(PresenceEvent {
+        let quiet = self.handover.is_some();
+        let mut ops = Vec::new();
+        let mut events = Vec::new();
+        for (channel, conn, m) in gone {
+            let json = m.user.as_deref().map(|user| {
+                crate::presence::event_json(&channel, Some(user), conn, m.info.as_deref())
+            });
+            ops.push(PresenceOp {
+                join: false,
+                announce: !quiet && json.is_some(),
+                channel: channel.to_string(),
+                conn: conn.to_string(),
+                json: json.clone().unwrap_or_default(),
+            });
+            if let Some(json) = json.filter(|_| !quiet) {
+                events.push(PresenceEvent {
                     join: false,
-                    json: crate::presence::event_json(
-                        &channel,
-                        Some(user),
-                        conn,
-                        m.info.as_deref(),
-                    ),
                     channel: channel.to_string(),
-                })
-            })
-            .collect();
+                    json,
+                });
+            }
+        }
+        if self.broker.shares_presence() && !ops.is_empty() {
+            self.broker.presence_ops(ops);
+        }
         self.send_presence_events(events);
     }
 
     /// Events to the workers with subscribers on each event's channel (join/leave channels
     /// only), each worker's in as few frames as fit.
-    fn send_presence_events(&mut self, events: Vec<PresenceEvent>) {
+    pub(super) fn send_presence_events(&mut self, events: Vec<PresenceEvent>) {
         let mut per_worker: Vec<Vec<PresenceEvent>> = vec![Vec::new(); self.slots.len()];
         for event in events {
             if !crate::presence::join_leave_enabled(&self.cfg, &event.channel) {

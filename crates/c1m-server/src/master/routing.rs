@@ -174,17 +174,7 @@ impl Master {
                 self.pump();
             }
             ToMaster::Presence { changes } => self.on_presence_changes(i, changes),
-            ToMaster::PresenceQuery { req, channel } => {
-                let stats = self.presence.presence_stats(&channel);
-                let members = self.presence.presence(&channel);
-                let body = super::presence::answer_json(&channel, stats, &members);
-                let answer = ToWorker::Status {
-                    req,
-                    body,
-                    metrics: false,
-                };
-                self.send(i, answer.encode());
-            }
+            ToMaster::PresenceQuery { req, channel } => self.on_presence_query(i, req, channel),
             frame @ (ToMaster::HandOverPrepared
             | ToMaster::HandOverSent { .. }
             | ToMaster::HandOverFailed { .. }) => self.on_handover_frame(i, frame),
@@ -318,6 +308,20 @@ impl Master {
                     };
                     self.send(req.worker, answer.encode());
                 }
+                Event::Presence {
+                    join,
+                    channel,
+                    json,
+                } => self.send_presence_events(vec![crate::ipc::PresenceEvent {
+                    join,
+                    channel,
+                    json,
+                }]),
+                Event::PresenceMembers {
+                    req,
+                    channel,
+                    members,
+                } => self.answer_cluster_presence(req, channel, members),
                 Event::Gap {
                     channel,
                     after,

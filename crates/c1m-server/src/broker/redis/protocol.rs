@@ -38,6 +38,10 @@ pub enum Request {
 pub enum Which {
     Presence,
     Info,
+    /// Member presence (`presence`): apply changes, reap dead nodes, list a channel.
+    MembersApply,
+    MembersReap,
+    MembersQuery,
 }
 
 impl Request {
@@ -72,6 +76,13 @@ pub enum Incoming {
         channel: String,
         id: u64,
         payload: Vec<u8>,
+    },
+    /// A join/leave event published by node `from`.
+    Presence {
+        channel: String,
+        join: bool,
+        from: String,
+        json: String,
     },
 }
 

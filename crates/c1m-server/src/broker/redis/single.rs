@@ -257,6 +257,17 @@ impl Owner for PubSub {
                 id,
                 payload,
             }),
+            Push::Presence {
+                channel,
+                join,
+                from,
+                json,
+            } => self.link.send(Incoming::Presence {
+                channel,
+                join,
+                from,
+                json,
+            }),
             Push::Subscribed(channel) => self.link.send(Incoming::Subscribed(channel)),
             _ => true,
         }

@@ -23,8 +23,8 @@ c1m_proto::wire_tags! {
         HandOverFailed = 26,
         Io = 30,
         PublishKeyed = 60,
-        Presence = 70,
-        PresenceQuery = 71,
+        Presence = 72,
+        PresenceQuery = 73,
     }
 }
 

@@ -54,6 +54,16 @@ pub fn encode_msg(channel: &str, id: u64, payload: &[u8]) -> Vec<u8> {
     out
 }
 
+/// `JOIN {channel} {len}\n{json}\n` or `LEAVE …`: a member came or went (`json` is the
+/// event's object, `{"channel","user","conn","info"?}`); length-prefixed like `MSG`, no id.
+pub fn encode_presence(join: bool, channel: &str, json: &[u8]) -> Vec<u8> {
+    let word = if join { "JOIN" } else { "LEAVE" };
+    let mut out = format!("{word} {channel} {}\n", json.len()).into_bytes();
+    out.extend_from_slice(json);
+    out.push(b'\n');
+    out
+}
+
 /// `GAP {channel} {after} {through}\n`
 pub fn encode_gap(channel: &str, after: u64, through: u64) -> Vec<u8> {
     format!("GAP {channel} {after} {through}\n").into_bytes()
@@ -67,6 +77,15 @@ pub fn encode_err(reason: &str) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn presence_lines_are_length_prefixed() {
+        assert_eq!(
+            encode_presence(true, "room", b"{\"u\":1}"),
+            b"JOIN room 7\n{\"u\":1}\n"
+        );
+        assert_eq!(encode_presence(false, "r", b"{}"), b"LEAVE r 2\n{}\n");
+    }
 
     #[test]
     fn commands() {

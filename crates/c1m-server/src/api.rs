@@ -4,13 +4,15 @@
 //! (`master::api`); the worker frames the request and acts on connections (`worker::api`).
 
 /// Every call, in the order the docs list them.
-pub const CALLS: [&str; 9] = [
+pub const CALLS: [&str; 11] = [
     "publish",
     "broadcast",
     "batch",
     "disconnect",
     "unsubscribe",
     "subscribe",
+    "presence",
+    "presence_stats",
     "history",
     "channels",
     "info",

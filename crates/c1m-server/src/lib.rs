@@ -34,6 +34,7 @@ mod link;
 mod listener;
 mod log;
 mod master;
+mod presence;
 mod secrets;
 mod tls;
 mod upgrade_cli;

@@ -58,6 +58,7 @@ mod serve_operations;
 mod serve_packaging;
 mod serve_per_ip;
 mod serve_pipelining;
+mod serve_presence;
 mod serve_protocols;
 mod serve_publish_idempotency;
 mod serve_redis_cluster;

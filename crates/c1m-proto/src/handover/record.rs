@@ -32,6 +32,9 @@ pub struct ConnRecord {
     /// The user the connection's token named (its `sub`), if any. Carried in the batch's
     /// named extras, not in the record's fixed fields (see [`ConnRecord::encode_batch`]).
     pub user: Option<String>,
+    /// The `info` claim (JSON text) of a presence member. Carried in the batch's named
+    /// extras like `user`.
+    pub info: Option<String>,
 }
 
 impl ConnRecord {
@@ -77,8 +80,8 @@ impl ConnRecord {
     }
 
     /// A batch of records: a count, each record, then (only when one is needed) a named
-    /// record of extras: `users`, a record whose field names are record positions and whose
-    /// values are user ids. Written by name so a binary that knows more extras can hand over
+    /// record of extras: `users` and `infos`, each a record whose field names are record
+    /// positions and whose values are user ids (presence infos). Written by name so a binary that knows more extras can hand over
     /// to one that knows fewer; and a batch with no extras is byte for byte what binaries
     /// before the extras wrote and read, so an upgrade across them keeps working.
     pub fn encode_batch(records: &[ConnRecord]) -> Vec<u8> {
@@ -87,15 +90,28 @@ impl ConnRecord {
         for rec in records {
             rec.write(&mut w);
         }
-        if records.iter().any(|r| r.user.is_some()) {
+        let users = records.iter().any(|r| r.user.is_some());
+        let infos = records.iter().any(|r| r.info.is_some());
+        if users || infos {
             w.record(|extras| {
-                extras.record("users", |users| {
-                    for (i, rec) in records.iter().enumerate() {
-                        if let Some(user) = &rec.user {
-                            users.str(&i.to_string(), user);
+                if users {
+                    extras.record("users", |users| {
+                        for (i, rec) in records.iter().enumerate() {
+                            if let Some(user) = &rec.user {
+                                users.str(&i.to_string(), user);
+                            }
                         }
-                    }
-                });
+                    });
+                }
+                if infos {
+                    extras.record("infos", |infos| {
+                        for (i, rec) in records.iter().enumerate() {
+                            if let Some(info) = &rec.info {
+                                infos.str(&i.to_string(), info);
+                            }
+                        }
+                    });
+                }
             });
         }
         w.into_bytes()
@@ -110,11 +126,17 @@ impl ConnRecord {
         if !r.is_empty() {
             let bad_position = r.bad("users (a field name that is no record position)");
             r.record("batch extras")?.for_each(|extra| {
-                if extra.name == "users" {
-                    extra.record()?.for_each(|user| {
-                        let at: usize = user.name.parse().map_err(|_| bad_position.clone())?;
+                if extra.name == "users" || extra.name == "infos" {
+                    let users = extra.name == "users";
+                    extra.record()?.for_each(|field| {
+                        let at: usize = field.name.parse().map_err(|_| bad_position.clone())?;
                         let rec = records.get_mut(at).ok_or_else(|| bad_position.clone())?;
-                        rec.user = Some(user.string()?);
+                        let value = Some(field.string()?);
+                        if users {
+                            rec.user = value;
+                        } else {
+                            rec.info = value;
+                        }
                         Ok(())
                     })?;
                 }

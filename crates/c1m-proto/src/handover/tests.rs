@@ -19,6 +19,7 @@ fn record() -> ConnRecord {
         ws_decoder: Some(vec![1, 2, 3]),
         ws_data: b"half".to_vec(),
         user: None,
+        info: None,
     }
 }
 
@@ -108,6 +109,14 @@ fn round_trips() {
     with_users[2].user = Some("bob".into());
     let bytes = ConnRecord::encode_batch(&with_users);
     assert_eq!(ConnRecord::decode_batch(&bytes).unwrap(), with_users);
+    // Presence infos, with and without users beside them.
+    let mut with_infos = batch.clone();
+    with_infos[0].info = Some("{\"name\":\"Ann\"}".into());
+    let bytes = ConnRecord::encode_batch(&with_infos);
+    assert_eq!(ConnRecord::decode_batch(&bytes).unwrap(), with_infos);
+    with_infos[2].user = Some("bob".into());
+    let bytes = ConnRecord::encode_batch(&with_infos);
+    assert_eq!(ConnRecord::decode_batch(&bytes).unwrap(), with_infos);
     // A batch larger than a packet is split and joins back to the same bytes.
     let big = vec![0xabu8; 3 * MAX_PACKET];
     let parts = Pair::parts(&big);
@@ -344,6 +353,7 @@ fn format_one_bytes_still_read_and_encode_the_same() {
         ws_decoder: Some(vec![1, 2]),
         ws_data: b"h".to_vec(),
         user: None,
+        info: None,
     }];
     assert_eq!(ConnRecord::decode_batch(&batch).unwrap(), expect_batch);
     assert_eq!(ConnRecord::encode_batch(&expect_batch), batch);

@@ -42,6 +42,10 @@ pub struct Claims {
     /// characters; absent means a connection with no user.
     #[serde(default)]
     pub sub: Option<String>,
+    /// What presence shows about the connection (any JSON value, e.g. `{"name":"Ann"}`): at
+    /// most `crate::presence::MAX_INFO` bytes of JSON text, carried as it is.
+    #[serde(default)]
+    pub info: Option<serde_json::Value>,
 }
 
 /// Why a token was not accepted (all of them mean 401).
@@ -53,6 +57,7 @@ pub enum Invalid {
     Malformed,
     UnknownKey,
     BadSubject,
+    BadInfo,
 }
 
 impl Invalid {
@@ -66,6 +71,7 @@ impl Invalid {
                 "token is signed with an algorithm or key id this server has no key for"
             }
             Invalid::BadSubject => "token sub must be 1 to 256 bytes with no control characters",
+            Invalid::BadInfo => "token info must be at most 1024 bytes of JSON",
         }
     }
 }
@@ -108,6 +114,12 @@ impl Verifier {
         let claims = self.verify_signature(token)?;
         claims.judge_times(now_millis())?;
         claims.judge_subject()?;
+        if claims
+            .info_json()
+            .is_some_and(|i| i.len() > crate::presence::MAX_INFO)
+        {
+            return Err(Invalid::BadInfo);
+        }
         Ok(claims)
     }
 
@@ -150,6 +162,14 @@ fn validation(algorithms: &[Algorithm]) -> Validation {
 }
 
 impl Claims {
+    /// The `info` claim as compact JSON text (a JSON `null` is no info).
+    pub fn info_json(&self) -> Option<String> {
+        self.info
+            .as_ref()
+            .filter(|v| !v.is_null())
+            .map(|v| v.to_string())
+    }
+
     /// A `sub` must be usable as a user id: short, and printable in logs and JSON answers.
     fn judge_subject(&self) -> Result<(), Invalid> {
         match &self.sub {
@@ -329,6 +349,7 @@ mod tests {
             channels: None,
             publish: None,
             sub: None,
+            info: None,
         };
         assert_eq!(at.judge_times(9_999), Ok(()));
         assert_eq!(at.judge_times(10_000), Err(Invalid::Expired));
@@ -353,6 +374,17 @@ mod tests {
         }
         assert!(v.verify(&with(json!("x".repeat(MAX_SUBJECT)))).is_ok());
         assert_eq!(v.verify(&with(json!(7))).unwrap_err(), Invalid::Malformed);
+    }
+
+    #[test]
+    fn an_info_claim_is_kept_as_json_and_capped() {
+        let v = Verifier::from_bytes(SECRET).unwrap();
+        let with = |info| hs256(json!({"exp": now() + 60, "info": info}), None, SECRET);
+        let claims = v.verify(&with(json!({"name": "Ann"}))).unwrap();
+        assert_eq!(claims.info_json().as_deref(), Some("{\"name\":\"Ann\"}"));
+        assert_eq!(v.verify(&with(json!(null))).unwrap().info_json(), None);
+        let big = json!("x".repeat(crate::presence::MAX_INFO));
+        assert_eq!(v.verify(&with(big)).unwrap_err(), Invalid::BadInfo);
     }
 
     #[test]

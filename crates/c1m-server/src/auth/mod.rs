@@ -49,7 +49,12 @@ pub enum Grant {
     Anonymous,
     /// A valid token: the connection ends at `exp_ms` (Unix milliseconds) unless refreshed,
     /// and belongs to the token's `sub`, when it names one.
-    Until { exp_ms: u64, user: Option<Box<str>> },
+    Until {
+        exp_ms: u64,
+        user: Option<Box<str>>,
+        /// The token's `info` claim as JSON text (what presence shows about the member).
+        info: Option<Box<str>>,
+    },
 }
 
 /// The worker's auth configuration, built from `Config` at start and on every reload.
@@ -153,8 +158,12 @@ impl Auth {
                 ))
             }
             Some((t, _)) => {
-                let (exp_ms, user) = self.grant(t, channels)?;
-                Ok(Grant::Until { exp_ms, user })
+                let (claims, exp_ms) = self.grant(t, channels)?;
+                Ok(Grant::Until {
+                    exp_ms,
+                    info: claims.info_json().map(String::into_boxed_str),
+                    user: claims.sub.map(String::into_boxed_str),
+                })
             }
         }
     }
@@ -181,8 +190,8 @@ impl Auth {
         channels: &[&str],
         user: Option<&str>,
     ) -> Result<u64, Refusal> {
-        let (exp_ms, shown) = self.grant(token, channels)?;
-        if shown.as_deref() != user {
+        let (claims, exp_ms) = self.grant(token, channels)?;
+        if claims.sub.as_deref() != user {
             return Err(Refusal::Forbidden(
                 "a refresh token must name the same sub as the connection's token".into(),
             ));
@@ -199,8 +208,8 @@ impl Auth {
             .map_err(|e| Refusal::Unauthorized(e.message().into()))
     }
 
-    /// A verified token that grants `channels`: its expiry (Unix ms) and its `sub`.
-    fn grant(&self, token: &str, channels: &[&str]) -> Result<(u64, Option<Box<str>>), Refusal> {
+    /// A verified token that grants `channels`: its claims and its expiry (Unix ms).
+    fn grant(&self, token: &str, channels: &[&str]) -> Result<(Claims, u64), Refusal> {
         let claims = self.verify(token)?;
         let uncovered = match &claims.channels {
             Some(g) => g.first_uncovered(channels),
@@ -210,7 +219,10 @@ impl Auth {
             Some(ch) => Err(Refusal::Forbidden(format!(
                 "the token does not grant channel {ch}"
             ))),
-            None => Ok((claims.exp_millis(), claims.sub.map(String::into_boxed_str))),
+            None => {
+                let exp_ms = claims.exp_millis();
+                Ok((claims, exp_ms))
+            }
         }
     }
 

@@ -78,6 +78,21 @@ pub enum Event {
     },
     /// A server API control message from another node (`control`), as that node sent it.
     Control { message: String },
+    /// A join or leave from another node (or the leave of a dead node's member) for this
+    /// node's subscribers of `channel`.
+    Presence {
+        join: bool,
+        channel: String,
+        json: String,
+    },
+    /// The answer to `presence_query`: the cluster's members of `channel` as (field
+    /// `node/conn`, member JSON or '' for an anonymous one); `None` when Redis could not be
+    /// asked.
+    PresenceMembers {
+        req: Req,
+        channel: String,
+        members: Option<Vec<(String, String)>>,
+    },
     /// Messages `(after, through]` on `channel` cannot be delivered (lost while the broker was
     /// unreachable, or gone from its history): live subscribers are told so.
     Gap {
@@ -122,6 +137,21 @@ pub struct BrokerStats {
     /// Channels subscribed again after their live subscription was lost (pub/sub connection
     /// lost or dead, or under Redis Cluster their slot moved), each caught up from history.
     pub resubscribes: u64,
+}
+
+/// One member change for a broker that keeps the cluster's presence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PresenceOp {
+    /// Added (true) or removed.
+    pub join: bool,
+    /// Other nodes' subscribers are told (false: a live upgrade's or a resync's quiet add, or
+    /// an anonymous member).
+    pub announce: bool,
+    pub channel: String,
+    /// The member's id on this node (`crate::conn_id::ConnId` as written).
+    pub conn: String,
+    /// The member's event JSON, '' for an anonymous member.
+    pub json: String,
 }
 
 /// One page of a channel's history for the server API's `history` call.
@@ -224,6 +254,21 @@ pub trait Broker {
     /// Sends a server API control message to every other node (`Control` events there);
     /// false when this broker has no other nodes to reach (one box) or could not queue it.
     fn control(&mut self, _message: String) -> bool {
+        false
+    }
+    /// Whether the cluster's presence lives in this broker (then member changes go to it,
+    /// `presence_query` answers for the cluster, and other nodes' events come back as
+    /// `Presence` events). The in-process hub: no, the master's sets are the whole story.
+    fn shares_presence(&self) -> bool {
+        false
+    }
+    /// This node's member changes, in order.
+    fn presence_ops(&mut self, _ops: Vec<PresenceOp>) {}
+    /// The cluster's members of `channel`: answered by `PresenceMembers`.
+    fn presence_query(&mut self, _req: Req, _channel: String) {}
+    /// True once after the broker may have lost this node's members (it reconnected): the
+    /// master sends them all again, quietly.
+    fn take_presence_resync(&mut self) -> bool {
         false
     }
     /// Live upgrade: the ids and history to hand to the new master, or None when this broker

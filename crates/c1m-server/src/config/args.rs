@@ -210,6 +210,23 @@ pub struct ServeArgs {
     /// PEM private key for --tls-cert (PKCS#8, PKCS#1 or SEC1).
     #[arg(long, env = "C1M_TLS_KEY", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+    /// Keep each channel's member set (user from the token's `sub`, connection id, the
+    /// token's `info` claim): SSE, WebSocket and TCP streams are members while subscribed;
+    /// `GET /channels/{ch}/presence` lists them (docs/PROTOCOL.md, Presence).
+    #[arg(long, env = "C1M_PRESENCE", num_args = 0..=1, default_missing_value = "true")]
+    pub presence: Option<bool>,
+    /// Send `join` and `leave` events to a channel's subscribers as members come and go
+    /// (needs --presence).
+    #[arg(long, env = "C1M_JOIN_LEAVE", num_args = 0..=1, default_missing_value = "true")]
+    pub join_leave: Option<bool>,
+    /// Members kept per channel; a join past it is left out of presence and counted (the
+    /// subscription itself works).
+    #[arg(long, env = "C1M_PRESENCE_MAX_MEMBERS")]
+    pub presence_max_members: Option<u32>,
+    /// Bytes of presence member sets over all channels; a join past it is left out of
+    /// presence and counted.
+    #[arg(long, env = "C1M_PRESENCE_MAX_BYTES")]
+    pub presence_max_bytes: Option<usize>,
     // ---- cluster broker ----
     /// Share ids, history and delivery with other `c1m serve` nodes through Redis:
     /// redis://[USER:PASSWORD@]HOST:PORT[/DB], or rediss://… for TLS (`redis://:PASSWORD@…`

@@ -62,6 +62,12 @@ impl Config {
         if self.max_conns == 0 {
             problem!("--max-conns must be at least 1");
         }
+        if self.join_leave && !self.presence {
+            problem!("--join-leave needs --presence (events come from the member sets)");
+        }
+        if self.presence && self.presence_max_members == 0 {
+            problem!("--presence-max-members must be at least 1");
+        }
         if !(0..=19).contains(&self.worker_nice) {
             problem!(
                 "--worker-nice must be from 0 to 19 (nice steps the workers add to their own)"

@@ -176,6 +176,20 @@ pub struct Config {
     pub tls_cert: Option<PathBuf>,
     /// PEM private key of `tls_cert` (PKCS#8, PKCS#1 or SEC1).
     pub tls_key: Option<PathBuf>,
+    // ---- presence ----
+    /// Keep the member set (user, connection, token `info`) of each channel: held streams
+    /// (SSE, WebSocket, TCP) report joining and leaving; `GET /channels/{ch}/presence` lists
+    /// them.
+    pub presence: bool,
+    /// Send `join` / `leave` events to a channel's subscribers when a member comes or goes
+    /// (needs `presence`).
+    pub join_leave: bool,
+    /// Members kept per channel; a join past it is left out of presence (counted), the
+    /// subscription itself still works.
+    pub presence_max_members: u32,
+    /// Bytes of member sets over all channels (names, users, infos and per-entry cost); a
+    /// join past it is left out of presence (counted).
+    pub presence_max_bytes: usize,
     // ---- cluster broker ----
     /// Cluster broker URL (`redis://HOST:PORT[/DB]`, `redis+cluster://H1:P1,…`); none = the
     /// in-process hub (one box).
@@ -341,6 +355,14 @@ impl Default for Config {
             no_http2: false,
             tls_cert: None,
             tls_key: None,
+            presence: false,
+            join_leave: false,
+            // The presence answer lists every member: 10,000 members of ~100 bytes make a
+            // ~1 MB answer and cost each join/leave event a fan-out to 10,000 subscribers,
+            // the size where a room list is still useful. Larger channels want counts
+            // (`presence_stats`), not lists.
+            presence_max_members: 10_000,
+            presence_max_bytes: 64 * 1024 * 1024,
             broker: None,
             broker_ca: None,
             webhook_url: None,

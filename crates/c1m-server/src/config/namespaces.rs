@@ -176,8 +176,8 @@ impl Namespaces {
             history_size: cfg.history_size,
             history_age: cfg.history_age,
             history_max_bytes: cfg.history_max_bytes,
-            presence: false,
-            join_leave: false,
+            presence: cfg.presence,
+            join_leave: cfg.join_leave,
             client_publish: cfg.ws_client_publish,
             auth_required: false,
             max_subscribers: None,
@@ -262,9 +262,11 @@ impl Namespaces {
         self.namespace_of(channel).presence
     }
 
-    /// `channel`'s subscribers get join/leave events (for the presence feature).
+    /// `channel`'s subscribers get join/leave events (for the presence feature): only where
+    /// presence is kept, since the events come from its member changes.
     pub fn join_leave_enabled(&self, channel: &str) -> bool {
-        self.namespace_of(channel).join_leave
+        let ns = self.namespace_of(channel);
+        ns.join_leave && ns.presence
     }
 
     /// Some namespace limits subscribers per channel (the worker skips the count otherwise).

@@ -2,7 +2,9 @@
 //! round-trip test and the seeds of the fuzz harness (crates/c1m-server/fuzz) share them, so a
 //! new message kind added here is fuzzed without more work.
 
-use super::{IoReport, Refused, TlsStats, ToMaster, ToWorker, WorkerStats};
+use super::{
+    IoReport, PresenceChange, PresenceEvent, Refused, TlsStats, ToMaster, ToWorker, WorkerStats,
+};
 use crate::broker::Replay;
 use crate::histogram::Latencies;
 
@@ -111,6 +113,32 @@ pub fn examples() -> (Vec<ToMaster>, Vec<ToWorker>) {
             call: "batch".into(),
         },
         ToMaster::ApiActed { op: 3, count: 2 },
+        ToMaster::Presence {
+            changes: vec![
+                PresenceChange::Join {
+                    channel: "room".into(),
+                    token: 0x1_0000_0002,
+                    user: Some("ann".into()),
+                    info: Some("{\"name\":\"Ann\"}".into()),
+                    quiet: false,
+                },
+                PresenceChange::Join {
+                    channel: "room".into(),
+                    token: 3,
+                    user: None,
+                    info: None,
+                    quiet: true,
+                },
+                PresenceChange::Leave {
+                    channel: "room".into(),
+                    token: 3,
+                },
+            ],
+        },
+        ToMaster::PresenceQuery {
+            req: 8,
+            channel: "room".into(),
+        },
         ToMaster::HandOverPrepared,
         ToMaster::HandOverSent { conns: 12 },
         ToMaster::HandOverFailed {
@@ -207,6 +235,20 @@ pub fn examples() -> (Vec<ToMaster>, Vec<ToWorker>) {
                     channel: "news".into(),
                 },
             },
+        },
+        ToWorker::PresenceEvents {
+            events: vec![
+                PresenceEvent {
+                    join: true,
+                    channel: "room".into(),
+                    json: "{\"channel\":\"room\",\"user\":\"ann\",\"conn\":\"0-2\"}".into(),
+                },
+                PresenceEvent {
+                    join: false,
+                    channel: "room".into(),
+                    json: "{}".into(),
+                },
+            ],
         },
         ToWorker::HandOverPrepare,
         ToWorker::HandOverGo {

@@ -11,6 +11,7 @@
 
 mod examples;
 mod lifecycle;
+mod presence;
 mod stats;
 mod to_master;
 mod to_worker;
@@ -19,6 +20,7 @@ mod user_act;
 pub use crate::broker::Replay;
 pub use examples::examples;
 pub use lifecycle::{CloseReason, ConnReport, MAX_REPORTS};
+pub use presence::{batches, PresenceChange, PresenceEvent};
 pub use stats::{H2Stats, IoReport, Refused, TlsStats, WorkerStats};
 pub use to_master::ToMaster;
 pub use to_worker::ToWorker;

@@ -2,6 +2,7 @@
 //! push, `/status` and `/channels` queries, and the worker's side of a live upgrade. Each tag
 //! number is written once, in [`Tag`]; `encode` and `decode` both go through it.
 
+use super::presence::PresenceChange;
 use super::stats::{IoReport, WorkerStats};
 use super::{frame, reader, MAX_CHANNELS};
 use c1m_proto::codec::{Reader, Result};
@@ -26,6 +27,8 @@ c1m_proto::wire_tags! {
         ApiRefused = 41,
         ApiActed = 42,
         Lifecycle = 70,
+        Presence = 72,
+        PresenceQuery = 73,
     }
 }
 
@@ -92,6 +95,16 @@ pub enum ToMaster {
     ApiActed {
         op: u64,
         count: u64,
+    },
+    /// Members that joined or left presence-enabled channels during one loop turn (a frame
+    /// holds at most `presence::FRAME_BUDGET` bytes of them; a larger turn sends more).
+    Presence {
+        changes: Vec<PresenceChange>,
+    },
+    /// `GET /channels/{ch}/presence`: answered with a `Status` frame carrying the JSON body.
+    PresenceQuery {
+        req: u64,
+        channel: String,
     },
     // ---- live upgrade (docs/upgrade.md) ----
     /// Input and accepts are stopped and every request this worker made is on the link before
@@ -175,6 +188,15 @@ impl ToMaster {
             }),
             ToMaster::ApiActed { op, count } => frame(Tag::ApiActed as u8, |w| {
                 w.u64(*op).u64(*count);
+            }),
+            ToMaster::Presence { changes } => frame(Tag::Presence as u8, |w| {
+                w.count(changes.len());
+                for c in changes {
+                    c.write(w);
+                }
+            }),
+            ToMaster::PresenceQuery { req, channel } => frame(Tag::PresenceQuery as u8, |w| {
+                w.u64(*req).str(channel);
             }),
             ToMaster::HandOverPrepared => frame(Tag::HandOverPrepared as u8, |_| {}),
             ToMaster::HandOverSent { conns } => frame(Tag::HandOverSent as u8, |w| {
@@ -261,6 +283,18 @@ impl ToMaster {
             Tag::ApiActed => ToMaster::ApiActed {
                 op: r.u64("op")?,
                 count: r.u64("count")?,
+            },
+            Tag::Presence => {
+                // Each change takes at least 13 bytes (kind, empty channel, token).
+                let n = r.count(13, "presence changes")?;
+                let changes = (0..n)
+                    .map(|_| PresenceChange::read(r))
+                    .collect::<Result<_>>()?;
+                ToMaster::Presence { changes }
+            }
+            Tag::PresenceQuery => ToMaster::PresenceQuery {
+                req: r.u64("req")?,
+                channel: r.string("channel")?,
             },
             Tag::HandOverPrepared => ToMaster::HandOverPrepared,
             Tag::HandOverSent => ToMaster::HandOverSent {

@@ -3,7 +3,7 @@
 //! configuration and key material) and the master's side of a live upgrade. Each tag number is
 //! written once, in [`Tag`] (replay entries in [`ReplayTag`]).
 
-use super::{frame, reader, UserAct, MAX_CHANNELS};
+use super::{frame, reader, PresenceEvent, UserAct, MAX_CHANNELS};
 use crate::broker::Replay;
 use crate::secrets::Secrets;
 use c1m_proto::codec::{Reader, Result};
@@ -23,6 +23,7 @@ c1m_proto::wire_tags! {
         Gap = 9,
         Dashboard = 10,
         Secrets = 11,
+        PresenceEvents = 12,
         HandOverPrepare = 20,
         HandOverGo = 21,
         HandOverCommit = 22,
@@ -116,6 +117,11 @@ pub enum ToWorker {
     ApiAct {
         op: u64,
         act: UserAct,
+    },
+    /// Join/leave events for this worker's subscribers of each event's channel (not stored,
+    /// no id).
+    PresenceEvents {
+        events: Vec<PresenceEvent>,
     },
     // ---- live upgrade (docs/upgrade.md) ----
     /// Stop accepting and reading clients, answer `HandOverPrepared`.
@@ -223,6 +229,12 @@ impl ToWorker {
                 w.u64(*op);
                 act.write(w);
             }),
+            ToWorker::PresenceEvents { events } => frame(Tag::PresenceEvents as u8, |w| {
+                w.count(events.len());
+                for e in events {
+                    e.write(w);
+                }
+            }),
             ToWorker::HandOverPrepare => frame(Tag::HandOverPrepare as u8, |_| {}),
             ToWorker::HandOverGo {
                 name,
@@ -321,6 +333,14 @@ impl ToWorker {
                 op: r.u64("op")?,
                 act: UserAct::read(r)?,
             },
+            Tag::PresenceEvents => {
+                // Each event takes at least 9 bytes (kind, empty channel, empty event).
+                let n = r.count(9, "presence events")?;
+                let events = (0..n)
+                    .map(|_| PresenceEvent::read(r))
+                    .collect::<Result<_>>()?;
+                ToWorker::PresenceEvents { events }
+            }
             Tag::HandOverPrepare => ToWorker::HandOverPrepare,
             Tag::HandOverGo => ToWorker::HandOverGo {
                 name: r.string("hand-over socket name")?,

@@ -200,6 +200,12 @@ struct ChannelsParams {
 #[serde(deny_unknown_fields)]
 struct InfoParams {}
 
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PresenceParams {
+    channel: String,
+}
+
 fn parse<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, ApiError> {
     let body = if body.iter().all(u8::is_ascii_whitespace) {
         b"{}".as_slice()
@@ -440,6 +446,27 @@ impl Master {
                 let ask =
                     json!({"q": "channels", "prefix": prefix, "cursor": cursor, "limit": limit});
                 self.api_gather(req, call, local, ask, limit);
+            }
+            "presence" | "presence_stats" => {
+                let p: PresenceParams = parse(body)?;
+                check_channel(&p.channel).map_err(bad)?;
+                let stats = self.presence_stats(&p.channel);
+                let mut answer = json!({
+                    "channel": p.channel,
+                    "clients": stats.clients,
+                    "users": stats.users,
+                    // With a broker that keeps the cluster's presence, this node's part only;
+                    // GET /channels/{ch}/presence answers with the union.
+                    "complete": !self.broker.shares_presence(),
+                });
+                if call == "presence" {
+                    answer["members"] = self
+                        .presence(&p.channel)
+                        .into_iter()
+                        .map(|m| json!({"user": m.user, "conn": m.conn.to_string(), "info": m.info.and_then(|i| serde_json::from_str::<Value>(&i).ok())}))
+                        .collect();
+                }
+                self.api_answer(req, call, Ok(answer));
             }
             "info" => {
                 let _: InfoParams = parse(body)?;

@@ -108,6 +108,9 @@ impl Master {
     /// Once a second: the broker's expiry and retries, the refusal log, the dashboard.
     fn tick(&mut self, now: Instant) {
         self.broker.tick(now);
+        if self.broker.take_presence_resync() {
+            self.resync_presence();
+        }
         self.pump();
         if let Some(w) = &mut self.webhooks {
             w.tick(now);

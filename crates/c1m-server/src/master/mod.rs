@@ -16,6 +16,7 @@ mod event_loop;
 mod memory;
 mod plan;
 mod plan_reason;
+mod presence;
 mod reload;
 mod routing;
 mod sd_notify;
@@ -74,6 +75,8 @@ pub struct Master {
     interest: HashMap<String, Vec<usize>>,
     /// Channel → (worker, subscribers there), as the workers last reported.
     counts: HashMap<String, Vec<(usize, u32)>>,
+    /// The node's presence member sets (`--presence`).
+    presence: presence::Presence,
     slots: Vec<Slot>,
     published: u64,
     /// Publishes refused because a worker that must deliver them is behind.
@@ -156,6 +159,7 @@ impl Master {
         let webhooks = webhooks::Webhooks::start(&cfg)?;
         let master = Master {
             webhooks,
+            presence: presence::Presence::new(cfg.presence_max_members, cfg.presence_max_bytes),
             cfg,
             secrets,
             plan,
@@ -188,6 +192,18 @@ impl Master {
             reservations: Vec::new(),
         };
         Ok(master)
+    }
+
+    /// The members of `channel` on this node that have a user, by user then connection (the
+    /// server API's `presence`).
+    pub(crate) fn presence(&self, channel: &str) -> Vec<presence::MemberView> {
+        self.presence.presence(channel)
+    }
+
+    /// Member connections of `channel` on this node and their distinct users (the server
+    /// API's `presence_stats`).
+    pub(crate) fn presence_stats(&self, channel: &str) -> presence::Stats {
+        self.presence.presence_stats(channel)
     }
 
     /// The slot of the control worker: with `--admin-listen`, one worker more than the plan

@@ -178,6 +178,8 @@ impl Master {
                 self.broker.channel_info(req, channel, local);
                 self.pump();
             }
+            ToMaster::Presence { changes } => self.on_presence_changes(i, changes),
+            ToMaster::PresenceQuery { req, channel } => self.on_presence_query(i, req, channel),
             frame @ (ToMaster::HandOverPrepared
             | ToMaster::HandOverSent { .. }
             | ToMaster::HandOverFailed { .. }) => self.on_handover_frame(i, frame),
@@ -329,6 +331,20 @@ impl Master {
                     };
                     self.send(req.worker, answer.encode());
                 }
+                Event::Presence {
+                    join,
+                    channel,
+                    json,
+                } => self.send_presence_events(vec![crate::ipc::PresenceEvent {
+                    join,
+                    channel,
+                    json,
+                }]),
+                Event::PresenceMembers {
+                    req,
+                    channel,
+                    members,
+                } => self.answer_cluster_presence(req, channel, members),
                 Event::Gap {
                     channel,
                     after,

@@ -49,6 +49,9 @@ pub struct Report {
     channels: usize,
     publish_refused: u64,
     history_bytes: usize,
+    /// Presence: (channels, members, bytes) and the counters.
+    presence: (usize, usize, usize),
+    presence_counters: super::presence::Counters,
     tls: Option<TlsStats>,
     h2: crate::ipc::H2Stats,
     broker: BrokerStats,
@@ -90,6 +93,8 @@ impl Report {
             channels: 0,
             publish_refused: m.publish_refused,
             history_bytes: 0,
+            presence: m.presence.totals(),
+            presence_counters: m.presence.counters,
             broker: m.broker.stats(),
             upgrades: m.upgrades,
             tls: m.cfg.tls_cert.is_some().then(TlsStats::default),
@@ -230,6 +235,15 @@ impl Report {
                 "client_ignored": self.client_ignored, "publish_refused": self.publish_refused,
             },
             "history_bytes": self.history_bytes,
+            "presence": {
+                "channels": self.presence.0, "members": self.presence.1, "bytes": self.presence.2,
+                "joins": self.presence_counters.joins, "leaves": self.presence_counters.leaves,
+                "events": self.presence_counters.events,
+                "refused": {
+                    "channel_full": self.presence_counters.refused_channel_full,
+                    "bytes_full": self.presence_counters.refused_bytes_full,
+                },
+            },
             "refused": refused,
             "worker_restarts": self.restarts,
             "channels": self.channels,
@@ -337,6 +351,48 @@ impl Report {
             "gauge",
             "Bytes of message history held for resume.",
             &[("", self.history_bytes as u64)],
+        );
+        metric(
+            "presence_members",
+            "gauge",
+            "Presence members (connections in presence-enabled channels) on this node.",
+            &[("", self.presence.1 as u64)],
+        );
+        metric(
+            "presence_bytes",
+            "gauge",
+            "Bytes of presence member sets, counted against --presence-max-bytes.",
+            &[("", self.presence.2 as u64)],
+        );
+        metric(
+            "presence_changes_total",
+            "counter",
+            "Presence joins and leaves applied.",
+            &[
+                ("{change=\"join\"}", self.presence_counters.joins),
+                ("{change=\"leave\"}", self.presence_counters.leaves),
+            ],
+        );
+        metric(
+            "presence_refused_total",
+            "counter",
+            "Joins left out of presence (the subscription still works), by the cap reached.",
+            &[
+                (
+                    "{reason=\"channel_full\"}",
+                    self.presence_counters.refused_channel_full,
+                ),
+                (
+                    "{reason=\"bytes_full\"}",
+                    self.presence_counters.refused_bytes_full,
+                ),
+            ],
+        );
+        metric(
+            "presence_events_total",
+            "counter",
+            "Join and leave events sent to subscribers' workers.",
+            &[("", self.presence_counters.events)],
         );
         metric(
             "memory_rss_bytes",

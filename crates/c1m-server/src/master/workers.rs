@@ -152,6 +152,7 @@ impl Master {
             };
             w.worker_gone(i, reason);
         }
+        self.drop_worker_presence(i);
         let held: Vec<String> = self
             .counts
             .iter()

@@ -84,6 +84,48 @@ impl Worker {
         Some(used)
     }
 
+    /// `GET /channels/{ch}/presence`: the channel's members, asked of the master; behind the
+    /// publish rule like `GET /channels/{ch}` (a member list is for the application's
+    /// backend, not for every subscriber). 404 when presence is off for the channel.
+    pub(super) fn presence_request(
+        &mut self,
+        idx: usize,
+        req: &Request<'_>,
+        name: &str,
+        len: usize,
+        used: usize,
+    ) -> Option<usize> {
+        if req.method != "GET" {
+            self.refuse_method(idx, "GET");
+            return Some(len);
+        }
+        if !self.publish_allowed(idx, req, name) {
+            return Some(len);
+        }
+        if !channel::is_valid_name(name) {
+            let why = channel::ChannelError::BadName(name.to_string()).to_string();
+            self.refuse(idx, 400, &why);
+            return Some(len);
+        }
+        if !self.namespaces.presence_enabled(name) {
+            self.refuse(
+                idx,
+                404,
+                "presence is off for this channel (see --presence and the namespace option presence)",
+            );
+            return Some(len);
+        }
+        let mut conn = self.conns.at(idx);
+        conn.kind = Kind::Status;
+        let token = super::token_of(idx, conn.generation);
+        self.arm_timer(idx, super::health::STATUS_TIMEOUT);
+        self.send_to_master(ToMaster::PresenceQuery {
+            req: token,
+            channel: name.to_string(),
+        });
+        Some(used)
+    }
+
     /// The master could not answer a join: the subscriber is told to come back (it resumes
     /// with its last id then, so nothing is lost). A stream already open (a replay in chunks)
     /// has no way to say it but closing.

@@ -192,11 +192,19 @@ impl Worker {
     /// token again at every poll, so only a wait that would outlast the token ends early (no
     /// message may reach it after its `exp`).
     pub(super) fn adopt_grant(&mut self, idx: usize, grant: Grant) {
-        let Grant::Until { exp_ms: exp, user } = grant else {
+        let Grant::Until {
+            exp_ms: exp,
+            user,
+            info,
+        } = grant
+        else {
             return;
         };
         if !self.conns.contains(idx) {
             return;
+        }
+        if let Some(info) = info {
+            self.presence_info(self.conns.token(idx), &info);
         }
         if let Some(user) = user {
             let token = self.conns.token(idx);

@@ -100,6 +100,8 @@ impl Worker {
 
     /// Waits for readiness: until the next timer tick, not at all while a fan-out is queued.
     fn poll_events(&mut self, turn: &mut Turn) -> anyhow::Result<()> {
+        // The turn's presence changes, in one frame, before waiting.
+        self.flush_presence();
         let timeout = if self.handover.frozen {
             STATS_EVERY // timers do not advance while frozen: no zero-timeout spin
         } else if !self.fan_outs.is_empty() {

@@ -74,6 +74,8 @@ impl Worker {
         // this worker's fan-out queue.
         self.finish_fan_outs();
         tracing::info!(conns = self.conns.len(), "upgrade: worker frozen");
+        // Presence changes are requests too: on the link before `HandOverPrepared`.
+        self.flush_presence();
         self.handover.frozen = true;
         self.send_to_master(ToMaster::HandOverPrepared);
     }
@@ -252,6 +254,7 @@ impl Worker {
             ws_decoder: conn.ws().map(|w| w.decoder.to_bytes()),
             ws_data: conn.ws().map(|w| w.data.clone()).unwrap_or_default(),
             user: self.conns.user_of(token).map(str::to_string),
+            info: self.presence.info_of(token).map(str::to_string),
         })
     }
 
@@ -358,11 +361,29 @@ impl Worker {
                 )
                 .context("registering a handed-over connection")?;
             self.conns.insert(conn);
+            let held_stream = matches!(
+                kind,
+                Kind::Sse
+                    | Kind::SseJoining
+                    | Kind::Ws
+                    | Kind::WsJoining
+                    | Kind::TcpStream
+                    | Kind::TcpJoining
+            );
             for name in &rec.channels {
                 let (chan, pos) = self.channels.join(name, idx as u32);
                 self.conns[idx].add_sub(chan, pos);
                 // The new master took the old one's interest table: it knows we hold these.
                 self.channels.mark_known(name);
+                if held_stream {
+                    // Members already: the new master rebuilds its sets from these reports
+                    // without telling anyone they joined.
+                    let name = std::rc::Rc::clone(&self.channels.get(chan).expect("joined").name);
+                    self.presence_join(token, &name, true);
+                }
+            }
+            if let Some(info) = &rec.info {
+                self.presence_info(token, info);
             }
             if rec.timer_ms > 0 {
                 self.arm_timer(idx, Duration::from_millis(rec.timer_ms));

@@ -48,10 +48,15 @@ impl Worker {
                 Transport::Sse | Transport::LongPoll => self.refuse_busy(idx, 1),
             };
         }
+        let token = self.conns.token(idx);
         for name in channels {
             let (chan, pos) = self.channels.join(name, idx as u32);
             self.counters.subscribes += 1;
             self.conns[idx].add_sub(chan, pos);
+            if !matches!(transport, Transport::LongPoll) {
+                let name = std::rc::Rc::clone(&self.channels.get(chan).expect("joined").name);
+                self.presence_join(token, &name, false);
+            }
         }
         self.report_open(idx, channels, &transport);
         let mut conn = self.conns.at(idx);

@@ -135,6 +135,11 @@ impl Worker {
                 self.fan_out_gap(&channel, after, through)
             }
             ToWorker::Dashboard { json } => self.push_dashboard(&json),
+            ToWorker::PresenceEvents { events } => {
+                // Ordered after the messages sent before them.
+                self.finish_fan_outs();
+                self.deliver_presence_events(events)
+            }
             ToWorker::HandOverPrepare => self.handover_prepare(),
             ToWorker::HandOverGo {
                 name,

@@ -44,6 +44,7 @@ mod lifecycle;
 mod master_link;
 mod message;
 mod namespaces;
+mod presence;
 mod publish_rule;
 mod reload;
 mod requests;
@@ -174,6 +175,8 @@ pub struct Worker {
     /// This worker's index among the master's workers: the first part of its connections'
     /// ids (`crate::conn_id`).
     index: u32,
+    /// Members of presence-enabled channels and the changes owed to the master.
+    presence: presence::Presence,
 }
 
 /// Entry point of `c1m __serve-worker`.
@@ -390,6 +393,7 @@ impl Worker {
             ip_limits: None,
             handover: handover::HandOver::default(),
             index: 0,
+            presence: presence::Presence::default(),
         })
     }
 
@@ -403,6 +407,9 @@ impl Worker {
             .is_some_and(|c| c.kind == conn::Kind::H2)
         {
             self.close_h2_streams(idx);
+        }
+        if let Some(conn) = self.conns.get(idx) {
+            self.presence_leave(token_of(idx, conn.generation));
         }
         let Some(mut conn) = self.conns.remove(idx) else {
             return;

@@ -215,6 +215,9 @@ impl Worker {
             return self.api_request(idx, &req, framing, call, data);
         }
         if let Some(channel) = route.strip_prefix("/channels/") {
+            if let Some(channel) = channel.strip_suffix("/presence") {
+                return self.presence_request(idx, &req, channel, data.len(), used);
+            }
             return self.channel_info_request(idx, &req, channel, data.len(), used);
         }
         if let Some(channel) = route.strip_prefix("/pub/") {

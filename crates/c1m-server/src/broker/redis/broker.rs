@@ -59,6 +59,14 @@ pub(super) enum Pending {
         since: Option<u64>,
         limit: usize,
     },
+    /// Member changes (or the refresh); on failure the master resyncs every member.
+    MembersApply,
+    /// A reap of dead nodes: the leaves this node delivers itself.
+    MembersReap,
+    MembersQuery {
+        req: Req,
+        channel: String,
+    },
 }
 
 /// The broker seam on Redis: one node's view of the shared ids, history and delivery.
@@ -83,6 +91,12 @@ pub struct RedisBroker {
     pub(super) counts: HashMap<String, u64>,
     pub(super) unreported: HashMap<String, u64>,
     pub(super) stats: BrokerStats,
+    /// The database number (pub/sub names carry it).
+    db: i64,
+    /// Member presence lives here (one Redis; not under Redis Cluster).
+    members: bool,
+    /// Redis may have lost this node's members: the master sends them again.
+    pub(super) members_resync: bool,
 }
 
 impl RedisBroker {
@@ -96,6 +110,10 @@ impl RedisBroker {
         let (probed, shown) = match &target {
             RedisTarget::Single(t) => (&**t, &t.shown),
             RedisTarget::Cluster(c) => (&c.seeds[0], &c.shown),
+        };
+        let (db, members) = match &target {
+            RedisTarget::Single(t) => (t.db, true),
+            RedisTarget::Cluster(_) => (0, false),
         };
         single::probe(probed).with_context(|| {
             format!(
@@ -146,6 +164,9 @@ impl RedisBroker {
                 kind,
                 ..Default::default()
             },
+            db,
+            members,
+            members_resync: false,
         })
     }
 
@@ -239,6 +260,53 @@ impl RedisBroker {
                 if value.is_none() {
                     self.unreported = self.counts.clone();
                 }
+            }
+            Pending::MembersApply => {
+                if value.is_none() {
+                    self.members_resync = true;
+                }
+            }
+            Pending::MembersReap => {
+                let Some(Value::Array(items)) = value else {
+                    return;
+                };
+                let text = |v: &Value| match v {
+                    Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+                    _ => None,
+                };
+                for pair in items.chunks(2) {
+                    if let [ch, json] = pair {
+                        if let (Some(channel), Some(json)) = (text(ch), text(json)) {
+                            self.ready.push(Event::Presence {
+                                join: false,
+                                channel,
+                                json,
+                            });
+                        }
+                    }
+                }
+            }
+            Pending::MembersQuery { req, channel } => {
+                let members = match value {
+                    Some(Value::Array(items)) => Some(
+                        items
+                            .chunks(2)
+                            .filter_map(|pair| match pair {
+                                [Value::BulkString(f), Value::BulkString(v)] => Some((
+                                    String::from_utf8_lossy(f).into_owned(),
+                                    String::from_utf8_lossy(v).into_owned(),
+                                )),
+                                _ => None,
+                            })
+                            .collect(),
+                    ),
+                    _ => None,
+                };
+                self.ready.push(Event::PresenceMembers {
+                    req,
+                    channel,
+                    members,
+                });
             }
             Pending::Info {
                 req,
@@ -366,6 +434,17 @@ impl Broker for RedisBroker {
     fn tick(&mut self, now: Instant) {
         if self.shared.command_up.load(Ordering::SeqCst) {
             self.report_presence();
+            if self.members {
+                // Refresh this node's liveness, then reap nodes whose liveness expired.
+                self.presence_ops(Vec::new());
+                let tag = self.tag(Pending::MembersReap);
+                let args = vec![self.node_id.clone(), self.db.to_string()];
+                let _ = self.request(Request::Script {
+                    tag,
+                    which: Which::MembersReap,
+                    args,
+                });
+            }
         }
         self.refuse_late_joins(now);
         self.resubscribe_stuck();
@@ -459,6 +538,66 @@ impl Broker for RedisBroker {
             let page = Err("the redis request queue is full".to_string());
             self.ready.push(Event::History { req, page });
         }
+    }
+
+    fn shares_presence(&self) -> bool {
+        self.members
+    }
+
+    fn presence_ops(&mut self, ops: Vec<crate::broker::PresenceOp>) {
+        if !self.members {
+            return;
+        }
+        let mut ops = ops.into_iter().peekable();
+        loop {
+            let mut args = vec![
+                self.node_id.clone(),
+                super::presence::ALIVE_TTL_MS.to_string(),
+                self.db.to_string(),
+            ];
+            for op in ops.by_ref().take(super::presence::OPS_PER_CALL) {
+                let code = match (op.join, op.announce) {
+                    (true, true) => "J",
+                    (true, false) => "Q",
+                    (false, true) => "L",
+                    (false, false) => "D",
+                };
+                args.extend([code.to_string(), op.channel, op.conn, op.json]);
+            }
+            let tag = self.tag(Pending::MembersApply);
+            if !self.request(Request::Script {
+                tag,
+                which: Which::MembersApply,
+                args,
+            }) {
+                self.members_resync = true;
+            }
+            if ops.peek().is_none() {
+                return;
+            }
+        }
+    }
+
+    fn presence_query(&mut self, req: Req, channel: String) {
+        let tag = self.tag(Pending::MembersQuery {
+            req,
+            channel: channel.clone(),
+        });
+        if !self.request(Request::Script {
+            tag,
+            which: Which::MembersQuery,
+            args: vec![channel.clone()],
+        }) {
+            self.ready.push(Event::PresenceMembers {
+                req,
+                channel,
+                members: None,
+            });
+        }
+    }
+
+    fn take_presence_resync(&mut self) -> bool {
+        std::mem::take(&mut self.members_resync)
     }
 
     fn stats(&self) -> BrokerStats {

@@ -215,6 +215,7 @@ impl RedisBroker {
                 self.ever_up = true;
                 // Redis may have lost this node's presence (restart, expiry while down).
                 self.unreported = self.counts.clone();
+                self.members_resync = true;
                 // Syncs that failed while down are sent again.
                 self.resend_stuck_syncs();
             }
@@ -275,6 +276,21 @@ impl RedisBroker {
             } => {
                 self.forward(&channel, id, Rc::from(payload));
                 self.finish_forwarded_joins();
+            }
+            Incoming::Presence {
+                channel,
+                join,
+                from,
+                json,
+            } => {
+                // Our own events were delivered here directly.
+                if from != self.node_id {
+                    self.ready.push(Event::Presence {
+                        join,
+                        channel,
+                        json,
+                    });
+                }
             }
             Incoming::Answer { tag, value } => {
                 let Some(what) = self.pending.remove(&tag) else {

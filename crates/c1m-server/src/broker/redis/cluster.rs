@@ -212,7 +212,12 @@ impl Nodes for Router {
                 let mut cmd = evalsha(self.scripts.of(which), &keys);
                 cmd.arg(&args);
                 match which {
-                    Which::Presence => {
+                    // Member presence is not sent under Redis Cluster (`shares_presence`); were
+                    // it, its keys are plain `c1m:pr:` ones, routed by the presence key.
+                    Which::Presence
+                    | Which::MembersApply
+                    | Which::MembersReap
+                    | Which::MembersQuery => {
                         plan.request(tag, Merge::One, 1);
                         add(plan, 0, &keys[0], &cmd);
                     }

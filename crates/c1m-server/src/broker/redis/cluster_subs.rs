@@ -205,6 +205,8 @@ impl Owner for NodeLink {
                 id,
                 payload,
             }),
+            // Member presence is per node under Redis Cluster: no events come this way.
+            Push::Presence { .. } => true,
             Push::Subscribed(channel) => subs.link.send(Incoming::Subscribed(channel)),
             // Sharded connections never subscribe to the control name.
             Push::Control(_) => true,

@@ -32,6 +32,9 @@ pub struct Scripts {
     pub replay: redis::Script,
     presence: redis::Script,
     info: redis::Script,
+    members_apply: redis::Script,
+    members_reap: redis::Script,
+    members_query: redis::Script,
 }
 
 impl Scripts {
@@ -50,11 +53,22 @@ impl Scripts {
             replay: redis::Script::new(&replay),
             presence: redis::Script::new(&script::presence_script(cluster)),
             info: redis::Script::new(&script::info_script(cluster)),
+            members_apply: redis::Script::new(super::presence::APPLY),
+            members_reap: redis::Script::new(super::presence::REAP),
+            members_query: redis::Script::new(super::presence::QUERY),
         }
     }
 
     pub fn load(&self, con: &mut redis::Connection) -> redis::RedisResult<()> {
-        for s in [&self.publish, &self.replay, &self.presence, &self.info] {
+        for s in [
+            &self.publish,
+            &self.replay,
+            &self.presence,
+            &self.info,
+            &self.members_apply,
+            &self.members_reap,
+            &self.members_query,
+        ] {
             s.load(con)?;
         }
         Ok(())
@@ -64,6 +78,9 @@ impl Scripts {
         match which {
             Which::Presence => &self.presence,
             Which::Info => &self.info,
+            Which::MembersApply => &self.members_apply,
+            Which::MembersReap => &self.members_reap,
+            Which::MembersQuery => &self.members_query,
         }
     }
 }

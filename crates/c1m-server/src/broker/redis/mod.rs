@@ -20,6 +20,7 @@ mod cluster;
 mod cluster_script;
 mod cluster_subs;
 mod commands;
+mod presence;
 mod protocol;
 mod pubsub;
 mod pubsub_conn;

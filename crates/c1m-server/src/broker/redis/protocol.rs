@@ -43,6 +43,10 @@ pub enum Request {
 pub enum Which {
     Presence,
     Info,
+    /// Member presence (`presence`): apply changes, reap dead nodes, list a channel.
+    MembersApply,
+    MembersReap,
+    MembersQuery,
 }
 
 impl Request {
@@ -81,6 +85,13 @@ pub enum Incoming {
     },
     /// A server API control message another node published.
     Control(String),
+    /// A join/leave event published by node `from`.
+    Presence {
+        channel: String,
+        join: bool,
+        from: String,
+        json: String,
+    },
 }
 
 /// A bounded send for the master's side: the request back when the queue is full (or the

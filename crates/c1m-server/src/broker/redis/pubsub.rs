@@ -30,6 +30,13 @@ pub enum Push {
         id: u64,
         payload: Vec<u8>,
     },
+    /// A join/leave event (`presence`) published by node `from`.
+    Presence {
+        channel: String,
+        join: bool,
+        from: String,
+        json: String,
+    },
     /// A subscription is confirmed.
     Subscribed(String),
     /// A subscription ended (ours, or Redis ended it: the slot moved).
@@ -115,7 +122,15 @@ impl Kind {
                     id,
                     payload: payload.to_vec(),
                 },
-                None => Push::Other,
+                None => match super::presence::split_event(data) {
+                    Some((join, from, json)) => Push::Presence {
+                        channel,
+                        join,
+                        from: from.to_string(),
+                        json: json.to_string(),
+                    },
+                    None => Push::Other,
+                },
             },
             (k, _) if k == subscribe => Push::Subscribed(channel),
             (k, _) if k == unsubscribe => Push::Unsubscribed(channel),

@@ -268,6 +268,17 @@ impl Owner for PubSub {
                 id,
                 payload,
             }),
+            Push::Presence {
+                channel,
+                join,
+                from,
+                json,
+            } => self.link.send(Incoming::Presence {
+                channel,
+                join,
+                from,
+                json,
+            }),
             Push::Subscribed(channel) => self.link.send(Incoming::Subscribed(channel)),
             Push::Control(message) => self.link.send(Incoming::Control(
                 String::from_utf8_lossy(&message).into_owned(),

@@ -9,6 +9,7 @@
 #![allow(dead_code)] // each test file uses a different part
 
 pub mod cluster;
+pub mod stream;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};

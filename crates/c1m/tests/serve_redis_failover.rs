@@ -13,6 +13,7 @@ use crate::redis_support;
 
 use common::Server;
 use redis_support::cluster::Cluster;
+use redis_support::sentinel::{Sentinels, MASTER_NAME};
 use redis_support::stream;
 use std::time::{Duration, Instant};
 
@@ -122,4 +123,45 @@ impl Drop for Dump<'_> {
             }
         }
     }
+}
+
+/// `--broker redis+sentinel://`: one Redis master and its replica watched by three Sentinels.
+/// `SENTINEL failover` moves the master to the replica under a publish stream; then the new
+/// master is killed with -9 and the Sentinels promote the old one back. The delivery rule
+/// holds through both, and each outage is printed.
+#[test]
+fn sentinel_failover_and_master_killed_lose_no_acknowledged_message() {
+    let Some(sentinels) = Sentinels::start() else {
+        return;
+    };
+    let url = sentinels.url();
+    let (a, b) = (node(&url), node(&url));
+    assert_eq!(a.status()["broker"]["kind"], "redis-sentinel");
+    let first = sentinels.master();
+    let other = 1 - first;
+    let names: Vec<String> = (0..3).map(|i| format!("s{i}")).collect();
+    let outage = stream::run([a.http, b.http], &names, || {
+        let out = sentinels.ask(sentinels.ports[0], &["sentinel", "failover", MASTER_NAME]);
+        assert!(out.contains("OK"), "SENTINEL failover: {out}");
+        sentinels.wait_master(other, Duration::from_secs(15));
+    });
+    eprintln!("SENTINEL failover: {outage:?}");
+    // The old master becomes the new one's replica before it can take over again.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !sentinels.redis[first]
+        .cli(&[], &["info", "replication"])
+        .contains("master_link_status:up")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the old master never became a replica"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let names: Vec<String> = (0..3).map(|i| format!("k{i}")).collect();
+    let outage = stream::run([a.http, b.http], &names, || {
+        sentinels.redis[other].signal("KILL");
+        sentinels.wait_master(first, Duration::from_secs(20));
+    });
+    eprintln!("kill -9 of the Sentinel master: {outage:?}");
 }

@@ -7,7 +7,9 @@
 # Two c1m bench processes against one c1m serve:
 # - churn: SUBS SSE subscribers over CHANNELS channels, CHURN of them per second closed and
 #   reopened with their last id (--churn-resume: every message published while one was away
-#   must reach it by replay), PUBS publishes per second round-robin over the channels;
+#   must reach it by replay), PUBS publishes per second round-robin over the channels; a
+#   reconnect that fails (a subscribe timeout on a saturated box) is retried with backoff
+#   (--reconnect), still resuming from its last id;
 # - fan-out: FANOUT_SUBS SSE subscribers of one channel, one message to all of them per second.
 # Verdict (exit 0 only if all hold):
 # - both benches: every due message delivered exactly once, in order, nothing missing;
@@ -94,12 +96,12 @@ track_pid "$SAMPLER"
 
 "$C1M" bench "http://127.0.0.1:$PORT/sub/soak" --scenario churn --churn-resume \
     --conns "$SUBS" --rate 5000 --channels "$CHANNELS" --churn-rate "$CHURN" \
-    --publish-rate "$PUBS" --hold "${HOLD_S}s" --drain 5s --server-every "$EVERY" -q \
+    --publish-rate "$PUBS" --hold "${HOLD_S}s" --drain 5s --server-every "$EVERY" --reconnect -q \
     --report "$DIR/churn.json" >"$DIR/churn.txt" 2>&1 &
 CHURN_PID=$!
 track_pid "$CHURN_PID"
 "$C1M" bench "http://127.0.0.1:$PORT/sub/everyone" --scenario fanout \
-    --conns "$FANOUT_SUBS" --rate 2000 --publish-every 1s --hold "${HOLD_S}s" --drain 5s -q \
+    --conns "$FANOUT_SUBS" --rate 2000 --publish-every 1s --hold "${HOLD_S}s" --drain 5s --reconnect -q \
     --report "$DIR/fanout.json" >"$DIR/fanout.txt" 2>&1 &
 FANOUT_PID=$!
 track_pid "$FANOUT_PID"

@@ -24,6 +24,9 @@ needed+=(redis-server)
 # openssl (mints the CA and server certificate of the rediss:// test): crates/c1m/tests/
 # serve_cluster_auth.rs, serve_cluster_tls.rs, serve_publish_idempotency.rs (redis5).
 needed+=(redis-tools openssl)
+# redis-sentinel: the Sentinel failover test of crates/c1m/tests/serve_redis_failover.rs (the
+# test runs the Sentinels as `redis-server --sentinel`; the package names the dependency).
+needed+=(redis-sentinel)
 # prometheus: its promtool checks the real /metrics body in crates/c1m/tests/serve_metrics.rs.
 needed+=(prometheus)
 # python3-h2: an independent HTTP/2 client (into Debian's /usr/bin/python3) that

@@ -62,6 +62,7 @@ mod serve_presence;
 mod serve_protocols;
 mod serve_publish_idempotency;
 mod serve_redis_cluster;
+mod serve_redis_failover;
 mod serve_resume_gaps;
 mod serve_scale;
 mod serve_smuggling_haproxy;

@@ -105,7 +105,7 @@ pub enum Event {
 /// Figures for `/status` and `/metrics`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BrokerStats {
-    /// "memory", "redis" or "redis-cluster".
+    /// "memory", "redis", "redis-sentinel" or "redis-cluster".
     pub kind: &'static str,
     /// Channels with history held in this process (memory) or subscribed on this node (redis).
     pub channels: usize,

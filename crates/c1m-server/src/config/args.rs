@@ -233,7 +233,10 @@ pub struct ServeArgs {
     /// for `requirepass`, `USER:PASSWORD` for an ACL user; the password is never printed);
     /// for Redis Cluster (7+) redis+cluster://[USER:PASSWORD@]HOST:PORT,HOST:PORT,… (seed
     /// nodes; rediss+cluster:// for TLS), where a multi-channel subscription cannot resume from
-    /// a last id (400). Publishes get 503 + Retry-After while Redis is unreachable; subscribers stay connected
+    /// a last id (400); for one Redis with Sentinel
+    /// redis+sentinel://[USER:PASSWORD@]HOST:PORT[,HOST:PORT…]/MASTERNAME (the Sentinels, asked
+    /// for the master on every reconnection; the credentials are the master's, database 0, no
+    /// TLS). Publishes get 503 + Retry-After while Redis is unreachable; subscribers stay connected
     /// and get what they missed (or a gap event) when it is back. A password or certificate
     /// Redis refuses at start is an error (exit 2); refused later, it is logged and counted
     /// (`broker.auth_failures`) while the node retries.

@@ -27,12 +27,42 @@ impl Cluster {
     /// `masters` masters, all slots assigned, every node agreeing (cluster_state:ok). None
     /// (skipped) when redis is not installed.
     pub fn start(masters: usize) -> Option<Cluster> {
+        Cluster::create(masters, 0, 5000)
+    }
+
+    /// `masters` masters each with one replica (nodes `masters..` are the replicas), a short
+    /// `cluster-node-timeout` (ms) so a dead master's replica takes over within seconds.
+    pub fn start_with_replicas(masters: usize, node_timeout_ms: u32) -> Option<Cluster> {
+        Cluster::create(masters, 1, node_timeout_ms)
+    }
+
+    fn create(masters: usize, replicas: usize, node_timeout_ms: u32) -> Option<Cluster> {
         let (server, cli) = super::binaries()?;
         assert!(
             version_7(server),
             "redis-server 7 or newer needed (SSUBSCRIBE)"
         );
-        let nodes: Vec<Redis> = (0..masters)
+        // Ports come from free_port() and are bound later: a test starting beside this one
+        // may take one first (a node then dies at start). Such a start is tried again.
+        let mut failure = String::new();
+        for _ in 0..3 {
+            match Cluster::try_create(cli, masters, replicas, node_timeout_ms) {
+                Ok(cluster) => return Some(cluster),
+                Err(e) => failure = e,
+            }
+        }
+        panic!("{failure}");
+    }
+
+    fn try_create(
+        cli: &str,
+        masters: usize,
+        replicas: usize,
+        node_timeout_ms: u32,
+    ) -> Result<Cluster, String> {
+        let total = masters * (1 + replicas);
+        let timeout = node_timeout_ms.to_string();
+        let nodes: Vec<Redis> = (0..total)
             .map(|_| {
                 let bus = free_port().to_string();
                 Redis::start(&[
@@ -43,7 +73,7 @@ impl Cluster {
                     "--cluster-port",
                     &bus,
                     "--cluster-node-timeout",
-                    "5000",
+                    &timeout,
                 ])
                 .unwrap()
             })
@@ -55,26 +85,62 @@ impl Cluster {
         let out = Command::new(cli)
             .args(["--cluster", "create"])
             .args(&addrs)
-            .args(["--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .output()
             .expect("run redis-cli --cluster create");
-        assert!(
-            out.status.success(),
-            "redis-cli --cluster create: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        if !out.status.success() {
+            return Err(format!(
+                "redis-cli --cluster create: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
         let cluster = Cluster { nodes };
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + Duration::from_secs(20);
         while !cluster.nodes.iter().all(|n| {
             n.cli(&[], &["cluster", "info"])
                 .contains("cluster_state:ok")
-                && n.cli(&[], &["cluster", "nodes"]).lines().count() == masters
+                && n.cli(&[], &["cluster", "nodes"]).lines().count() == total
+                && !n
+                    .cli(&[], &["info", "replication"])
+                    .contains("master_link_status:down")
         }) {
-            assert!(Instant::now() < deadline, "cluster never became ok");
+            if Instant::now() > deadline {
+                return Err("cluster never became ok".into());
+            }
             std::thread::sleep(Duration::from_millis(100));
         }
-        Some(cluster)
+        Ok(cluster)
+    }
+
+    /// Every node's address: a seed list that survives any one node's death.
+    pub fn url_all(&self) -> String {
+        let seeds: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        format!("redis+cluster://{}", seeds.join(","))
+    }
+
+    /// The index of the replica of master `master`, by node `asked`'s view.
+    pub fn replica_of(&self, master: usize, asked: usize) -> usize {
+        let id = self.node_id(master);
+        let text = self.nodes[asked].cli(&[], &["cluster", "nodes"]);
+        for line in text.lines() {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            if words.len() > 3 && words[2].contains("slave") && words[3] == id {
+                let port = words[1]
+                    .split('@')
+                    .next()
+                    .and_then(|a| a.rsplit(':').next())
+                    .and_then(|p| p.parse::<u16>().ok());
+                if let Some(i) = self.nodes.iter().position(|n| Some(n.port) == port) {
+                    return i;
+                }
+            }
+        }
+        panic!("master {master} has no replica: {text}");
     }
 
     /// `redis+cluster://` naming the first two masters as seeds.

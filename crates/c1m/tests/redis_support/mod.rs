@@ -9,6 +9,8 @@
 #![allow(dead_code)] // each test file uses a different part
 
 pub mod cluster;
+pub mod sentinel;
+pub mod stream;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};

@@ -108,19 +108,30 @@ impl RedisBroker {
         waker: mio::Waker,
     ) -> anyhow::Result<RedisBroker> {
         let (probed, shown) = match &target {
-            RedisTarget::Single(t) => (&**t, &t.shown),
-            RedisTarget::Cluster(c) => (&c.seeds[0], &c.shown),
+            RedisTarget::Single(t) => (Some((**t).clone()), &t.shown),
+            RedisTarget::Cluster(c) => (Some(c.seeds[0].clone()), &c.shown),
+            RedisTarget::Sentinel(s) => match s.resolve() {
+                Ok(t) => (Some(t), &s.shown),
+                Err(e) => {
+                    tracing::warn!(error = %format!("{e:#}"), "broker master not known yet; asking the Sentinels in the background");
+                    (None, &s.shown)
+                }
+            },
         };
+        // The cluster's presence and the server API's control channel are built and tested on
+        // one Redis; behind Sentinel and on Redis Cluster they stay per node (docs/PROTOCOL.md).
         let (db, members) = match &target {
             RedisTarget::Single(t) => (t.db, true),
-            RedisTarget::Cluster(_) => (0, false),
+            RedisTarget::Cluster(_) | RedisTarget::Sentinel(_) => (0, false),
         };
-        single::probe(probed).with_context(|| {
-            format!(
-                "--broker {shown}: redis refused this node (check the URL's user and password, \
-                 the ACL, --broker-ca)"
-            )
-        })?;
+        if let Some(probed) = probed {
+            single::probe(&probed).with_context(|| {
+                format!(
+                    "--broker {shown}: redis refused this node (check the URL's user and password, \
+                     the ACL, --broker-ca)"
+                )
+            })?;
+        }
         let shared = Arc::new(Shared::new(waker));
         let (to_redis, requests) = std::sync::mpsc::sync_channel(MAX_IN_FLIGHT);
         let (tx, incoming) = std::sync::mpsc::sync_channel(INCOMING_QUEUE);
@@ -130,8 +141,12 @@ impl RedisBroker {
         };
         let kind = match target {
             RedisTarget::Single(target) => {
-                single::start(*target, requests, link)?;
+                single::start(single::Source::Fixed(target), requests, link)?;
                 "redis"
+            }
+            RedisTarget::Sentinel(target) => {
+                single::start(single::Source::Sentinel(target), requests, link)?;
+                "redis-sentinel"
             }
             RedisTarget::Cluster(target) => {
                 cluster::start(target, requests, link)?;

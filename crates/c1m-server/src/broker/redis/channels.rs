@@ -520,13 +520,19 @@ impl RedisBroker {
         }
     }
 
-    /// Subscriptions a full queue kept from going out are sent again.
+    /// Subscriptions a full queue kept from going out are sent again. Only those: one with a
+    /// subscribe outstanding waits for its confirmation or its loss (`Lost`, `PubSubDown`,
+    /// which reset the count). Sending it again would count a second confirmation that may
+    /// never come (under Redis Cluster the first may sit queued for a dead master while the
+    /// second goes to the promoted replica), and the channel would never go live.
     pub(super) fn resubscribe_stuck(&mut self) {
         if self.pubsub_up {
             let stuck: Vec<String> = self
                 .channels
                 .iter()
-                .filter(|(_, c)| c.state == State::Subscribing)
+                .filter(|(n, c)| {
+                    c.state == State::Subscribing && !self.unconfirmed.contains_key(*n)
+                })
                 .map(|(n, _)| n.clone())
                 .collect();
             for ch in stuck {

@@ -65,6 +65,8 @@ impl Subs {
             if old != addr {
                 if let Some(node) = st.nodes.get_mut(&old) {
                     node.channels.remove(&channel);
+                    // Not sent there yet: it must not be sent when that master is back.
+                    node.queued.retain(|c| *c != channel);
                 }
             }
         }
@@ -246,8 +248,11 @@ impl Owner for NodeLink {
                 subs.report_lost(lost)
             }
             Push::Refused(error) => {
-                tracing::warn!(node = %self.addr, error = %error, "redis cluster refused a subscription");
-                true
+                // E.g. CLUSTERDOWN while a failover is under way. The refusal does not name its
+                // channel and the subscription will not be confirmed, so every channel here is
+                // subscribed again (and caught up) on a new connection, after the backoff.
+                tracing::warn!(node = %self.addr, error = %error, "redis cluster refused a subscription; subscribing this node's channels again");
+                subs.lose_all(&self.addr)
             }
             Push::Other => true,
         }

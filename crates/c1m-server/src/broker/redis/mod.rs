@@ -1,5 +1,6 @@
-//! The Redis broker (`--broker redis://HOST:PORT[/DB]`, or `redis+cluster://H1:P1,…` for Redis
-//! Cluster): ids, history and cross-node delivery live in Redis; this node subscribes once per
+//! The Redis broker (`--broker redis://HOST:PORT[/DB]`, `redis+cluster://H1:P1,…` for Redis
+//! Cluster, or `redis+sentinel://S1:P1,…/MASTER` for one Redis whose master Sentinel names):
+//! ids, history and cross-node delivery live in Redis; this node subscribes once per
 //! channel that has local subscribers, not per client.
 //!
 //! # Layout
@@ -9,7 +10,8 @@
 //!   say to each other), `commands` (batches, scripts by EVALSHA with NOSCRIPT retry,
 //!   pipelines, reconnection with backoff), `pubsub` (pub/sub connections and their pushes,
 //!   the push kind as a parameter) over `pubsub_conn` (the socket), and `shared`.
-//! - The modes, each only what differs: `single` (one Redis), `cluster` (slot routing by
+//! - The modes, each only what differs: `single` (one Redis, fixed or named by Sentinel: asked
+//!   again on every reconnection), `cluster` (slot routing by
 //!   `slots`, MOVED/ASK) with `cluster_subs` (a sharded pub/sub connection per master).
 //! - The data model: `script` (one Redis' Lua scripts and their answers) and `cluster_script`
 //!   (the per-channel model a cluster needs); `target`, the parsed URL.
@@ -32,17 +34,22 @@ mod target;
 
 pub use broker::RedisBroker;
 
-/// A parsed `--broker` URL (and `--broker-ca`): one Redis, or a Redis Cluster's seeds.
+/// A parsed `--broker` URL (and `--broker-ca`): one Redis, a Redis Cluster's seeds, or the
+/// Sentinels that name one Redis master.
 #[derive(Debug, Clone)]
 pub enum RedisTarget {
     Single(Box<target::Target>),
     Cluster(target::ClusterTarget),
+    Sentinel(target::SentinelTarget),
 }
 
 impl RedisTarget {
     pub fn parse(url: &str, ca: Option<&std::path::Path>) -> anyhow::Result<RedisTarget> {
         if target::is_cluster(url) {
             return target::parse_cluster(url, ca).map(RedisTarget::Cluster);
+        }
+        if target::is_sentinel(url) {
+            return target::parse_sentinel(url, ca).map(RedisTarget::Sentinel);
         }
         target::parse(url, ca).map(|t| RedisTarget::Single(Box::new(t)))
     }

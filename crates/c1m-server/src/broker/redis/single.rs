@@ -1,15 +1,18 @@
-//! One Redis (`redis://`, `rediss://`): the mode's part of the transport. One command
+//! One Redis (`redis://`, `rediss://`, or `redis+sentinel://`: the master the Sentinels name,
+//! asked again on every reconnection): the mode's part of the transport. One command
 //! connection (scripts take plain arguments: every key is in the one database) and one
 //! pub/sub connection whose write half the command thread uses for (UN)SUBSCRIBE. Losing the
 //! pub/sub connection is reported as the whole pub/sub side down (`PubSubDown`); the state
-//! machine subscribes everything again when it is back.
+//! machine subscribes everything again when it is back. Behind Sentinel, a Redis that answers
+//! `READONLY` (demoted to replica) drops the command connection, and a pub/sub connection
+//! left on another Redis than the command connection's is remade, so both follow a failover.
 
-use super::commands::{self, evalsha, Merge, Nodes, Plan, Scripts};
+use super::commands::{self, evalsha, Merge, Nodes, Plan, Retry, Scripts};
 use super::protocol::{Incoming, Request};
 use super::pubsub::{self, Kind, Owner, Push};
 use super::pubsub_conn::{self, Writer};
 use super::shared::{connect_with, log_once, Link, Shared, CONNECT_TIMEOUT};
-use super::target::Target;
+use super::target::{SentinelTarget, Target};
 use crate::broker::IDEMPOTENCY_TTL;
 use anyhow::Context;
 use std::sync::atomic::Ordering;
@@ -37,16 +40,50 @@ pub fn probe(target: &Target) -> anyhow::Result<()> {
     }
 }
 
+/// Where the one Redis is: fixed by the URL, or named by the Sentinels at each connection.
+#[derive(Clone)]
+pub enum Source {
+    Fixed(Box<Target>),
+    Sentinel(SentinelTarget),
+}
+
+impl Source {
+    /// The Redis to connect to now.
+    fn current(&self) -> anyhow::Result<Target> {
+        match self {
+            Source::Fixed(t) => Ok((**t).clone()),
+            Source::Sentinel(s) => s.resolve(),
+        }
+    }
+
+    fn shown(&self) -> &str {
+        match self {
+            Source::Fixed(t) => &t.shown,
+            Source::Sentinel(s) => &s.shown,
+        }
+    }
+
+    /// The database (a Sentinel URL names none: 0).
+    fn db(&self) -> i64 {
+        match self {
+            Source::Fixed(t) => t.db,
+            Source::Sentinel(_) => 0,
+        }
+    }
+}
+
 /// Starts the command thread and the pub/sub thread.
-pub fn start(target: Target, requests: Receiver<Request>, link: Link) -> anyhow::Result<()> {
+pub fn start(source: Source, requests: Receiver<Request>, link: Link) -> anyhow::Result<()> {
     let subs = Arc::new(PubSub {
-        kind: Kind::Plain { db: target.db },
-        target: target.clone(),
+        kind: Kind::Plain { db: source.db() },
+        source: source.clone(),
+        at: Mutex::new(String::new()),
         link: link.clone(),
         writer: Mutex::new(None),
     });
     let node = Single {
-        target,
+        source,
+        addr: String::new(),
         scripts: Scripts::new(false),
         con: None,
         lost: None,
@@ -66,7 +103,9 @@ pub fn start(target: Target, requests: Receiver<Request>, link: Link) -> anyhow:
 
 /// The command side of one Redis.
 struct Single {
-    target: Target,
+    source: Source,
+    /// The Redis connected to (`host:port`), or "" before the first connection.
+    addr: String,
     scripts: Scripts,
     con: Option<redis::Connection>,
     /// Why the connection broke during the last batch (reported once its answers are out).
@@ -85,7 +124,7 @@ impl Nodes for Single {
     fn check(&mut self, link: &Link) -> Option<bool> {
         if let Some(error) = self.lost.take() {
             link.shared.command_up.store(false, Ordering::SeqCst);
-            tracing::warn!(redis = %self.target.shown, error = %error, "broker connection lost; reconnecting");
+            tracing::warn!(redis = %self.source.shown(), addr = %self.addr, error = %error, "broker connection lost; reconnecting");
             if !link.send(Incoming::CommandDown) {
                 return None;
             }
@@ -93,14 +132,25 @@ impl Nodes for Single {
         if self.con.is_some() {
             return Some(true);
         }
-        match connect_with(&self.target, |con| self.scripts.load(con)) {
+        let target = match self.source.current() {
+            Ok(t) => t,
+            Err(e) => {
+                link.shared.failed(false);
+                log_once(&format!("c1m: {e:#}; retrying"));
+                return Some(false);
+            }
+        };
+        match connect_with(&target, |con| self.scripts.load(con)) {
             Ok(con) => {
                 self.con = Some(con);
+                self.addr = target.addr.clone();
+                // The pub/sub side must listen where the writes go now.
+                self.subs.follow(&target.addr);
                 link.shared.command_up.store(true, Ordering::SeqCst);
                 if !link.send(Incoming::CommandUp) {
                     return None;
                 }
-                tracing::info!(redis = %self.target.shown, "broker connected");
+                tracing::info!(redis = %self.source.shown(), addr = %target.addr, "broker connected");
                 Some(true)
             }
             Err(e) => {
@@ -112,8 +162,9 @@ impl Nodes for Single {
                     ""
                 };
                 log_once(&format!(
-                    "c1m: redis {}: {e}{why}; retrying",
-                    self.target.shown
+                    "c1m: redis {} ({}): {e}{why}; retrying",
+                    self.source.shown(),
+                    target.addr
                 ));
                 Some(false)
             }
@@ -144,7 +195,7 @@ impl Nodes for Single {
                     .arg(max_count)
                     .arg(max_age_ms)
                     .arg(start_us())
-                    .arg(self.target.db)
+                    .arg(self.source.db())
                     .arg(key)
                     .arg(IDEMPOTENCY_TTL.as_millis() as u64);
                 (tag, cmd)
@@ -171,7 +222,7 @@ impl Nodes for Single {
             }
             Request::Control { tag, message } => {
                 let mut cmd = redis::cmd("PUBLISH");
-                cmd.arg(super::script::control_name(self.target.db))
+                cmd.arg(super::script::control_name(self.source.db()))
                     .arg(message);
                 (tag, cmd)
             }
@@ -183,7 +234,7 @@ impl Nodes for Single {
     }
 
     fn node_of(&mut self, _slot: u16) -> Option<String> {
-        Some(self.target.addr.clone())
+        Some(self.addr.clone())
     }
 
     fn con(&mut self, _addr: &str) -> redis::RedisResult<&mut redis::Connection> {
@@ -202,6 +253,17 @@ impl Nodes for Single {
         }
     }
 
+    /// `READONLY`: the Redis connected to was made a replica (a Sentinel failover, or an
+    /// operator's `REPLICAOF`). The connection is dropped, so the next one asks the Sentinels
+    /// again; the request fails (503: the publisher retries).
+    fn redirect(&mut self, code: &str, detail: &str) -> Retry {
+        if code == "READONLY" {
+            self.con = None;
+            self.lost = Some(format!("{code} {detail} (the master changed)"));
+        }
+        Retry::No
+    }
+
     fn lost(&mut self, _addr: &str, error: Option<&redis::RedisError>) {
         if self.con.take().is_some() || self.lost.is_none() {
             self.lost = Some(error.map_or_else(|| "lost".to_string(), |e| e.to_string()));
@@ -213,7 +275,9 @@ impl Nodes for Single {
 /// (writes SUBSCRIBE and UNSUBSCRIBE).
 struct PubSub {
     kind: Kind,
-    target: Target,
+    source: Source,
+    /// The Redis this connection was last made to (`host:port`).
+    at: Mutex<String>,
     link: Link,
     writer: Mutex<Option<Writer>>,
 }
@@ -221,6 +285,18 @@ struct PubSub {
 impl PubSub {
     fn writer(&self) -> MutexGuard<'_, Option<Writer>> {
         self.writer.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The command connection now goes to `addr`: a pub/sub connection elsewhere (the old
+    /// master, if it still accepts connections) is shut, and the reconnect asks again.
+    fn follow(&self, addr: &str) {
+        let at = self.at.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if !at.is_empty() && at != addr {
+            if let Some(writer) = self.writer().take() {
+                tracing::warn!(from = %at, to = %addr, "broker master changed; moving the pub/sub connection");
+                writer.shutdown();
+            }
+        }
     }
 
     /// Writes a (UN)SUBSCRIBE; a failure shuts the connection down, and the reconnect
@@ -236,11 +312,13 @@ impl Owner for PubSub {
     }
 
     fn shown(&self) -> &str {
-        &self.target.shown
+        self.source.shown()
     }
 
     fn target(&self) -> anyhow::Result<Target> {
-        Ok(self.target.clone())
+        let target = self.source.current()?;
+        *self.at.lock().unwrap_or_else(|p| p.into_inner()) = target.addr.clone();
+        Ok(target)
     }
 
     fn kind(&self) -> Kind {
@@ -251,7 +329,7 @@ impl Owner for PubSub {
         *self.writer() = Some(writer);
         // The server API's control messages, on every (re)connection.
         let control = redis::cmd("SUBSCRIBE")
-            .arg(super::script::control_name(self.target.db))
+            .arg(super::script::control_name(self.source.db()))
             .clone();
         pubsub_conn::write_or_shut(&mut self.writer(), &control);
         self.link.send(Incoming::PubSubUp)
@@ -302,6 +380,6 @@ impl Owner for PubSub {
     }
 
     fn label(&self) -> String {
-        format!("redis {}", self.target.shown)
+        format!("redis {}", self.source.shown())
     }
 }

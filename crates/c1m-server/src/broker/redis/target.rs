@@ -1,7 +1,8 @@
 //! Where Redis is and how to talk to it: the parsed `--broker` URL (`redis://` or `rediss://`,
 //! optional `user:password@`; `redis+cluster://` / `rediss+cluster://` with a list of seed
-//! nodes for Redis Cluster), the `--broker-ca` trust for TLS, and the URL as it may be shown
-//! (password replaced) in logs, errors, `--print-config` and `/status`.
+//! nodes for Redis Cluster; `redis+sentinel://` with a list of Sentinels and a master name),
+//! the `--broker-ca` trust for TLS, and the URL as it may be shown (password replaced) in
+//! logs, errors, `--print-config` and `/status`.
 
 use anyhow::{bail, Context};
 use rustls::pki_types::pem::PemObject;
@@ -81,6 +82,100 @@ impl ClusterTarget {
             self.ca_pem.as_deref(),
         )
     }
+}
+
+/// A Redis behind Sentinel: where the Sentinels are, the master's name, and how to reach
+/// whichever Redis they name as master (the URL's credentials; the Sentinels are asked
+/// without them).
+#[derive(Clone)]
+pub struct SentinelTarget {
+    /// The Sentinels, as the `redis` crate's Sentinel client takes them (`redis://H:P`).
+    sentinels: Vec<String>,
+    pub master_name: String,
+    /// `user:password@` as written in the URL, or empty.
+    userinfo: String,
+    /// The URL with its password replaced, safe to print.
+    pub shown: String,
+}
+
+impl std::fmt::Debug for SentinelTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SentinelTarget({})", self.shown)
+    }
+}
+
+impl SentinelTarget {
+    /// Asks the Sentinels (the first that answers) for the master's address, and checks that
+    /// Redis there says it is a master (`ROLE`): a Sentinel that has not yet seen a failover
+    /// cannot send writes to a replica. Called for every (re)connection, so a failover is
+    /// followed on the next one.
+    pub fn resolve(&self) -> anyhow::Result<Target> {
+        let mut sentinel = redis::sentinel::Sentinel::build(self.sentinels.clone())
+            .map_err(|e| anyhow::anyhow!("{e}"))
+            .with_context(|| format!("--broker {}: the Sentinel list", self.shown))?;
+        let found = sentinel.master_for(&self.master_name, None);
+        let client = found.map_err(|e| anyhow::anyhow!("{e}")).with_context(|| {
+            format!(
+                "--broker {}: no Sentinel named a reachable master {:?}",
+                self.shown, self.master_name
+            )
+        })?;
+        let addr = match client.get_connection_info().addr() {
+            redis::ConnectionAddr::Tcp(host, port) => format!("{host}:{port}"),
+            other => bail!("--broker {}: the Sentinels named {other}", self.shown),
+        };
+        from_url(&format!("redis://{}{addr}", self.userinfo), None)
+            .with_context(|| format!("--broker {}: master {addr}", self.shown))
+    }
+}
+
+/// True for a `redis+sentinel://` URL.
+pub fn is_sentinel(url: &str) -> bool {
+    url.starts_with("redis+sentinel://")
+}
+
+/// Parses `redis+sentinel://[USER:PASSWORD@]HOST:PORT[,HOST:PORT…]/MASTERNAME`.
+pub fn parse_sentinel(url: &str, ca: Option<&Path>) -> anyhow::Result<SentinelTarget> {
+    let shown = redact(url);
+    let expected = "expected redis+sentinel://[USER:PASSWORD@]HOST:PORT[,HOST:PORT…]/MASTERNAME";
+    if ca.is_some() {
+        bail!("--broker {shown:?}: --broker-ca is not supported with Sentinel (no TLS)");
+    }
+    let Some(rest) = url.strip_prefix("redis+sentinel://") else {
+        bail!("--broker {shown:?}: {expected}");
+    };
+    let (authority, name) = match rest.split_once('/') {
+        Some((a, n)) => (a, n.strip_suffix('/').unwrap_or(n)),
+        None => bail!("--broker {shown:?}: no master name; {expected}"),
+    };
+    if name.is_empty() || name.contains(['/', '?', '#', '@', ':', ',']) {
+        bail!("--broker {shown:?}: {name:?} is not a master name; {expected}");
+    }
+    let (userinfo, hosts) = match authority.rsplit_once('@') {
+        Some((u, h)) => (format!("{u}@"), h),
+        None => (String::new(), authority),
+    };
+    let mut sentinels = Vec::new();
+    for host in hosts.split(',') {
+        let port = host.rsplit_once(':').and_then(|(h, p)| {
+            (!h.is_empty()).then_some(())?;
+            p.parse::<u16>().ok()
+        });
+        if port.is_none() {
+            bail!("--broker {shown:?}: Sentinel {host:?} is not HOST:PORT; {expected}");
+        }
+        sentinels.push(format!("redis://{host}"));
+    }
+    let target = SentinelTarget {
+        sentinels,
+        master_name: name.to_string(),
+        userinfo,
+        shown,
+    };
+    // The credentials must make a valid URL for the master, whichever address it has.
+    from_url(&format!("redis://{}127.0.0.1:1", target.userinfo), None)
+        .with_context(|| format!("--broker {:?}: {expected}", target.shown))?;
+    Ok(target)
 }
 
 /// True for a `redis+cluster://` or `rediss+cluster://` URL.
@@ -290,6 +385,32 @@ mod tests {
             let e = parse_cluster(bad, None).unwrap_err();
             assert!(!format!("{e:#}").contains("pw@"), "{e:#}");
         }
+    }
+
+    #[test]
+    fn sentinel_urls_name_sentinels_and_a_master() {
+        let url = "redis+sentinel://:s3cret@127.0.0.1:26379,127.0.0.1:26380/mymaster";
+        assert!(is_sentinel(url) && !is_sentinel("redis://h:1"));
+        let t = parse_sentinel(url, None).unwrap();
+        assert_eq!(t.master_name, "mymaster");
+        assert_eq!(t.sentinels.len(), 2);
+        assert_eq!(
+            t.shown,
+            "redis+sentinel://:***@127.0.0.1:26379,127.0.0.1:26380/mymaster"
+        );
+        assert!(!format!("{t:?}").contains("s3cret"));
+        for bad in [
+            "redis+sentinel://:pw@127.0.0.1:26379",
+            "redis+sentinel://:pw@127.0.0.1:26379/",
+            "redis+sentinel://:pw@127.0.0.1/m",
+            "redis+sentinel://:pw@127.0.0.1:26379/m/2",
+            "redis+sentinel://:pw@:26379/m",
+        ] {
+            let e = parse_sentinel(bad, None).unwrap_err();
+            assert!(!format!("{e:#}").contains("pw@"), "{e:#}");
+        }
+        let e = parse_sentinel("redis+sentinel://h:1/m", Some(Path::new("/x"))).unwrap_err();
+        assert!(format!("{e:#}").contains("--broker-ca"), "{e:#}");
     }
 
     #[test]

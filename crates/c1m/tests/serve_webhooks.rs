@@ -430,3 +430,39 @@ fn a_full_spool_drops_the_oldest_and_says_so() {
     );
     let _ = std::fs::remove_dir_all(&spool);
 }
+
+/// A user kicked by the server API leaves with reason `kicked`, and every event of its
+/// connection names the user its token did.
+#[test]
+fn a_kick_by_the_server_api_is_a_kicked_disconnect_of_that_user() {
+    let backend = Backend::start("127.0.0.1:0", &[]);
+    let spool = spool_dir("kicked");
+    let keys = crate::auth::Keys::new("webhook-kick");
+    let secret = keys.secret();
+    let server = serve(
+        &backend.url(),
+        &spool.join("q"),
+        &["--workers", "1", "--auth", "optional", "--jwt-key", &secret],
+    );
+    let token = keys.hs256(&serde_json::json!({
+        "exp": crate::auth::now() + 300, "channels": ["room"], "sub": "ann"
+    }));
+    let mut kicked = Sse::connect(server.http, &format!("/sub/room?token={token}"), "");
+    let _other = Sse::connect(server.http, "/sub/room", "");
+    server.wait_status(|s| s["connections"]["sse"] == 2);
+    let answer = ureq::post(&server.url("/api/disconnect"))
+        .send_string(r#"{"user":"ann"}"#)
+        .unwrap()
+        .into_string()
+        .unwrap();
+    assert!(answer.contains("\"disconnected\":1"), "{answer}");
+    let _ = kicked.read_to_close();
+    let events = backend.wait_for(Duration::from_secs(15), |e| count(e, "disconnect") == 1);
+    let gone: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "disconnect")
+        .collect();
+    assert_eq!(gone[0]["reason"], "kicked", "{events:?}");
+    assert_eq!(gone[0]["user"], "ann", "{events:?}");
+    let _ = std::fs::remove_dir_all(&spool);
+}

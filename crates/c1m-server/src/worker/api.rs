@@ -163,6 +163,7 @@ impl Worker {
     /// Ends a connection for a `disconnect`; false for one that is not a client's (an API or
     /// status request in flight, one already closing).
     fn kick(&mut self, idx: usize, kind: Kind, reconnect: bool) -> bool {
+        self.note_close_reason(idx, crate::ipc::CloseReason::Kicked);
         let reason = kicked_reason(reconnect);
         match kind {
             Kind::Sse => {

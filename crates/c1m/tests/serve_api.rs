@@ -166,7 +166,7 @@ fn disconnect_by_user_closes_exactly_that_users_streams_on_both_workers() {
     let (mut bob_ws, _) = ws(server.http, &format!("/sub/room?token={bob}"));
     let mut anonymous = Sse::connect(server.http, "/sub/room", "");
     let total = ann_sse.len() + ann_ws.len() + 3;
-    server.wait_status(|s| s["connections"]["total"] == total);
+    server.wait_status(|s| Server::held(s) == total as u64);
 
     let answer = ok(server.http, "disconnect", json!({"user": "ann"}));
     assert_eq!(
@@ -200,7 +200,7 @@ fn disconnect_by_user_closes_exactly_that_users_streams_on_both_workers() {
         );
     }
     assert_eq!(ws_next_text(&mut bob_ws)["data"], "still here");
-    server.wait_status(|s| s["connections"]["total"] == 3);
+    server.wait_status(|s| Server::held(s) == 3);
 
     // With the advice to come back: WebSocket 4011, SSE says reconnect: true.
     let (status, v) = api(
@@ -244,7 +244,7 @@ fn disconnect_by_connection_id_closes_that_one_connection() {
     let mut first = Sse::connect(server.http, "/sub/room", "");
     let mut second = Sse::connect(server.http, "/sub/room", "");
     let (mut w, ws_id) = ws(server.http, "/sub/room");
-    server.wait_status(|s| s["connections"]["total"] == 3);
+    server.wait_status(|s| Server::held(s) == 3);
     // Bad ids are refused before anything is done.
     for bad in ["", "x-1", "1", "1-zz", "1-2-3"] {
         let (status, v) = api(server.http, "disconnect", json!({"conn": bad}));
@@ -304,7 +304,7 @@ fn unsubscribe_and_subscribe_move_a_users_live_streams() {
     let mut sse = Sse::connect(server.http, &format!("/sub/room?token={ann}"), "");
     let (mut w, _) = ws(server.http, &format!("/sub/room?token={ann}"));
     let mut other = Sse::connect(server.http, "/sub/room", "");
-    server.wait_status(|s| s["connections"]["total"] == 3);
+    server.wait_status(|s| Server::held(s) == 3);
 
     // Server-side subscribe: ann's streams join `news` live (no replay of what came before).
     server.publish("news", b"before");
@@ -418,7 +418,7 @@ fn broadcast_and_batch_answer_per_channel_and_per_item() {
     let server = Server::start(&["--workers", "2"]);
     let mut a = Sse::connect(server.http, "/sub/a", "");
     let mut b = Sse::connect(server.http, "/sub/b", "");
-    server.wait_status(|s| s["connections"]["total"] == 2);
+    server.wait_status(|s| Server::held(s) == 2);
     let r = ok(
         server.http,
         "broadcast",
@@ -487,7 +487,7 @@ fn channels_come_in_pages_and_info_names_the_node() {
         .map(|n| Sse::connect(server.http, &format!("/sub/{n}"), ""))
         .collect();
     let _two = Sse::connect(server.http, "/sub/p.c", "");
-    server.wait_status(|s| s["connections"]["total"] == 7);
+    server.wait_status(|s| Server::held(s) == 7);
     // Counts reach the master with the workers' stats (every 250 ms): wait for all of them.
     let mut seen = Vec::new();
     for _ in 0..40 {
@@ -534,7 +534,7 @@ fn channels_come_in_pages_and_info_names_the_node() {
 fn bad_input_to_every_call_is_a_json_4xx_and_nothing_is_done() {
     let server = Server::start(&["--workers", "1", "--api-max-body", "2000"]);
     let mut sub = Sse::connect(server.http, "/sub/a", "");
-    server.wait_status(|s| s["connections"]["total"] == 1);
+    server.wait_status(|s| Server::held(s) == 1);
     let cases = [
         ("publish", json!({"channel": 5, "data": "x"})),
         (
@@ -672,8 +672,8 @@ fn across_two_nodes_a_disconnect_reaches_the_other_node_and_lists_gather_both() 
     let (mut ws_on_b, _) = ws(b.http, &format!("/sub/room?token={ann}"));
     let mut on_a = Sse::connect(a.http, &format!("/sub/room?token={ann}"), "");
     let mut other_on_b = Sse::connect(b.http, "/sub/lobby", "");
-    b.wait_status(|s| s["connections"]["total"] == 3);
-    a.wait_status(|s| s["connections"]["total"] == 1);
+    b.wait_status(|s| Server::held(s) == 3);
+    a.wait_status(|s| Server::held(s) == 1);
     let answer = ok(a.http, "disconnect", json!({"user": "ann"}));
     assert_eq!(answer["disconnected"], 1, "this node's count: {answer}");
     assert_eq!(answer["cluster"], "sent", "{answer}");
@@ -683,7 +683,7 @@ fn across_two_nodes_a_disconnect_reaches_the_other_node_and_lists_gather_both() 
     }
     let (_, code, _) = ws_until_close(&mut ws_on_b);
     assert_eq!(code, CloseCode::Library(4010));
-    b.wait_status(|s| s["connections"]["total"] == 1);
+    b.wait_status(|s| Server::held(s) == 1);
     let id = b.publish("lobby", b"still here");
     assert_eq!(other_on_b.next().id, Some(id.to_string()));
 

@@ -75,7 +75,7 @@ fn a_token_sub_names_the_connection_user_and_a_refresh_cannot_change_it() {
     let _anonymous = Sse::connect(server.http, "/sub/room", "");
     let no_sub = keys.hs256(&json!({"exp": now() + 300, "channels": ["room"]}));
     let _no_user = Sse::connect(server.http, &format!("/sub/room?token={no_sub}"), "");
-    let s = server.wait_status(|s| s["connections"]["total"] == 4);
+    let s = server.wait_status(|s| Server::held(s) == 4 && s["connections"]["with_user"] == 2);
     assert_eq!(s["connections"]["with_user"], 2, "{s}");
     assert_eq!(metric_value(&server, "c1m_connections_with_user"), "2");
 
@@ -92,7 +92,7 @@ fn a_token_sub_names_the_connection_user_and_a_refresh_cannot_change_it() {
         refresh(&mut ws, &token(json!("bob"))),
         Err(CloseCode::from(4003))
     );
-    let s = server.wait_status(|s| s["connections"]["total"] == 3);
+    let s = server.wait_status(|s| Server::held(s) == 3 && s["connections"]["with_user"] == 1);
     assert_eq!(s["connections"]["with_user"], 1, "{s}");
 }
 

@@ -94,6 +94,14 @@ impl Server {
         serde_json::from_str(&body).unwrap()
     }
 
+    /// Held streams in a /status body: every connection but `other` (an HTTP client's idle
+    /// keep-alive connection, a /status request in flight), which a test's own pooled
+    /// clients add and remove at any time.
+    pub fn held(status: &serde_json::Value) -> u64 {
+        let c = &status["connections"];
+        c["total"].as_u64().unwrap_or(0) - c["other"].as_u64().unwrap_or(0)
+    }
+
     /// Polls /status until `pred` holds (figures are pushed every 250 ms), at most 10 s.
     pub fn wait_status(&self, pred: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
         let deadline = Instant::now() + Duration::from_secs(10);

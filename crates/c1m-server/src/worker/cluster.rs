@@ -61,23 +61,10 @@ impl Worker {
         len: usize,
         used: usize,
     ) -> Option<usize> {
-        if req.method != "GET" {
-            self.refuse_method(idx, "GET");
+        if !self.channel_query_allowed(idx, req, name) {
             return Some(len);
         }
-        if !self.publish_allowed(idx, req, name) {
-            return Some(len);
-        }
-        if !channel::is_valid_name(name) {
-            let why = channel::ChannelError::BadName(name.to_string()).to_string();
-            self.refuse(idx, 400, &why);
-            return Some(len);
-        }
-        let mut conn = self.conns.at(idx);
-        conn.kind = Kind::Status;
-        let token = super::token_of(idx, conn.generation);
-        self.arm_timer(idx, super::health::STATUS_TIMEOUT);
-        self.send_to_master(ToMaster::ChannelInfo {
+        self.ask_master(idx, |token| ToMaster::ChannelInfo {
             req: token,
             channel: name.to_string(),
         });
@@ -95,16 +82,7 @@ impl Worker {
         len: usize,
         used: usize,
     ) -> Option<usize> {
-        if req.method != "GET" {
-            self.refuse_method(idx, "GET");
-            return Some(len);
-        }
-        if !self.publish_allowed(idx, req, name) {
-            return Some(len);
-        }
-        if !channel::is_valid_name(name) {
-            let why = channel::ChannelError::BadName(name.to_string()).to_string();
-            self.refuse(idx, 400, &why);
+        if !self.channel_query_allowed(idx, req, name) {
             return Some(len);
         }
         if !self.namespaces.presence_enabled(name) {
@@ -115,15 +93,40 @@ impl Worker {
             );
             return Some(len);
         }
-        let mut conn = self.conns.at(idx);
-        conn.kind = Kind::Status;
-        let token = super::token_of(idx, conn.generation);
-        self.arm_timer(idx, super::health::STATUS_TIMEOUT);
-        self.send_to_master(ToMaster::PresenceQuery {
+        self.ask_master(idx, |token| ToMaster::PresenceQuery {
             req: token,
             channel: name.to_string(),
         });
         Some(used)
+    }
+
+    /// The checks every `GET /channels/{ch}…` query passes: the method, the publish rule (what
+    /// a channel holds is for the application's backend) and the channel name. On refusal the
+    /// client has its answer and false is returned.
+    fn channel_query_allowed(&mut self, idx: usize, req: &Request<'_>, name: &str) -> bool {
+        if req.method != "GET" {
+            self.refuse_method(idx, "GET");
+            return false;
+        }
+        if !self.publish_allowed(idx, req, name) {
+            return false;
+        }
+        if !channel::is_valid_name(name) {
+            let why = channel::ChannelError::BadName(name.to_string()).to_string();
+            self.refuse(idx, 400, &why);
+            return false;
+        }
+        true
+    }
+
+    /// Parks the connection as a status request (its timer ends it with a 503 if the master
+    /// never answers) and sends the master `query`, built with the connection's token.
+    fn ask_master(&mut self, idx: usize, query: impl FnOnce(u64) -> ToMaster) {
+        let mut conn = self.conns.at(idx);
+        conn.kind = Kind::Status;
+        let token = super::token_of(idx, conn.generation);
+        self.arm_timer(idx, super::health::STATUS_TIMEOUT);
+        self.send_to_master(query(token));
     }
 
     /// The master could not answer a join: the subscriber is told to come back (it resumes

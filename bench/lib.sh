@@ -21,7 +21,7 @@
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(dirname "$BENCH_DIR")
-OUT="$BENCH_DIR/out"
+OUT="${OUT:-$BENCH_DIR/out}"
 mkdir -p "$OUT"
 _BENCH_PIDS=()
 _BENCH_EXIT=()

@@ -5,6 +5,9 @@
 #   channels : CHANNELS channels × k subscribers, round-robin publishing as fast as acks come;
 #   rooms    : ROOMS rooms × ROOM_SIZE subscribers (chat rooms), the same publishing; runs
 #              only when SCENARIOS names it (200,000 connections by default).
+# Servers: c1m, nchan, and c1m-batch: c1m serve again, its publishers sending BATCH messages per
+# request through the server API's batch call (`c1m bench --publish-batch`; channels and rooms
+# only, a fan-out publishes one message at a time).
 # Both servers get POST /pub/{ch} and GET /sub/{ch} (c1m's own paths; nchan is configured with
 # the same ones by bench/lib.sh start_nchan), so the bench command differs only in nothing.
 # Server memory is measured the same way for both: PSS of the server's process tree (master +
@@ -21,8 +24,8 @@
 # Env: CHANNELS (40000), RATE (40000 new connections/s), HOLD (30s) / EVERY (5s) / DRAIN (12s:
 # no publish in the last DRAIN of the hold, so the slower server's last fan-out still lands)
 # for fanout, CHOLD (15s) / PUBLISHERS (4) for channels and rooms, ROOMS (10000) / ROOM_SIZE
-# (20), SCENARIOS ("fanout channels"), ROUNDS (2), PORT (18480), SERVERS ("c1m nchan"), C1M
-# (binary; built when unset).
+# (20), SCENARIOS ("fanout channels"), ROUNDS (2), PORT (18480), SERVERS ("c1m nchan"; add
+# c1m-batch), BATCH (100), C1M (binary; built when unset).
 # Writes bench/out/peers.json (figures + both reports per run) and bench/out/peers.md (table).
 set -euo pipefail
 FANOUT_N=${1:-190000}
@@ -40,6 +43,7 @@ SERVERS=${SERVERS:-"c1m nchan"}
 SCENARIOS=${SCENARIOS:-"fanout channels"}
 ROOMS=${ROOMS:-10000}
 ROOM_SIZE=${ROOM_SIZE:-20}
+BATCH=${BATCH:-100}
 source "$(dirname "$0")/lib.sh"
 c1m_binary
 ensure_nchan
@@ -50,7 +54,7 @@ RUN_NO=0
 
 start_server() { # NAME CONNS
     case $1 in
-    c1m)
+    c1m | c1m-batch)
         start_serve "$TMP/serve.log" --listen "127.0.0.1:$PORT" --max-conns $(($2 * 3 / 2))
         SERVER_PID=$SERVE_PID
         wait_http "127.0.0.1:$PORT" 20
@@ -104,19 +108,27 @@ run_one() { # ROUND SCENARIO SERVER CONNS BENCH-ARGS...
 URL="http://127.0.0.1:$PORT/sub/{ch}"
 PUB="http://127.0.0.1:$PORT/pub/{ch}"
 wants() { [[ " $SCENARIOS " == *" $1 "* ]]; }
+publish_args() { # SERVER: how that server's runs publish
+    if [ "$1" = c1m-batch ]; then
+        echo --publish-batch "$BATCH" --publish-url "http://127.0.0.1:$PORT/api/batch"
+    else
+        echo --publish-url "$PUB"
+    fi
+}
 for round in $(seq "$ROUNDS"); do
     wants fanout && for s in $SERVERS; do
+        [ "$s" = c1m-batch ] && continue
         run_one "$round" fanout "$s" "$FANOUT_N" "$URL" --scenario fanout --conns "$FANOUT_N" \
             --rate "$RATE" --hold "$HOLD" --publish-every "$EVERY" --drain "$DRAIN" --publish-url "$PUB"
     done
     wants channels && for s in $SERVERS; do
         run_one "$round" channels "$s" "$CHAN_SUBS" "$URL" --scenario channels --channels "$CHANNELS" \
-            --conns "$CHAN_SUBS" --rate "$RATE" --hold "$CHOLD" --publishers "$PUBLISHERS" --publish-url "$PUB"
+            --conns "$CHAN_SUBS" --rate "$RATE" --hold "$CHOLD" --publishers "$PUBLISHERS" $(publish_args "$s")
     done
     # Rooms: the channels scenario with ROOM_SIZE subscribers on each of ROOMS channels.
     wants rooms && for s in $SERVERS; do
         run_one "$round" rooms "$s" $((ROOMS * ROOM_SIZE)) "$URL" --scenario channels --channels "$ROOMS" \
-            --conns $((ROOMS * ROOM_SIZE)) --rate "$RATE" --hold "$CHOLD" --publishers "$PUBLISHERS" --publish-url "$PUB"
+            --conns $((ROOMS * ROOM_SIZE)) --rate "$RATE" --hold "$CHOLD" --publishers "$PUBLISHERS" $(publish_args "$s")
     done
 done
 
@@ -149,6 +161,8 @@ rows, reports = {}, {}
 for scen in [s for s in ("fanout", "channels", "rooms") if s in scenarios]:
   for rnd in range(1, rounds + 1):
     for s in servers:
+        if scen == "fanout" and s == "c1m-batch":
+            continue
         r = json.load(open(f"{tmp}/{scen}-{s}-{rnd}.json"))
         base, peak, load = open(f"{tmp}/{scen}-{s}-{rnd}.pss").read().split()
         base, peak = int(base), int(peak)
@@ -189,10 +203,12 @@ if "c1m" in servers and "nchan" in servers:
               "below 1 is better for c1m):", "",
               "| scenario | subscribe rate | user B/conn | p99 | publish rate | server CPU / delivered |",
               "|---|---|---|---|---|---|"]
-    def ratio(key, scen):
+    def ratio(key, scen, ours="c1m"):
         xs = []
         for rnd in range(1, rounds + 1):
-            a, b = rows[(scen, "c1m", rnd)][key], rows[(scen, "nchan", rnd)][key]
+            if (scen, ours, rnd) not in rows:
+                continue
+            a, b = rows[(scen, ours, rnd)][key], rows[(scen, "nchan", rnd)][key]
             if a and b:
                 xs.append(a / b)
         return "n/a" if not xs else f"{statistics.median(xs):.2f} ({', '.join(f'{x:.2f}' for x in xs)})"
@@ -200,6 +216,10 @@ if "c1m" in servers and "nchan" in servers:
         lines.append(f"| {scen} | {ratio('subscribe_rate', scen)} | {ratio('bytes_per_conn', scen)} "
                      f"| {ratio('p99_ms', scen)} | {ratio('publish_rate', scen) if scen != 'fanout' else '—'} "
                      f"| {ratio('cpu_us_per_delivered', scen)} |")
+        if "c1m-batch" in servers and scen != "fanout":
+            lines.append(f"| {scen}, c1m-batch | {ratio('subscribe_rate', scen, 'c1m-batch')} "
+                         f"| {ratio('bytes_per_conn', scen, 'c1m-batch')} | {ratio('p99_ms', scen, 'c1m-batch')} "
+                         f"| {ratio('publish_rate', scen, 'c1m-batch')} | {ratio('cpu_us_per_delivered', scen, 'c1m-batch')} |")
 lines += ["", "Commands (identical for both servers; PORT differs only by run):", ""]
 for (scen, s, rnd), v in rows.items():
     if s == servers[0] and rnd == 1:

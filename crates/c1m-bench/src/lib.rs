@@ -214,6 +214,12 @@ pub struct BenchOptions {
     /// Bearer key for `/pub` (c1m serve --publish-key).
     #[arg(long)]
     pub publish_key: Option<String>,
+    /// Publish N messages per request through c1m's server API batch call (NDJSON, one answer
+    /// with a result per message: each is acknowledged or refused on its own). The request
+    /// goes to --publish-url if given (a path without {ch}), else to /api/batch on the target.
+    /// Not with --publish-cmd or --publish-body.
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10000))]
+    pub publish_batch: u32,
     /// Named run shape with its own report section: fanout (one channel, N subscribers,
     /// --publish-every default 1s), channels (--channels K, round-robin publishing as fast as
     /// acks come unless --publish-rate is given) or churn (hold N while --churn-rate of them

@@ -50,6 +50,8 @@ pub struct PublishPlan {
     pub payload_size: usize,
     /// Publisher threads (each its own connection).
     pub publishers: u32,
+    /// Messages per request (1: one request per message; more: c1m's batch call, NDJSON).
+    pub batch: u32,
     /// Connect, write and answer timeout of each publish.
     pub timeout: Duration,
 }
@@ -112,6 +114,7 @@ fn run<M: From<Published>>(
     } else {
         plan.interval * threads
     };
+    let batch = plan.batch.max(1) as usize;
     let mut rr = 0usize;
     let mut next = Instant::now();
     while !stop.load(Ordering::SeqCst) {
@@ -120,49 +123,70 @@ fn run<M: From<Published>>(
             std::thread::sleep((next - now).min(Duration::from_millis(20)));
             continue;
         }
-        next += interval;
         let targets: Vec<u32> = if plan.all_channels {
+            next += interval;
             mine.to_vec()
         } else {
-            rr = (rr + 1) % mine.len().max(1);
-            mine.get(rr).copied().into_iter().collect()
+            // A batch carries `batch` round-robin messages, so it waits `batch` intervals; a
+            // channel appears at most once per batch (its items keep their order anyway).
+            let n = batch.min(mine.len().max(1));
+            next += interval * n as u32;
+            (0..n)
+                .filter_map(|_| {
+                    rr = (rr + 1) % mine.len().max(1);
+                    mine.get(rr).copied()
+                })
+                .collect()
         };
         // A round is finished even if stop comes meanwhile: with one publisher thread every
         // channel then has the same number of messages, which keeps "due" easy to state.
-        for ch in targets {
-            seqs[ch as usize] += 1;
-            let seq = seqs[ch as usize];
+        for chunk in targets.chunks(batch) {
             let sent_us = now_us();
-            let body = encode(
-                Stamp {
+            let items: Vec<(u32, u32, String, Vec<u8>)> = chunk
+                .iter()
+                .map(|&ch| {
+                    seqs[ch as usize] += 1;
+                    let seq = seqs[ch as usize];
+                    let stamp = Stamp {
+                        channel: ch,
+                        seq,
+                        sent_us,
+                    };
+                    let name = channel_name(&plan.channel_base, channels, ch);
+                    (ch, seq, name, encode(stamp, plan.payload_size))
+                })
+                .collect();
+            let outcomes = if batch > 1 {
+                publish_batch(plan, client.as_mut(), &items)
+            } else {
+                let (_, _, name, body) = &items[0];
+                vec![publish_one(plan, client.as_mut(), name, body)]
+            };
+            let ack_us = now_us();
+            for ((ch, seq, _, _), outcome) in items.into_iter().zip(outcomes) {
+                let error = match outcome {
+                    Ok(()) => None,
+                    Err(Failure::Refused(kind)) => {
+                        // The server refused it, so nothing was published: the next publish
+                        // reuses the sequence and subscribers see no false gap.
+                        seqs[ch as usize] -= 1;
+                        Some(kind)
+                    }
+                    // Sent but unanswered (a timeout behind a huge fan-out): it may well have
+                    // been delivered, so the sequence stays used; reusing it would show as
+                    // duplicates.
+                    Err(Failure::Unknown(kind)) => Some(kind),
+                };
+                let msg = Published {
                     channel: ch,
                     seq,
                     sent_us,
-                },
-                plan.payload_size,
-            );
-            let name = channel_name(&plan.channel_base, channels, ch);
-            let error = match publish_one(plan, client.as_mut(), &name, &body) {
-                Ok(()) => None,
-                Err(Failure::Refused(kind)) => {
-                    // The server refused it, so nothing was published: the next publish reuses
-                    // the sequence and subscribers see no false gap.
-                    seqs[ch as usize] -= 1;
-                    Some(kind)
+                    ack_us,
+                    error,
+                };
+                if out.send(M::from(msg)).is_err() {
+                    return;
                 }
-                // Sent but unanswered (a timeout behind a huge fan-out): it may well have been
-                // delivered, so the sequence stays used; reusing it would show as duplicates.
-                Err(Failure::Unknown(kind)) => Some(kind),
-            };
-            let msg = Published {
-                channel: ch,
-                seq,
-                sent_us,
-                ack_us: now_us(),
-                error,
-            };
-            if out.send(M::from(msg)).is_err() {
-                return;
             }
         }
     }
@@ -212,6 +236,67 @@ fn publish_one(
         }
         (PublishTarget::Http { .. }, None) => Err(Failure::Unknown("no HTTP client".into())),
     }
+}
+
+/// One request to c1m's batch call carrying every item as an NDJSON line; the answer has one
+/// result per item, in order (`{"channel","id"}` or `{"channel","error"}`).
+fn publish_batch(
+    plan: &PublishPlan,
+    client: Option<&mut Client>,
+    items: &[(u32, u32, String, Vec<u8>)],
+) -> Vec<Result<(), Failure>> {
+    let all = |f: &dyn Fn() -> Failure| items.iter().map(|_| Err(f())).collect();
+    let (
+        PublishTarget::Http {
+            path_template,
+            method,
+            headers,
+            ..
+        },
+        Some(client),
+    ) = (&plan.target, client)
+    else {
+        return all(&|| Failure::Refused("--publish-batch needs an HTTP target".into()));
+    };
+    let mut body = Vec::with_capacity(items.len() * 64);
+    for (_, _, name, payload) in items {
+        let line = serde_json::json!({
+            "channel": name,
+            "data": String::from_utf8_lossy(payload),
+        });
+        body.extend_from_slice(line.to_string().as_bytes());
+        body.push(b'\n');
+    }
+    let vars = [("ch", "")];
+    let answer = match client.request(method, path_template, &expand(headers, &vars), &body) {
+        Ok(r) if (200..300).contains(&r.status) => r.body,
+        Ok(r) => {
+            let status = r.status;
+            return all(&|| Failure::Refused(format!("publish HTTP {status}")));
+        }
+        Err(e) => {
+            let kind = root_kind(&e);
+            return all(&|| Failure::Unknown(format!("publish failed: {kind}")));
+        }
+    };
+    let results = serde_json::from_slice::<serde_json::Value>(&answer)
+        .ok()
+        .and_then(|v| v["result"]["results"].as_array().cloned())
+        .filter(|r| r.len() == items.len());
+    let Some(results) = results else {
+        return all(&|| Failure::Unknown("publish batch answer unreadable".into()));
+    };
+    results
+        .iter()
+        .map(|r| match r.get("error") {
+            None if r.get("id").is_some() => Ok(()),
+            None => Err(Failure::Unknown("publish batch item without id".into())),
+            Some(e) => Err(Failure::Refused(format!(
+                "publish refused: {}",
+                e.as_str().unwrap_or("?")
+            ))),
+        })
+        .collect()
 }
 
 /// Runs the publish command for one message, bounded by `timeout` (killed past it).

@@ -184,3 +184,62 @@ fn status_url_reads_the_server_figures_where_serve_answers_them() {
     );
     assert!(not_found() >= 1);
 }
+
+#[test]
+fn batch_publishes_are_acknowledged_item_by_item_and_all_delivered() {
+    // --publish-batch sends 25 messages per request to serve's /api/batch (NDJSON); each item's
+    // result in the answer acknowledges it, so the delivery arithmetic is the same as for one
+    // message per request: every subscriber gets every message of its channel once, in order.
+    let serve = start_serve();
+    let url = format!("http://{}/sub/room", serve.http);
+    let (code, r, stdout) = bench(&[
+        &url,
+        "--scenario",
+        "channels",
+        "--channels",
+        "50",
+        "--conns",
+        "200",
+        "--rate",
+        "2000",
+        "--hold",
+        "3s",
+        "--publish-rate",
+        "2000",
+        "--publish-batch",
+        "25",
+        "--drain",
+        "1s",
+        "--duration",
+        "30s",
+    ]);
+    assert_eq!(code, 0, "{stdout}");
+    assert_eq!(r["errors_total"], 0, "{stdout}");
+    let published = r["publishing"]["published"].as_u64().unwrap();
+    assert!(published >= 100, "published {published}");
+    assert_eq!(
+        r["publishing"]["errors"],
+        serde_json::json!({}),
+        "{}",
+        r["publishing"]
+    );
+    let d = &r["delivery"]["totals"];
+    assert_eq!(d["missing"], 0, "{d}");
+    assert_eq!(d["duplicates"], 0, "{d}");
+    assert_eq!(d["reordered"], 0, "{d}");
+    // 4 subscribers per channel, each due every message of its channel.
+    assert_eq!(d["expected"].as_u64().unwrap(), published * 4, "{d}");
+    assert_eq!(r["delivery"]["delivered_to_all"], true);
+}
+
+#[test]
+fn batch_publishing_refuses_a_per_message_body_template() {
+    let out = common::c1m()
+        .args(["bench", "http://127.0.0.1:9/sub/room", "--conns", "1"])
+        .args(["--publish-batch", "10", "--publish-body", "x{payload}"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--publish-batch"), "{stderr}");
+}

@@ -395,6 +395,7 @@ fn publish_plan(run: &Run) -> PublishPlan {
         all_channels,
         payload_size: run.args.payload_size,
         publishers: run.args.publishers,
+        batch: run.args.publish_batch,
         timeout: run.args.publish_timeout,
     }
 }

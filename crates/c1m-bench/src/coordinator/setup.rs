@@ -346,6 +346,12 @@ fn publish_target(
 ) -> anyhow::Result<PublishTarget> {
     let body_template = args.publish_body.clone();
     template::check("--publish-body", &body_template, &["payload", "ch"])?;
+    let batch = args.publish_batch > 1;
+    if batch && (args.publish_cmd.is_some() || body_template != "{payload}") {
+        bail!(
+            "--publish-batch sends c1m's batch call; it takes no --publish-cmd or --publish-body"
+        );
+    }
     if let Some(cmd) = &args.publish_cmd {
         return Ok(PublishTarget::Cmd {
             cmd: cmd.clone(),
@@ -362,7 +368,11 @@ fn publish_target(
         .iter()
         .any(|h| h.to_ascii_lowercase().starts_with("content-type:"))
     {
-        headers.push_str("Content-Type: text/plain\r\n");
+        headers.push_str(if batch {
+            "Content-Type: application/x-ndjson\r\n"
+        } else {
+            "Content-Type: text/plain\r\n"
+        });
     }
     if let Some(k) = &args.publish_key {
         headers.push_str(&template::header_line(
@@ -379,7 +389,7 @@ fn publish_target(
             let (authority, addr, path, tls) = split_http_url("--publish-url", url)?;
             let tls = tls_for(args, tls, authority)?;
             let path = path.unwrap_or("/");
-            template::check("--publish-url", path, &["ch"])?;
+            template::check("--publish-url", path, if batch { &[] } else { &["ch"] })?;
             if path.contains([' ', '\r', '\n']) {
                 bail!("--publish-url path {path:?} contains a space or line break");
             }
@@ -388,7 +398,7 @@ fn publish_target(
         None => (
             target.addr,
             target.host_header.clone(),
-            "/pub/{ch}".to_string(),
+            if batch { "/api/batch" } else { "/pub/{ch}" }.to_string(),
             target_tls.clone(),
         ),
     };

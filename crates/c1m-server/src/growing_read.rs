@@ -22,7 +22,6 @@ impl GrowingRead {
     }
 
     /// Bytes the next read asks for.
-    #[cfg(test)]
     pub fn size(&self) -> usize {
         self.size
     }

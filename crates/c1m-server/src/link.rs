@@ -18,6 +18,10 @@ pub const HIGH_WATER: usize = 16 * 1024 * 1024;
 /// Unsent bytes at which the peer counts as stuck (no longer reading).
 pub const STUCK: usize = 256 * 1024 * 1024;
 
+/// Queued bytes past which `send` writes at once instead of waiting for the loop's flush phase
+/// (a long turn still keeps the peer busy, and the buffer stays small).
+const FLUSH_AT: usize = 64 * 1024;
+
 /// Largest read of the link (see `growing_read`: a quiet link, stats and the odd join, never
 /// makes its buffer grow).
 const MAX_READ: usize = 64 * 1024;
@@ -41,8 +45,10 @@ impl Link {
         }
     }
 
-    /// Queues an encoded frame and tries to send. Fails when the peer is stuck (the backlog
-    /// passed [`STUCK`]) or the socket broke.
+    /// Queues an encoded frame; it is written by the owner loop's flush phase (one write per
+    /// turn for all of the turn's frames, instead of one write and one wake-up of the peer per
+    /// frame), or at once past [`FLUSH_AT`] queued bytes. Fails when the peer is stuck (the
+    /// backlog passed [`STUCK`]) or the socket broke.
     pub fn send(&mut self, frame: Vec<u8>) -> io::Result<()> {
         if self.backlog() > STUCK {
             return Err(io::Error::other(format!(
@@ -55,7 +61,10 @@ impl Link {
         } else {
             self.outbuf.extend_from_slice(&frame);
         }
-        self.flush()
+        if self.backlog() >= FLUSH_AT {
+            self.flush()?;
+        }
+        Ok(())
     }
 
     /// Bytes queued but not yet taken by the socket.
@@ -89,17 +98,25 @@ impl Link {
         Ok(())
     }
 
-    /// Reads until WouldBlock and calls `on_frame` with every complete frame body.
+    /// Reads until the socket is drained and calls `on_frame` with every complete frame body.
     /// Returns Ok(false) when the peer closed the link.
+    ///
+    /// A read that returns less than it asked for has drained the socket: it stops there
+    /// rather than paying one more read for the WouldBlock (the registration is
+    /// edge-triggered, and every later write of the peer raises a new edge). The peer's death
+    /// is seen through its process (SIGCHLD in the master, PR_SET_PDEATHSIG in a worker) as
+    /// well as through the EOF the next read finds.
     pub fn read_frames(&mut self, mut on_frame: impl FnMut(&[u8])) -> io::Result<bool> {
         let mut open = true;
         loop {
             let stream = &mut self.stream;
+            let asked = self.reads.size();
             match self.reads.append(&mut self.inbuf, |dst| stream.read(dst)) {
                 Ok(0) => {
                     open = false;
                     break;
                 }
+                Ok(n) if n < asked => break,
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -133,9 +150,78 @@ impl Link {
     }
 }
 
+/// Whether a link's readiness event needs a read: data, the peer's close or an error; not a
+/// bare writable edge.
+pub fn wants_read(event: &mio::event::Event) -> bool {
+    event.is_readable() || event.is_read_closed() || event.is_error()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn frame(byte: u8, len: usize) -> Vec<u8> {
+        let mut f = (len as u32).to_le_bytes().to_vec();
+        f.extend(std::iter::repeat_n(byte, len));
+        f
+    }
+
+    #[test]
+    fn a_turns_small_frames_wait_for_the_flush_and_go_out_together() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let mut tx = Link::new(a);
+        let mut rx = Link::new(b);
+        for i in 0..3 {
+            tx.send(frame(i, 100)).unwrap();
+        }
+        let mut got = Vec::new();
+        assert!(rx.read_frames(|f| got.push(f[0])).unwrap());
+        assert!(got.is_empty(), "nothing is written before the flush phase");
+        assert_eq!(tx.backlog(), 3 * 104);
+        tx.flush().unwrap();
+        assert_eq!(tx.backlog(), 0);
+        assert!(rx.read_frames(|f| got.push(f[0])).unwrap());
+        assert_eq!(got, [0, 1, 2]);
+    }
+
+    #[test]
+    fn a_long_turn_writes_once_enough_is_queued() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let mut tx = Link::new(a);
+        let mut rx = Link::new(b);
+        let mut sent = 0;
+        for _ in 0..1000 {
+            tx.send(frame(7, 1000)).unwrap();
+            sent += 1;
+            if tx.backlog() == 0 {
+                break;
+            }
+        }
+        assert_eq!(
+            sent,
+            FLUSH_AT.div_ceil(1004),
+            "the write came at FLUSH_AT bytes"
+        );
+        let mut n = 0;
+        assert!(rx.read_frames(|_| n += 1).unwrap());
+        assert_eq!(n, sent);
+    }
+
+    #[test]
+    fn a_closed_peer_is_seen_after_a_short_read() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let mut tx = Link::new(a);
+        let mut rx = Link::new(b);
+        tx.send(frame(1, 10)).unwrap();
+        tx.flush().unwrap();
+        drop(tx);
+        let mut n = 0;
+        // The short read stops before the EOF; the next read (the edge the close raised) finds it.
+        let first = rx.read_frames(|_| n += 1).unwrap();
+        let open = first && rx.read_frames(|_| n += 1).unwrap();
+        assert_eq!(n, 1);
+        assert!(!open, "the close is seen");
+    }
 
     #[test]
     fn frames_of_any_size_arrive_whole_through_growing_reads() {

@@ -32,6 +32,7 @@ impl Master {
         let mut events = Events::with_capacity(256);
         let mut next_tick = Instant::now();
         loop {
+            self.flush_links();
             self.poll_events(&mut events)?;
             self.handle_events(&events, &mut signals);
             self.resume_paused_reads();
@@ -43,7 +44,6 @@ impl Master {
                 self.tick(now);
                 next_tick = now + TICK;
             }
-            self.reap();
             if let Some(deadline) = self.shutdown_deadline {
                 if self.finish_shutdown(now, deadline) {
                     return Ok(());
@@ -82,7 +82,9 @@ impl Master {
                 BROKER => self.pump(),
                 // The control socket of an upgrade: stepped in `step_live_upgrade`.
                 upgrade::CONTROL => {}
-                Token(i) => self.on_worker_event(i, event.is_writable()),
+                Token(i) => {
+                    self.on_worker_event(i, crate::link::wants_read(event), event.is_writable())
+                }
             }
         }
     }
@@ -105,8 +107,11 @@ impl Master {
         }
     }
 
-    /// Once a second: the broker's expiry and retries, the refusal log, the dashboard.
+    /// Once a second: the broker's expiry and retries, the refusal log, the dashboard, and a
+    /// look for exited workers (SIGCHLD reaps them at once; this is the fallback, so the busy
+    /// loop pays no wait4 per turn).
     fn tick(&mut self, now: Instant) {
+        self.reap();
         self.broker.tick(now);
         if self.broker.take_presence_resync() {
             self.resync_presence();

@@ -17,7 +17,10 @@ pub const REPLAY_CHUNK: usize = 256 * 1024;
 const RETRY_AFTER_S: u64 = 1;
 
 impl Master {
-    pub(super) fn on_worker_event(&mut self, i: usize, writable: bool) {
+    /// Worker `i`'s link is ready: `writable` flushes what is queued; `readable` reads its
+    /// frames (a writable-only edge, raised each time the worker drained some of ours, reads
+    /// nothing: it would only find WouldBlock).
+    pub(super) fn on_worker_event(&mut self, i: usize, readable: bool, writable: bool) {
         let Some(slot) = self.slots.get_mut(i) else {
             return;
         };
@@ -26,6 +29,9 @@ impl Master {
         };
         if writable && link.flush().is_err() {
             return self.worker_gone(i);
+        }
+        if !readable {
+            return;
         }
         // Backpressure on a worker that is behind: leave its requests unread (its own link
         // fills and it refuses new work) until it has taken what it owes.
@@ -60,7 +66,21 @@ impl Master {
         for i in 0..self.slots.len() {
             let slot = &self.slots[i];
             if slot.reading_paused && slot.link.as_ref().is_some_and(|l| !l.is_congested()) {
-                self.on_worker_event(i, false);
+                self.on_worker_event(i, true, false);
+            }
+        }
+    }
+
+    /// The loop's flush phase: every frame queued this turn goes out, one write per link.
+    pub(super) fn flush_links(&mut self) {
+        for i in 0..self.slots.len() {
+            let failed = self.slots[i]
+                .link
+                .as_mut()
+                .is_some_and(|link| link.backlog() > 0 && link.flush().is_err());
+            if failed {
+                tracing::error!(worker = i, "worker link failed; restarting the worker");
+                self.worker_gone(i);
             }
         }
     }

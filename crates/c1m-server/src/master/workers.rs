@@ -100,8 +100,11 @@ impl Master {
         drop(child_end);
         parent.set_nonblocking(true)?;
         let mut link = Link::new(UnixStream::from_std(parent));
-        // The first frame: the worker waits for its key material before it serves.
+        // The first frame: the worker waits for its key material before it serves, and a
+        // master taking over in a live upgrade starts its workers before its loop runs, so this
+        // one is written now rather than at the loop's flush phase.
         link.send(ToWorker::Secrets(self.secrets.clone()).encode())
+            .and_then(|()| link.flush())
             .context("sending the worker its key material")?;
         self.poll.registry().register(
             &mut link.stream,

@@ -44,6 +44,7 @@ impl Worker {
             self.poll_events(&mut turn)?;
             if self.handle_events(&mut turn).is_break() || self.advance_fan_outs().is_break() {
                 self.flush_lifecycle();
+                let _ = self.link.flush();
                 return Ok(());
             }
             self.h2_turn();
@@ -100,8 +101,12 @@ impl Worker {
 
     /// Waits for readiness: until the next timer tick, not at all while a fan-out is queued.
     fn poll_events(&mut self, turn: &mut Turn) -> anyhow::Result<()> {
-        // The turn's presence changes, in one frame, before waiting.
+        // The turn's presence changes, in one frame, then every frame queued this turn goes to
+        // the master in one write, before waiting.
         self.flush_presence();
+        if let Err(e) = self.link.flush() {
+            self.link_failed.get_or_insert(e);
+        }
         let timeout = if self.handover.frozen {
             STATS_EVERY // timers do not advance while frozen: no zero-timeout spin
         } else if !self.fan_outs.is_empty() {
@@ -125,7 +130,8 @@ impl Worker {
                 HTTP_LISTENER | TCP_LISTENER | ADMIN_LISTENER if self.handover.frozen => {}
                 HTTP_LISTENER | TCP_LISTENER | ADMIN_LISTENER => self.accept_all(event.token()),
                 MASTER_LINK => {
-                    if !self.serve_master_link(event.is_writable()) {
+                    if !self.serve_master_link(crate::link::wants_read(event), event.is_writable())
+                    {
                         return Flow::Break(());
                     }
                 }
@@ -150,7 +156,7 @@ impl Worker {
         self.fan_out_slice();
         if self.link_read_paused && !self.fan_outs_full() {
             self.link_read_paused = false;
-            if !self.serve_master_link(false) {
+            if !self.serve_master_link(true, false) {
                 return Flow::Break(());
             }
         }

@@ -22,8 +22,8 @@ impl Worker {
 
     /// Reads and handles the master's frames; false when the worker must exit (the master is
     /// gone: it also kills us via PR_SET_PDEATHSIG).
-    pub(super) fn serve_master_link(&mut self, writable: bool) -> bool {
-        match self.on_master_event(writable) {
+    pub(super) fn serve_master_link(&mut self, readable: bool, writable: bool) -> bool {
+        match self.on_master_event(readable, writable) {
             Ok(open) => open,
             Err(e) => {
                 tracing::error!(error = %format!("{e:#}"), "master link lost; exiting");
@@ -32,10 +32,18 @@ impl Worker {
         }
     }
 
-    /// Returns Ok(false) when the master closed the link.
-    pub(super) fn on_master_event(&mut self, writable: bool) -> anyhow::Result<bool> {
+    /// Returns Ok(false) when the master closed the link. A writable-only edge (the master
+    /// drained some of ours) flushes and reads nothing.
+    pub(super) fn on_master_event(
+        &mut self,
+        readable: bool,
+        writable: bool,
+    ) -> anyhow::Result<bool> {
         if writable {
             self.link.flush()?;
+        }
+        if !readable {
+            return Ok(true);
         }
         if self.fan_outs_full() {
             self.link_read_paused = true;

@@ -180,3 +180,45 @@ fn behind_sentinel_control_and_presence_cross_nodes() {
     };
     control_and_presence_cross_nodes(&sentinels.url(), "redis-sentinel");
 }
+
+/// A call the master cannot answer within 3 s (Redis stopped mid-call, so `history` waits on
+/// it) gets the API's JSON error shape with 503 and `Retry-After`, and is counted as
+/// `refused.api_timeouts`; once Redis is back, the same call answers.
+#[test]
+fn a_call_not_answered_in_3s_is_a_json_503() {
+    let Some(redis) = Redis::start(&[]) else {
+        return;
+    };
+    let keys = Keys::new("broker-control-slow");
+    let a = node(&keys, &format!("redis://{}", redis.addr()));
+    a.publish("slow", b"one");
+    redis.signal("STOP");
+    let started = Instant::now();
+    let resp = ureq::post(&a.url("/api/history"))
+        .timeout(Duration::from_secs(10))
+        .send_string(r#"{"channel":"slow"}"#);
+    redis.signal("CONT");
+    let Err(ureq::Error::Status(503, r)) = resp else {
+        panic!("not a 503: {resp:?}");
+    };
+    assert!(
+        started.elapsed() < Duration::from_secs(6),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(r.header("Content-Type"), Some("application/json"));
+    assert_eq!(r.header("Retry-After"), Some("1"));
+    let v: Value = serde_json::from_str(&r.into_string().unwrap()).unwrap();
+    assert_eq!(v["error"]["code"], 503, "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("3s"),
+        "{v}"
+    );
+    a.wait_status(|s| s["refused"]["api_timeouts"] == 1);
+    let h = wait_for(
+        "history",
+        || api(a.http, "history", json!({"channel": "slow"})).1,
+        |v| v["result"]["messages"][0]["data"] == "one",
+    );
+    assert_eq!(h["result"]["messages"].as_array().unwrap().len(), 1, "{h}");
+}

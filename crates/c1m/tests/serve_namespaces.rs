@@ -387,3 +387,33 @@ fn check_config_names_bad_namespaces_and_exits_2() {
     assert_eq!(code, Some(0), "{err}");
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// `max_subscribers` holds for the node, not for each worker: with 3 workers and a limit of
+/// 4, 30 subscribe attempts (spread over the workers by the kernel) get exactly 4 streams
+/// and 26 refusals, every one counted.
+#[test]
+fn max_subscribers_is_the_nodes_limit_over_several_workers() {
+    let server = Server::start(&["--workers", "3", "--namespace", "lobby:max_subscribers=4"]);
+    let mut held = Vec::new();
+    let mut refused_here = 0;
+    for _ in 0..30 {
+        let mut s = std::net::TcpStream::connect(server.http).unwrap();
+        s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        std::io::Write::write_all(
+            &mut s,
+            b"GET /sub/lobby:1 HTTP/1.1\r\nHost: t\r\nAccept: text/event-stream\r\n\r\n",
+        )
+        .unwrap();
+        let mut head = [0u8; 12];
+        std::io::Read::read_exact(&mut s, &mut head).unwrap();
+        match &head[9..12] {
+            b"200" => held.push(s),
+            b"503" => refused_here += 1,
+            other => panic!("answered {}", String::from_utf8_lossy(other)),
+        }
+    }
+    assert_eq!((held.len(), refused_here), (4, 26));
+    server.wait_status(|s| s["connections"]["sse"] == 4);
+    wait_refused(&server, "max_subscribers", 26);
+}

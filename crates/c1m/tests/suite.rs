@@ -28,6 +28,7 @@ mod serve_ack_priority;
 mod serve_api;
 mod serve_auth;
 mod serve_backpressure;
+mod serve_broker_control;
 mod serve_broker_dead_link;
 mod serve_broker_unavailable;
 mod serve_browser;

@@ -304,9 +304,9 @@ pub struct ServeArgs {
     /// names are [A-Za-z0-9_-]. Keys: history_size, history_age, history_max_bytes (per
     /// channel), presence, join_leave, client_publish (WebSocket client publish, else
     /// --ws-client-publish), auth_required (subscribing needs a valid token even when --auth
-    /// lets anonymous subscribers in), max_subscribers (per channel per worker process; more
-    /// get 503 + Retry-After, WebSocket close 1013, counted as refused.max_subscribers). Unset
-    /// keys inherit the global value; the TOML file takes the same keys in [namespaces.NAME]
+    /// lets anonymous subscribers in), max_subscribers (per channel per node, split among the
+    /// workers; more get 503 + Retry-After, WebSocket close 1013, counted as
+    /// refused.max_subscribers). Unset keys inherit the global value; the TOML file takes the same keys in [namespaces.NAME]
     /// tables, and the flags apply on top of them. Applied live on SIGHUP.
     #[arg(
         long = "namespace",

@@ -182,7 +182,7 @@ c1m serve --namespace chat:history_size=500 --namespace chat:client_publish=true
 | `join_leave` | bool | off | subscribers get join/leave events (stored and shown; used by the presence feature) |
 | `client_publish` | bool | `ws_client_publish` | WebSocket clients may publish to these channels, under the same publish rule (key or loopback); a client message to a channel whose namespace forbids it closes the WebSocket with 1008 (`refused.forbidden`) |
 | `auth_required` | bool | off | subscribing needs a valid token granting the channel, as with `auth = "required"`, whatever `auth` says (needs `jwt_key`); no token: 401 (`refused.unauthorized`); raw TCP (no token): `ERR` |
-| `max_subscribers` | count ≥ 1 | no limit | subscribers one channel may have on each worker process (with `workers = 1`: on the node); one more gets 503 + `Retry-After: 5` (SSE, long-poll), WebSocket close 1013, raw TCP `ERR`, counted as `refused.max_subscribers` |
+| `max_subscribers` | count ≥ 1 | no limit | subscribers one channel may have on the node: split among the subscriber workers (each checks its part without a round trip; the remainder goes to the first workers, so a channel may refuse on one worker while another still has room); one more gets 503 + `Retry-After: 5` (SSE, long-poll), WebSocket close 1013, raw TCP `ERR`, counted as `refused.max_subscribers` |
 
 `--check-config` refuses an unknown key, a value of the wrong type or range, and a bad
 namespace name, each named, with exit code 2. `/status` shows every namespace with its resolved

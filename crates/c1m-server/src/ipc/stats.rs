@@ -252,6 +252,9 @@ counters! {
         /// Subscribes refused (503 + Retry-After, WebSocket 1013, raw TCP ERR) because the
         /// channel had its namespace's `max_subscribers` on this worker.
         pub max_subscribers: u64,
+        /// Server API calls answered 503 (JSON) because the master had not answered within
+        /// 3 s (e.g. Redis not answering a `history` or `presence` question).
+        pub api_timeouts: u64,
     }
 }
 

@@ -76,6 +76,11 @@ enum Op {
         req: Req,
         since: Option<u64>,
     },
+    /// `presence` / `presence_stats` with a broker that keeps the cluster's members.
+    Presence {
+        req: Req,
+        call: &'static str,
+    },
     /// `channels` or `info` in a cluster: this node's answer and the others' so far.
     Gather {
         req: Req,
@@ -450,23 +455,20 @@ impl Master {
             "presence" | "presence_stats" => {
                 let p: PresenceParams = parse(body)?;
                 check_channel(&p.channel).map_err(bad)?;
-                let stats = self.presence_stats(&p.channel);
-                let mut answer = json!({
-                    "channel": p.channel,
-                    "clients": stats.clients,
-                    "users": stats.users,
-                    // With a broker that keeps the cluster's presence, this node's part only;
-                    // GET /channels/{ch}/presence answers with the union.
-                    "complete": !self.broker.shares_presence(),
-                });
-                if call == "presence" {
-                    answer["members"] = self
-                        .presence(&p.channel)
-                        .into_iter()
-                        .map(|m| json!({"user": m.user, "conn": m.conn.to_string(), "info": m.info.and_then(|i| serde_json::from_str::<Value>(&i).ok())}))
-                        .collect();
+                if self.broker.shares_presence() {
+                    // The union of every node's members, as GET /channels/{ch}/presence.
+                    let op = self.api.op();
+                    self.api.ops.insert(op, Op::Presence { req, call });
+                    let inner = Req {
+                        worker: API_WORKER,
+                        token: op << ITEM_BITS,
+                    };
+                    self.broker.presence_query(inner, p.channel);
+                    self.pump();
+                } else {
+                    let answer = self.api_local_presence(&p.channel, call);
+                    self.api_answer(req, call, Ok(answer));
                 }
-                self.api_answer(req, call, Ok(answer));
             }
             "info" => {
                 let _: InfoParams = parse(body)?;
@@ -593,6 +595,52 @@ impl Master {
                 message: format!("history is unavailable: {cause}"),
             });
         self.api_answer(req, "history", result);
+    }
+
+    /// This node's members of `channel` (all there are without a cluster broker).
+    fn api_local_presence(&self, channel: &str, call: &str) -> Value {
+        let stats = self.presence_stats(channel);
+        let mut answer = json!({
+            "channel": channel,
+            "clients": stats.clients,
+            "users": stats.users,
+            "complete": !self.broker.shares_presence(),
+        });
+        if call == "presence" {
+            answer["members"] = self
+                .presence(channel)
+                .into_iter()
+                .map(|m| json!({"user": m.user, "conn": m.conn.to_string(), "info": m.info.and_then(|i| serde_json::from_str::<Value>(&i).ok())}))
+                .collect();
+        }
+        answer
+    }
+
+    /// The broker's answer to an API `presence` / `presence_stats`: the cluster's members, or
+    /// (`None`: the broker could not be asked) this node's alone, marked incomplete.
+    pub(super) fn api_presence(
+        &mut self,
+        token: u64,
+        channel: String,
+        members: Option<Vec<(String, String)>>,
+    ) {
+        let op = token >> ITEM_BITS;
+        let Some(Op::Presence { req, call }) = self.api.ops.remove(&op) else {
+            return;
+        };
+        let answer = match members {
+            Some(members) => {
+                let mut answer = super::presence::cluster_answer(&channel, &members);
+                if call != "presence" {
+                    if let Some(o) = answer.as_object_mut() {
+                        o.remove("members");
+                    }
+                }
+                answer
+            }
+            None => self.api_local_presence(&channel, call),
+        };
+        self.api_answer(req, call, Ok(answer));
     }
 
     /// Sends an act to the workers it concerns (the one a connection id names, or all).
@@ -725,6 +773,16 @@ impl Master {
                     answer["cluster"] = json!("sent");
                 }
                 self.api_answer(req, call, Ok(answer));
+            }
+            Op::Presence { req, call } => {
+                self.api_answer(
+                    req,
+                    call,
+                    Err(ApiError {
+                        status: 503,
+                        message: "presence was not answered".into(),
+                    }),
+                );
             }
             Op::History { req, .. } => {
                 self.api_answer(

@@ -220,9 +220,9 @@ impl Presence {
     }
 }
 
-/// The JSON answer of `GET /channels/{ch}/presence` from the cluster's members (field
-/// `node/conn`, member JSON or '' for an anonymous member).
-fn cluster_answer_json(channel: &str, members: &[(String, String)]) -> String {
+/// The answer of `GET /channels/{ch}/presence` (and the server API's `presence`) from the
+/// cluster's members (field `node/conn`, member JSON or '' for an anonymous member).
+pub(super) fn cluster_answer(channel: &str, members: &[(String, String)]) -> serde_json::Value {
     let mut listed: Vec<serde_json::Value> = Vec::new();
     let mut users = HashSet::new();
     for (field, value) in members {
@@ -253,7 +253,6 @@ fn cluster_answer_json(channel: &str, members: &[(String, String)]) -> String {
         "channel": channel, "clients": members.len(), "users": users.len(),
         "members": listed, "complete": true,
     })
-    .to_string()
 }
 
 /// The JSON answer of `GET /channels/{ch}/presence`.
@@ -307,7 +306,7 @@ impl Master {
         members: Option<Vec<(String, String)>>,
     ) {
         let body = match members {
-            Some(members) => cluster_answer_json(&channel, &members),
+            Some(members) => cluster_answer(&channel, &members).to_string(),
             None => {
                 let stats = self.presence.presence_stats(&channel);
                 let local = self.presence.presence(&channel);

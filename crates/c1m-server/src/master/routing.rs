@@ -269,6 +269,13 @@ impl Master {
                     self.api_published(req.token, Err(format!("not published: {cause}")));
                 }
                 Event::History { req, page } => self.api_history(req.token, page),
+                Event::PresenceMembers {
+                    req,
+                    channel,
+                    members,
+                } if req.worker == api::API_WORKER => {
+                    self.api_presence(req.token, channel, members)
+                }
                 Event::Control { message } => self.api_control(&message),
                 Event::Published { req, channel, id } => {
                     self.published += 1;

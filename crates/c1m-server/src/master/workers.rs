@@ -94,6 +94,10 @@ impl Master {
             .env(worker::ENV_CONFIG, serde_json::to_string(&self.cfg)?)
             .env(worker::ENV_MASTER_PID, std::process::id().to_string())
             .env(worker::ENV_MAX_CONNS, self.plan.per_worker.to_string())
+            .env(
+                worker::ENV_SUBSCRIBER_WORKERS,
+                self.plan.workers.to_string(),
+            )
             .stdin(Stdio::null())
             .spawn()
             .context("spawning worker")?;

@@ -8,7 +8,7 @@
 //! come back: SSE `event: disconnect` then close, WebSocket close 4010 / 4011, TCP an `ERR`
 //! line, long-poll a 403 JSON answer.
 
-use super::conn::Kind;
+use super::conn::{Kind, API_CALL};
 use super::requests::BodyRead;
 use super::Worker;
 use crate::api::{error_body, label, WS_KICKED, WS_KICKED_RECONNECT};
@@ -95,6 +95,7 @@ impl Worker {
             .is_some_and(|t| t.trim_start().starts_with("application/x-ndjson"));
         let mut conn = self.conns.at(idx);
         conn.kind = Kind::Status;
+        conn.edge |= API_CALL;
         let token = super::token_of(idx, conn.generation);
         self.arm_timer(idx, super::health::STATUS_TIMEOUT);
         self.send_to_master(ToMaster::Api {
@@ -134,6 +135,7 @@ impl Worker {
             return;
         }
         conn.deadline = 0; // answered: the timeout is void
+        conn.edge &= !API_CALL;
         self.respond(idx, status, "application/json", "", body.as_bytes());
         self.resume_input(idx);
     }

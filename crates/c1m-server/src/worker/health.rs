@@ -5,7 +5,7 @@
 //! restarting), or a worker has stopped reporting to the master (stopped, stuck). A worker
 //! answering alone proved only that this one process is alive.
 
-use super::conn::{Kind, HEALTH_CHECK};
+use super::conn::{Kind, API_CALL, HEALTH_CHECK};
 use super::Worker;
 use crate::ipc::ToMaster;
 use std::time::Duration;
@@ -65,6 +65,23 @@ impl Worker {
         let mut conn = self.conns.at(idx);
         let health = conn.flags & HEALTH_CHECK != 0;
         conn.flags &= !HEALTH_CHECK;
+        let api = conn.edge & API_CALL != 0;
+        conn.edge &= !API_CALL;
+        if api {
+            // The same shape as every other API error; the master still counts the call when
+            // its late answer comes (that answer finds no one waiting).
+            self.counters.refused.api_timeouts += 1;
+            let why = format!("the call was not answered within {STATUS_TIMEOUT:?}; retry later");
+            let body = crate::api::error_body(503, &why);
+            self.respond(
+                idx,
+                503,
+                "application/json",
+                "Retry-After: 1\r\n",
+                body.as_bytes(),
+            );
+            return self.resume_input(idx);
+        }
         let reason = if health {
             format!("unhealthy: master did not answer within {MASTER_TIMEOUT:?}\n")
         } else {

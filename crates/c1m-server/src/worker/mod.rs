@@ -83,6 +83,8 @@ pub const ENV_INDEX: &str = "C1M_WORKER_INDEX";
 pub const ENV_CONFIG: &str = "C1M_WORKER_CONFIG";
 pub const ENV_MASTER_PID: &str = "C1M_MASTER_PID";
 pub const ENV_MAX_CONNS: &str = "C1M_WORKER_MAX_CONNS";
+/// The node's number of subscriber workers (the control worker not counted).
+pub const ENV_SUBSCRIBER_WORKERS: &str = "C1M_WORKER_SUBSCRIBER_WORKERS";
 /// Set to [`ROLE_CONTROL`] for the control worker (see `Master::control_slot`).
 pub const ENV_ROLE: &str = "C1M_WORKER_ROLE";
 pub const ROLE_CONTROL: &str = "control";
@@ -175,6 +177,9 @@ pub struct Worker {
     /// This worker's index among the master's workers: the first part of its connections'
     /// ids (`crate::conn_id`).
     index: u32,
+    /// How many subscriber workers the node has: a namespace's `max_subscribers` is split
+    /// among them (`namespaces::share`).
+    subscriber_workers: u32,
     /// Members of presence-enabled channels and the changes owed to the master.
     presence: presence::Presence,
 }
@@ -209,6 +214,9 @@ fn run_configured(cfg: Config, index: usize) -> anyhow::Result<u8> {
     let fd: i32 = var(ENV_FD)?.parse().context("worker fd")?;
     let master_pid: u32 = var(ENV_MASTER_PID)?.parse().context("master pid")?;
     let max_conns: usize = var(ENV_MAX_CONNS)?.parse().context("worker max conns")?;
+    let subscriber_workers: u32 = var(ENV_SUBSCRIBER_WORKERS)?
+        .parse()
+        .context("subscriber worker count")?;
     c1m_sys::process::die_with_parent(libc::SIGKILL, master_pid)
         .context("tying worker to master")?;
     c1m_sys::rlimit::raise_nofile_to_hard().context("raising RLIMIT_NOFILE")?;
@@ -227,6 +235,7 @@ fn run_configured(cfg: Config, index: usize) -> anyhow::Result<u8> {
         let mut worker = Worker::new(cfg, secrets, link, max_conns, control, &mut Vec::new())?;
         worker.ip_limits = ip_limits;
         worker.index = index as u32;
+        worker.subscriber_workers = subscriber_workers;
         worker.run()?;
         return Ok(0);
     };
@@ -244,6 +253,7 @@ fn run_configured(cfg: Config, index: usize) -> anyhow::Result<u8> {
     let mut worker = Worker::new(cfg, secrets, link, max_conns, control, &mut taken.listeners)?;
     worker.ip_limits = ip_limits;
     worker.index = index as u32;
+    worker.subscriber_workers = subscriber_workers;
     worker.restore(std::mem::take(&mut taken.conns))?;
     if !handover::await_commit(&taken.pair, timeout)? {
         tracing::warn!("upgrade: aborted by the old worker; exiting without touching a connection");
@@ -393,6 +403,7 @@ impl Worker {
             ip_limits: None,
             handover: handover::HandOver::default(),
             index: 0,
+            subscriber_workers: 1,
             presence: presence::Presence::default(),
         })
     }

@@ -9,6 +9,20 @@ use super::Worker;
 use c1m_proto::line;
 use c1m_proto::ws::close;
 
+/// This worker's part of a channel's `max_subscribers`: the limit split among the node's
+/// `workers` subscriber workers, the remainder to the first ones, so the parts add up to the
+/// limit exactly and a worker checks its part without asking anyone (no round trip on the
+/// subscribe path). A worker beyond them (the control worker) has no part. The price: the
+/// kernel spreads connections over the workers' sockets by hash, so a channel can refuse on
+/// one worker while another still has room (by at most the spread's unevenness).
+pub fn share(max: u32, workers: u32, index: u32) -> u32 {
+    let workers = workers.max(1);
+    if index >= workers {
+        return 0;
+    }
+    max / workers + u32::from(index < max % workers)
+}
+
 /// Seconds a subscriber refused for a full channel is told to wait.
 const FULL_RETRY_AFTER_S: u64 = 5;
 
@@ -29,8 +43,8 @@ impl Worker {
 
     /// Refuses a subscribe its channels' namespaces do not allow, answering in the
     /// transport's way and counting it; true when refused. Raw TCP carries no token, so a
-    /// channel that needs one is refused there; a channel at its `max_subscribers` on this
-    /// worker refuses one more.
+    /// channel that needs one is refused there; a channel at this worker's part of its
+    /// `max_subscribers` ([`share`]) refuses one more.
     pub(super) fn refuse_by_namespace(
         &mut self,
         idx: usize,
@@ -49,12 +63,13 @@ impl Worker {
         }
         let full = channels.iter().find_map(|name| {
             let max = self.namespaces.namespace_of(name).max_subscribers?;
+            let mine = share(max, self.subscriber_workers, self.index);
             let here = self
                 .channels
                 .lookup(name)
                 .and_then(|c| self.channels.get(c))
                 .map_or(0, |c| c.members.len());
-            (here >= max as usize).then(|| (name.to_string(), max))
+            (here >= mine as usize).then(|| (name.to_string(), max))
         });
         let Some((name, max)) = full else {
             return false;
@@ -74,7 +89,7 @@ impl Worker {
             Transport::Sse | Transport::LongPoll => {
                 let why = format!(
                     "channel {name} is full: its namespace allows {max} subscribers per channel \
-                     on each worker; retry after the given seconds"
+                     on this node; retry after the given seconds"
                 );
                 let extra = format!("Retry-After: {FULL_RETRY_AFTER_S}\r\n");
                 let answer = self.error_answer(idx, 503, &why, &extra);
@@ -97,5 +112,24 @@ impl Worker {
     /// Clients may publish to `channel`.
     pub(super) fn client_publish_on(&self, channel: &str) -> bool {
         self.namespaces.namespace_of(channel).client_publish
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::share;
+
+    #[test]
+    fn the_parts_add_up_to_the_limit() {
+        for (max, workers) in [(10, 3), (1, 4), (7, 1), (100, 7), (3, 3)] {
+            let parts: Vec<u32> = (0..workers).map(|i| share(max, workers, i)).collect();
+            assert_eq!(
+                parts.iter().sum::<u32>(),
+                max,
+                "{max} over {workers}: {parts:?}"
+            );
+            assert!(parts.iter().max().unwrap() - parts.iter().min().unwrap() <= 1);
+        }
+        assert_eq!(share(10, 2, 2), 0, "the control worker has no part");
     }
 }

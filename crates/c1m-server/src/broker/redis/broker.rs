@@ -93,8 +93,6 @@ pub struct RedisBroker {
     pub(super) stats: BrokerStats,
     /// The database number (pub/sub names carry it).
     db: i64,
-    /// Member presence lives here (one Redis; not under Redis Cluster).
-    members: bool,
     /// Redis may have lost this node's members: the master sends them again.
     pub(super) members_resync: bool,
 }
@@ -118,11 +116,11 @@ impl RedisBroker {
                 }
             },
         };
-        // The cluster's presence and the server API's control channel are built and tested on
-        // one Redis; behind Sentinel and on Redis Cluster they stay per node (docs/PROTOCOL.md).
-        let (db, members) = match &target {
-            RedisTarget::Single(t) => (t.db, true),
-            RedisTarget::Cluster(_) | RedisTarget::Sentinel(_) => (0, false),
+        // Pub/sub names carry the database (pub/sub ignores it); a Sentinel or cluster URL
+        // names none.
+        let db = match &target {
+            RedisTarget::Single(t) => t.db,
+            RedisTarget::Cluster(_) | RedisTarget::Sentinel(_) => 0,
         };
         if let Some(probed) = probed {
             single::probe(&probed).with_context(|| {
@@ -180,7 +178,6 @@ impl RedisBroker {
                 ..Default::default()
             },
             db,
-            members,
             members_resync: false,
         })
     }
@@ -449,17 +446,15 @@ impl Broker for RedisBroker {
     fn tick(&mut self, now: Instant) {
         if self.shared.command_up.load(Ordering::SeqCst) {
             self.report_presence();
-            if self.members {
-                // Refresh this node's liveness, then reap nodes whose liveness expired.
-                self.presence_ops(Vec::new());
-                let tag = self.tag(Pending::MembersReap);
-                let args = vec![self.node_id.clone(), self.db.to_string()];
-                let _ = self.request(Request::Script {
-                    tag,
-                    which: Which::MembersReap,
-                    args,
-                });
-            }
+            // Refresh this node's liveness, then reap nodes whose liveness expired.
+            self.presence_ops(Vec::new());
+            let tag = self.tag(Pending::MembersReap);
+            let args = vec![self.node_id.clone(), super::presence::event_name(self.db)];
+            let _ = self.request(Request::Script {
+                tag,
+                which: Which::MembersReap,
+                args,
+            });
         }
         self.refuse_late_joins(now);
         self.resubscribe_stuck();
@@ -520,10 +515,9 @@ impl Broker for RedisBroker {
         }
     }
 
-    /// One Redis only: Redis Cluster's sharded pub/sub has no channel every node hears
-    /// (docs/PROTOCOL.md says the API acts on the node it is asked on there).
+    /// Every mode: a plain PUBLISH that each node's control link hears.
     fn control(&mut self, message: String) -> bool {
-        if self.stats.kind != "redis" || !self.shared.command_up.load(Ordering::SeqCst) {
+        if !self.shared.command_up.load(Ordering::SeqCst) {
             return false;
         }
         let tag = self.tag(Pending::Control);
@@ -556,19 +550,16 @@ impl Broker for RedisBroker {
     }
 
     fn shares_presence(&self) -> bool {
-        self.members
+        true
     }
 
     fn presence_ops(&mut self, ops: Vec<crate::broker::PresenceOp>) {
-        if !self.members {
-            return;
-        }
         let mut ops = ops.into_iter().peekable();
         loop {
             let mut args = vec![
                 self.node_id.clone(),
                 super::presence::ALIVE_TTL_MS.to_string(),
-                self.db.to_string(),
+                super::presence::event_name(self.db),
             ];
             for op in ops.by_ref().take(super::presence::OPS_PER_CALL) {
                 let code = match (op.join, op.announce) {

@@ -6,12 +6,14 @@
 //! `ASKING`, `TRYAGAIN` and `CLUSTERDOWN` retry shortly.
 //!
 //! Delivery uses sharded pub/sub, one connection per master with subscribed channels (see
-//! `cluster_subs`).
+//! `cluster_subs`); control messages and presence events use the control link, plain pub/sub
+//! on any one node (`pubsub::ControlLink`).
 
 use super::cluster_script;
 use super::cluster_subs::Subs;
 use super::commands::{self, evalsha, Merge, Nodes, Plan, Retry, Scripts};
 use super::protocol::{Incoming, Request, Which};
+use super::pubsub::{self, ControlLink};
 use super::pubsub_conn;
 use super::shared::{connect_with, log_once, Link};
 use super::slots::{self, Redirect, SlotMap};
@@ -20,14 +22,22 @@ use crate::broker::IDEMPOTENCY_TTL;
 use anyhow::Context;
 use redis::Value;
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::Receiver;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// Starts the command thread (pub/sub threads, one per master with subscribed channels, start
 /// as needed).
 pub fn start(target: ClusterTarget, requests: Receiver<Request>, link: Link) -> anyhow::Result<()> {
+    let known: Arc<Mutex<Vec<String>>> = Arc::default();
+    ControlLink::start(
+        0,
+        &target.shown,
+        locate(&target, known.clone()),
+        link.clone(),
+    )?;
     let router = Router {
+        known,
         subs: Subs::new(target.clone(), link.clone()),
         target,
         scripts: Scripts::new(true),
@@ -44,8 +54,31 @@ pub fn start(target: ClusterTarget, requests: Receiver<Request>, link: Link) -> 
     Ok(())
 }
 
+/// Where the control link connects: the next of the masters last read from the slot map and
+/// the seeds, in turn (any node hears every plain PUBLISH of the cluster, so a node that
+/// failed is simply passed for the next).
+fn locate(target: &ClusterTarget, known: Arc<Mutex<Vec<String>>>) -> pubsub::Locate {
+    let target = target.clone();
+    let turn = AtomicUsize::new(0);
+    Box::new(move || {
+        let mut addrs = known.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        for seed in &target.seeds {
+            if !addrs.contains(&seed.addr) {
+                addrs.push(seed.addr.clone());
+            }
+        }
+        let i = turn.fetch_add(1, Ordering::Relaxed) % addrs.len().max(1);
+        match addrs.get(i) {
+            Some(addr) => target.node(addr),
+            None => anyhow::bail!("redis cluster {}: no node known", target.shown),
+        }
+    })
+}
+
 /// The command side: the slot map and one connection per master.
 struct Router {
+    /// The masters of the last slot map read (the control link's choices).
+    known: Arc<Mutex<Vec<String>>>,
     target: ClusterTarget,
     scripts: Scripts,
     map: SlotMap,
@@ -93,6 +126,7 @@ impl Router {
                     if let Some(map) = SlotMap::from_cluster_slots(&v, &addr) {
                         // Connections to nodes no longer masters are dropped.
                         self.cons.retain(|a, _| map.masters.contains(a));
+                        *self.known.lock().unwrap_or_else(|p| p.into_inner()) = map.masters.clone();
                         self.map = map;
                         self.subs.stale.store(false, Ordering::SeqCst);
                         return true;
@@ -212,8 +246,7 @@ impl Nodes for Router {
                 let mut cmd = evalsha(self.scripts.of(which), &keys);
                 cmd.arg(&args);
                 match which {
-                    // Member presence is not sent under Redis Cluster (`shares_presence`); were
-                    // it, its keys are plain `c1m:pr:` ones, routed by the presence key.
+                    // Every presence key carries the presence key's hash tag: one shard.
                     Which::Presence
                     | Which::MembersApply
                     | Which::MembersReap
@@ -232,8 +265,14 @@ impl Nodes for Router {
             }
             Request::Subscribe(ch) => self.subscribe(ch),
             Request::Unsubscribe(ch) => self.unsubscribe(&ch),
-            // Never sent: control messages need plain pub/sub (`RedisBroker::control`).
-            Request::Control { .. } => {}
+            // Plain PUBLISH on any node reaches every node's control link: sent where slot 0
+            // is served.
+            Request::Control { tag, message } => {
+                let mut cmd = redis::cmd("PUBLISH");
+                cmd.arg(super::script::control_name(0)).arg(message);
+                plan.request(tag, Merge::One, 1);
+                plan.op(0, 0, cmd.get_packed_command());
+            }
         }
     }
 

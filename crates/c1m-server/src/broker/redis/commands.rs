@@ -48,14 +48,15 @@ impl Scripts {
         } else {
             (script::publish_script(), script::replay_script())
         };
+        let [members_apply, members_reap, members_query] = super::presence::scripts(cluster);
         Scripts {
             publish: redis::Script::new(&publish),
             replay: redis::Script::new(&replay),
             presence: redis::Script::new(&script::presence_script(cluster)),
             info: redis::Script::new(&script::info_script(cluster)),
-            members_apply: redis::Script::new(super::presence::APPLY),
-            members_reap: redis::Script::new(super::presence::REAP),
-            members_query: redis::Script::new(super::presence::QUERY),
+            members_apply: redis::Script::new(&members_apply),
+            members_reap: redis::Script::new(&members_reap),
+            members_query: redis::Script::new(&members_query),
         }
     }
 

@@ -9,12 +9,14 @@
 //! - The transport, one for both modes: `protocol` (what the state machine and the threads
 //!   say to each other), `commands` (batches, scripts by EVALSHA with NOSCRIPT retry,
 //!   pipelines, reconnection with backoff), `pubsub` (pub/sub connections and their pushes,
-//!   the push kind as a parameter) over `pubsub_conn` (the socket), and `shared`.
+//!   the push kind as a parameter, and the control link every mode holds for control
+//!   messages and presence events) over `pubsub_conn` (the socket), and `shared`.
 //! - The modes, each only what differs: `single` (one Redis, fixed or named by Sentinel: asked
 //!   again on every reconnection), `cluster` (slot routing by
 //!   `slots`, MOVED/ASK) with `cluster_subs` (a sharded pub/sub connection per master).
-//! - The data model: `script` (one Redis' Lua scripts and their answers) and `cluster_script`
-//!   (the per-channel model a cluster needs); `target`, the parsed URL.
+//! - The data model: `script` (one Redis' Lua scripts and their answers), `cluster_script`
+//!   (the per-channel model a cluster needs) and `presence` (member sets, every mode);
+//!   `target`, the parsed URL.
 
 mod broker;
 mod channels;

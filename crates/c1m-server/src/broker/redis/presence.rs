@@ -1,19 +1,23 @@
-//! Presence in Redis (one Redis; under Redis Cluster presence stays per node, see
-//! docs/PROTOCOL.md): the cluster's member sets and the join/leave events between nodes.
+//! Presence in Redis, the same for one Redis, Sentinel and Redis Cluster: the cluster's member
+//! sets and the join/leave events between nodes.
 //!
-//! Data model: `c1m:pr:m:{channel}`, a hash `node/conn → member JSON` ('' for an anonymous
-//! member: counted, not listed); `c1m:pr:n:{node}`, each node's member count per channel (what
-//! to clean when the node dies); `c1m:pr:nodes`, the nodes that hold members; and
-//! `c1m:pr:alive:{node}`, a key with a TTL ([`ALIVE_TTL_MS`]) each node refreshes every tick
-//! (about a second). A node whose key expired is dead: the first live node to run [`REAP`]
-//! after that deletes its members and publishes their leaves, atomically, so exactly one
-//! node reaps it. A dead node's members therefore leave within `ALIVE_TTL_MS` + a tick + the
-//! pub/sub hop: under [`LEAVE_BOUND`].
+//! Data model (`@` is the key prefix, [`prefix`]: `c1m:pr:` in one Redis, `c1m:{presence}:pr:`
+//! under Redis Cluster, where the hash tag keeps every presence key on one shard so the
+//! scripts run atomically there): `@m:{channel}`, a hash `node/conn → member JSON` ('' for an
+//! anonymous member: counted, not listed); `@n:{node}`, each node's member count per channel
+//! (what to clean when the node dies); `@nodes`, the nodes that hold members; and
+//! `@alive:{node}`, a key with a TTL ([`ALIVE_TTL_MS`]) each node refreshes every tick (about
+//! a second). A node whose key expired is dead: the first live node to run [`REAP`] after that
+//! deletes its members and publishes their leaves, atomically, so exactly one node reaps it.
+//! A dead node's members therefore leave within `ALIVE_TTL_MS` + a tick + the pub/sub hop:
+//! under [`LEAVE_BOUND`].
 //!
-//! Events travel on the channel's own pub/sub name (the one its messages use, so only nodes
-//! with subscribers on the channel get them), as `J\n{node}\n{json}` or `L\n{node}\n{json}`; a
-//! message is `{id}\n{payload}` with a numeric id, so the two cannot be confused. A node
-//! delivers its own events directly and skips their echo.
+//! Events travel on one plain pub/sub name per database ([`event_name`]), which every node's
+//! control link hears (`pubsub::ControlLink`): plain pub/sub reaches every node of a Redis
+//! Cluster and every replica behind Sentinel, where a channel's own (sharded) name would not
+//! reach a node subscribed on another shard. A payload is `J\n{node}\n{channel}\n{json}` or
+//! `L\n…`; a node delivers its own events directly and skips their echo, and the master hands
+//! an event only to workers with subscribers on its channel.
 
 /// How long a node's members outlive its last refresh.
 pub const ALIVE_TTL_MS: u64 = 5000;
@@ -23,17 +27,17 @@ pub const LEAVE_BOUND: std::time::Duration = std::time::Duration::from_secs(10);
 /// Most member changes in one script call (its arguments stay far below Redis' limits).
 pub const OPS_PER_CALL: usize = 2000;
 
-/// Apply member changes and refresh this node. ARGV: node, ttl ms, db, then (op, channel,
-/// conn, value) fours. Ops: `J` add and publish a join, `Q` add quietly (a live upgrade, a
+/// Apply member changes and refresh this node. ARGV: node, ttl ms, event name, then (op,
+/// channel, conn, value) fours. Ops: `J` add and publish a join, `Q` add quietly (a live upgrade, a
 /// resync), `L` remove and publish a leave, `D` remove quietly (an anonymous member).
-pub const APPLY: &str = r#"
+const APPLY: &str = r#"
 local node = ARGV[1]
-redis.call('SET', 'c1m:pr:alive:' .. node, '1', 'PX', ARGV[2])
-redis.call('SADD', 'c1m:pr:nodes', node)
-local counts = 'c1m:pr:n:' .. node
+redis.call('SET', '@alive:' .. node, '1', 'PX', ARGV[2])
+redis.call('SADD', '@nodes', node)
+local counts = '@n:' .. node
 for i = 4, #ARGV, 4 do
   local op, ch, conn, value = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
-  local key = 'c1m:pr:m:' .. ch
+  local key = '@m:' .. ch
   local field = node .. '/' .. conn
   if op == 'J' or op == 'Q' then
     if redis.call('HSET', key, field, value) == 1 then
@@ -43,55 +47,76 @@ for i = 4, #ARGV, 4 do
     if redis.call('HINCRBY', counts, ch, -1) <= 0 then redis.call('HDEL', counts, ch) end
   end
   if (op == 'J' or op == 'L') and value ~= '' then
-    redis.call('PUBLISH', 'c1m:' .. ARGV[3] .. ':p:' .. ch, op .. '\n' .. node .. '\n' .. value)
+    redis.call('PUBLISH', ARGV[3], op .. '\n' .. node .. '\n' .. ch .. '\n' .. value)
   end
 end
 return 1
 "#;
 
-/// Reap dead nodes. ARGV: this node, db. Returns {channel, leave JSON, ...}: the leaves this
+/// Reap dead nodes. ARGV: this node, event name. Returns {channel, leave JSON, ...}: the leaves this
 /// node delivers itself (the others get them from pub/sub).
-pub const REAP: &str = r#"
+const REAP: &str = r#"
 local out = {}
-for _, node in ipairs(redis.call('SMEMBERS', 'c1m:pr:nodes')) do
-  if redis.call('EXISTS', 'c1m:pr:alive:' .. node) == 0 then
+for _, node in ipairs(redis.call('SMEMBERS', '@nodes')) do
+  if redis.call('EXISTS', '@alive:' .. node) == 0 then
     local prefix = node .. '/'
-    for _, ch in ipairs(redis.call('HKEYS', 'c1m:pr:n:' .. node)) do
-      local key = 'c1m:pr:m:' .. ch
+    for _, ch in ipairs(redis.call('HKEYS', '@n:' .. node)) do
+      local key = '@m:' .. ch
       local all = redis.call('HGETALL', key)
       for i = 1, #all, 2 do
         if string.sub(all[i], 1, #prefix) == prefix then
           redis.call('HDEL', key, all[i])
           if all[i + 1] ~= '' then
-            redis.call('PUBLISH', 'c1m:' .. ARGV[2] .. ':p:' .. ch, 'L\n' .. ARGV[1] .. '\n' .. all[i + 1])
+            redis.call('PUBLISH', ARGV[2], 'L\n' .. ARGV[1] .. '\n' .. ch .. '\n' .. all[i + 1])
             table.insert(out, ch)
             table.insert(out, all[i + 1])
           end
         end
       end
     end
-    redis.call('DEL', 'c1m:pr:n:' .. node)
-    redis.call('SREM', 'c1m:pr:nodes', node)
+    redis.call('DEL', '@n:' .. node)
+    redis.call('SREM', '@nodes', node)
   end
 end
 return out
 "#;
 
 /// A channel's members over the cluster. ARGV: channel. Returns {field, value, ...}.
-pub const QUERY: &str = r#"
-return redis.call('HGETALL', 'c1m:pr:m:' .. ARGV[1])
+const QUERY: &str = r#"
+return redis.call('HGETALL', '@m:' .. ARGV[1])
 "#;
 
-/// A pub/sub payload that is a presence event: (join, sending node, JSON).
-pub fn split_event(data: &[u8]) -> Option<(bool, &str, &str)> {
+/// The key prefix of presence (see the module doc).
+pub fn prefix(cluster: bool) -> &'static str {
+    if cluster {
+        "c1m:{presence}:pr:"
+    } else {
+        "c1m:pr:"
+    }
+}
+
+/// The scripts (apply, reap, query) with the mode's key prefix.
+pub fn scripts(cluster: bool) -> [String; 3] {
+    [APPLY, REAP, QUERY].map(|s| s.replace('@', prefix(cluster)))
+}
+
+/// The plain pub/sub name carrying join/leave events between nodes (not a channel's name:
+/// those carry `:p:`).
+pub fn event_name(db: i64) -> String {
+    format!("c1m:{db}:presence")
+}
+
+/// An event's payload: (join, sending node, channel, JSON).
+pub fn split_event(data: &[u8]) -> Option<(bool, &str, &str, &str)> {
     let join = match data.get(..2)? {
         b"J\n" => true,
         b"L\n" => false,
         _ => return None,
     };
     let rest = std::str::from_utf8(&data[2..]).ok()?;
-    let (node, json) = rest.split_once('\n')?;
-    Some((join, node, json))
+    let (node, rest) = rest.split_once('\n')?;
+    let (channel, json) = rest.split_once('\n')?;
+    Some((join, node, channel, json))
 }
 
 #[cfg(test)]
@@ -99,13 +124,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn events_are_told_from_messages() {
+    fn events_carry_node_channel_and_member() {
         assert_eq!(
-            split_event(b"J\n12-34\n{\"user\":\"a\"}"),
-            Some((true, "12-34", "{\"user\":\"a\"}"))
+            split_event(b"J\n12-34\nroom\n{\"user\":\"a\"}"),
+            Some((true, "12-34", "room", "{\"user\":\"a\"}"))
         );
-        assert_eq!(split_event(b"L\nn\n{}"), Some((false, "n", "{}")));
+        assert_eq!(split_event(b"L\nn\nc\n{}"), Some((false, "n", "c", "{}")));
         assert_eq!(split_event(b"17\npayload"), None);
-        assert_eq!(split_event(b"J\nno-json-line"), None);
+        assert_eq!(split_event(b"J\nnode\nno-json-line"), None);
+    }
+
+    #[test]
+    fn under_redis_cluster_every_presence_key_is_on_one_slot() {
+        use super::super::slots::key_slot;
+        let p = prefix(true);
+        let slot = key_slot(super::super::cluster_script::presence_key().as_bytes());
+        for key in ["m:room", "n:node-1", "nodes", "alive:node-1"] {
+            assert_eq!(key_slot(format!("{p}{key}").as_bytes()), slot, "{key}");
+        }
+        for s in scripts(true) {
+            assert!(!s.contains('@') && !s.contains("'c1m:pr:"), "{s}");
+        }
     }
 }

@@ -32,7 +32,7 @@ pub enum Request {
     },
     Subscribe(String),
     Unsubscribe(String),
-    /// PUBLISH of a server API control message to every node (one Redis only).
+    /// PUBLISH of a server API control message to every node (heard on their control links).
     Control {
         tag: u64,
         message: String,

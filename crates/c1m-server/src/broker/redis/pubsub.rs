@@ -5,13 +5,23 @@
 //! pub/sub (`SSUBSCRIBE`, `smessage`) on names that carry the channel's hash tag. What a
 //! connection's ups, downs and pushes mean to the master is the [`Owner`]'s: one Redis
 //! reports the whole pub/sub side up or down, a cluster node reports its channels lost.
+//!
+//! Every mode also holds one [`ControlLink`]: a plain pub/sub connection to any Redis of the
+//! deployment (one Redis; under Sentinel the master asked for, or a replica it stays on; any
+//! node of a Redis Cluster), subscribed to the server API's control name and the presence
+//! event name. Plain `PUBLISH` reaches every subscriber of a replication group and of a whole
+//! Redis Cluster (where sharded pub/sub would reach only the one shard's), so control messages
+//! and join/leave events take this one path in all three modes.
 
+use super::protocol::Incoming;
 use super::pubsub_conn::{self, Conn, Next, Writer};
-use super::shared::{backoff, log_once, Shared, BACKOFF_MIN, CONNECT_TIMEOUT};
+use super::shared::{backoff, log_once, Link, Shared, BACKOFF_MIN, CONNECT_TIMEOUT};
 use super::slots::{self, Redirect};
 use super::target::Target;
-use super::{cluster_script, script};
+use super::{cluster_script, presence, script};
+use anyhow::Context;
 use redis::Value;
+use std::sync::{Mutex, MutexGuard};
 
 /// Which pub/sub a connection speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,7 +40,7 @@ pub enum Push {
         id: u64,
         payload: Vec<u8>,
     },
-    /// A join/leave event (`presence`) published by node `from`.
+    /// A join/leave event (`presence`) published by node `from` (control link only).
     Presence {
         channel: String,
         join: bool,
@@ -45,7 +55,7 @@ pub enum Push {
     Moved(u16),
     /// A subscribe was refused for another reason.
     Refused(String),
-    /// A server API control message (one Redis only).
+    /// A server API control message (control link only).
     Control(Vec<u8>),
     /// Anything else (a PING's answer, another program's channel).
     Other,
@@ -106,9 +116,21 @@ impl Kind {
             return Push::Other;
         };
         if let (Kind::Plain { db }, Value::BulkString(data)) = (self, data) {
-            if kind.as_slice() == message && name.as_slice() == script::control_name(db).as_bytes()
-            {
-                return Push::Control(data.clone());
+            if kind.as_slice() == message {
+                if name.as_slice() == script::control_name(db).as_bytes() {
+                    return Push::Control(data.clone());
+                }
+                if name.as_slice() == presence::event_name(db).as_bytes() {
+                    return match presence::split_event(data) {
+                        Some((join, from, channel, json)) => Push::Presence {
+                            channel: channel.to_string(),
+                            join,
+                            from: from.to_string(),
+                            json: json.to_string(),
+                        },
+                        None => Push::Other,
+                    };
+                }
             }
         }
         let Some(channel) = self.channel_of(name) else {
@@ -122,15 +144,7 @@ impl Kind {
                     id,
                     payload: payload.to_vec(),
                 },
-                None => match super::presence::split_event(data) {
-                    Some((join, from, json)) => Push::Presence {
-                        channel,
-                        join,
-                        from: from.to_string(),
-                        json: json.to_string(),
-                    },
-                    None => Push::Other,
-                },
+                None => Push::Other,
             },
             (k, _) if k == subscribe => Push::Subscribed(channel),
             (k, _) if k == unsubscribe => Push::Unsubscribed(channel),
@@ -216,6 +230,107 @@ fn read(conn: &mut Conn, owner: &impl Owner) -> bool {
     }
 }
 
+/// Where a control link connects, asked again on every (re)connection.
+pub type Locate = Box<dyn Fn() -> anyhow::Result<Target> + Send + Sync>;
+
+/// The control link (see the module doc): control messages and join/leave events from every
+/// node, in every mode. It holds no channel subscription, so its losses cost nothing to
+/// catch up: what was published while it was down is missed (a control act or question goes
+/// unanswered there; an event's member is still listed by the presence query).
+pub struct ControlLink {
+    db: i64,
+    shown: String,
+    locate: Locate,
+    link: Link,
+    writer: Mutex<Option<Writer>>,
+}
+
+impl ControlLink {
+    /// Starts the control link's thread.
+    pub fn start(db: i64, shown: &str, locate: Locate, link: Link) -> anyhow::Result<()> {
+        let ctl = ControlLink {
+            db,
+            shown: shown.to_string(),
+            locate,
+            link,
+            writer: Mutex::new(None),
+        };
+        std::thread::Builder::new()
+            .name("c1m-redis-ctl".into())
+            .spawn(move || link_thread(&ctl))
+            .context("starting the redis control link thread")?;
+        Ok(())
+    }
+
+    fn writer(&self) -> MutexGuard<'_, Option<Writer>> {
+        self.writer.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Owner for ControlLink {
+    fn shared(&self) -> &Shared {
+        &self.link.shared
+    }
+
+    fn shown(&self) -> &str {
+        &self.shown
+    }
+
+    fn target(&self) -> anyhow::Result<Target> {
+        (self.locate)()
+    }
+
+    fn kind(&self) -> Kind {
+        Kind::Plain { db: self.db }
+    }
+
+    fn up(&self, writer: Writer) -> bool {
+        let mut w = self.writer();
+        *w = Some(writer);
+        let subscribe = redis::cmd("SUBSCRIBE")
+            .arg(script::control_name(self.db))
+            .arg(presence::event_name(self.db))
+            .clone();
+        pubsub_conn::write_or_shut(&mut w, &subscribe);
+        true
+    }
+
+    fn push(&self, push: Push) -> bool {
+        match push {
+            Push::Control(message) => self.link.send(Incoming::Control(
+                String::from_utf8_lossy(&message).into_owned(),
+            )),
+            Push::Presence {
+                channel,
+                join,
+                from,
+                json,
+            } => self.link.send(Incoming::Presence {
+                channel,
+                join,
+                from,
+                json,
+            }),
+            _ => true,
+        }
+    }
+
+    fn ping(&self) -> bool {
+        pubsub_conn::write_or_shut(&mut self.writer(), &redis::cmd("PING"))
+    }
+
+    fn down(&self, _connected: bool) -> bool {
+        if let Some(writer) = self.writer().take() {
+            writer.shutdown();
+        }
+        true
+    }
+
+    fn label(&self) -> String {
+        format!("redis {} (control link)", self.shown)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -259,6 +374,21 @@ mod tests {
         assert_eq!(
             plain.parse(push(&[b"message", control.as_bytes(), b"{}"])),
             Push::Control(b"{}".to_vec())
+        );
+        let events = presence::event_name(3);
+        assert_eq!(
+            plain.parse(push(&[b"message", events.as_bytes(), b"L\nn1\nroom\n{}"])),
+            Push::Presence {
+                channel: "room".into(),
+                join: false,
+                from: "n1".into(),
+                json: "{}".into()
+            }
+        );
+        // An event on a channel's own name is not one (events have their own name).
+        assert_eq!(
+            plain.parse(push(&[b"message", name.as_bytes(), b"L\nn1\nroom\n{}"])),
+            Push::Other
         );
         let sharded = Kind::Sharded;
         let name = sharded.name("news");

@@ -1,6 +1,7 @@
 //! The Lua scripts that make Redis the cluster's hub, and the decoding of their answers.
 //! Each runs atomically inside Redis, which is what gives every node one order per channel:
-//! the id is taken (`INCR`), the message stored (`XADD` to the channel's stream, entry id =
+//! the id is taken (`INCR`, raised to the wall clock in µs when that is higher, so ids never
+//! go back across a failover to a replica that missed the newest ones), the message stored (`XADD` to the channel's stream, entry id =
 //! message id) and announced (`PUBLISH`) in one step, so pub/sub order, stream order and id
 //! order are the same.
 //!
@@ -87,7 +88,16 @@ if ARGV[7] ~= '' then
   local first = redis.call('GET', ikey)
   if first then return {first, 1} end
 end
-local id = string.format('%.0f', redis.call('INCR', 'c1m:id'))
+-- max(previous + 1, now in µs): a replica promoted before the newest INCRs reached it
+-- (Sentinel failover) goes on above the ids the old master handed out, never reusing one.
+local id = tonumber(redis.call('INCR', 'c1m:id'))
+local t = redis.call('TIME')
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+if now_us > id then
+  id = now_us
+  redis.call('SET', 'c1m:id', string.format('%.0f', id))
+end
+id = string.format('%.0f', id)
 local now = now_ms()
 local key = 'c1m:h:' .. ch
 if redis.call('EXISTS', key) == 0 then

@@ -6,10 +6,12 @@
 //! machine subscribes everything again when it is back. Behind Sentinel, a Redis that answers
 //! `READONLY` (demoted to replica) drops the command connection, and a pub/sub connection
 //! left on another Redis than the command connection's is remade, so both follow a failover.
+//! The control link (`pubsub::ControlLink`) asks for the Redis the same way; a replica it is
+//! left on still hears every control message and event (replicas get the master's PUBLISHes).
 
 use super::commands::{self, evalsha, Merge, Nodes, Plan, Retry, Scripts};
 use super::protocol::{Incoming, Request};
-use super::pubsub::{self, Kind, Owner, Push};
+use super::pubsub::{self, ControlLink, Kind, Owner, Push};
 use super::pubsub_conn::{self, Writer};
 use super::shared::{connect_with, log_once, Link, Shared, CONNECT_TIMEOUT};
 use super::target::{SentinelTarget, Target};
@@ -81,6 +83,9 @@ pub fn start(source: Source, requests: Receiver<Request>, link: Link) -> anyhow:
         link: link.clone(),
         writer: Mutex::new(None),
     });
+    let located = source.clone();
+    let locate: pubsub::Locate = Box::new(move || located.current());
+    ControlLink::start(source.db(), source.shown(), locate, link.clone())?;
     let node = Single {
         source,
         addr: String::new(),
@@ -327,11 +332,6 @@ impl Owner for PubSub {
 
     fn up(&self, writer: Writer) -> bool {
         *self.writer() = Some(writer);
-        // The server API's control messages, on every (re)connection.
-        let control = redis::cmd("SUBSCRIBE")
-            .arg(super::script::control_name(self.source.db()))
-            .clone();
-        pubsub_conn::write_or_shut(&mut self.writer(), &control);
         self.link.send(Incoming::PubSubUp)
     }
 
@@ -346,21 +346,8 @@ impl Owner for PubSub {
                 id,
                 payload,
             }),
-            Push::Presence {
-                channel,
-                join,
-                from,
-                json,
-            } => self.link.send(Incoming::Presence {
-                channel,
-                join,
-                from,
-                json,
-            }),
             Push::Subscribed(channel) => self.link.send(Incoming::Subscribed(channel)),
-            Push::Control(message) => self.link.send(Incoming::Control(
-                String::from_utf8_lossy(&message).into_owned(),
-            )),
+            // Control messages and presence events come by the control link.
             _ => true,
         }
     }

@@ -110,6 +110,9 @@ pub const QUIET: u8 = 8;
 /// The slot is an HTTP/2 request stream (`h2_streams`): its bytes go through its connection's
 /// codec, its socket is a duplicate of the connection's that is never read or written.
 pub const H2_STREAM: u8 = 16;
+/// The pending status query is a server API call: a master that does not answer in time gets
+/// it the API's JSON error, not the plain text of `/status`.
+pub const API_CALL: u8 = 32;
 
 /// Everything a connection holds only while it is doing something an idle subscriber does
 /// not: half-read input, bytes the socket refused, a WebSocket message in progress, or

@@ -110,6 +110,9 @@ pub const QUIET: u8 = 8;
 /// The slot is an HTTP/2 request stream (`h2_streams`): its bytes go through its connection's
 /// codec, its socket is a duplicate of the connection's that is never read or written.
 pub const H2_STREAM: u8 = 16;
+/// A WebSocket client publish waits for the publish proxy: the connection's later frames wait
+/// unread (in order) until the answer.
+pub const PROXY_PENDING: u8 = 32;
 
 /// Everything a connection holds only while it is doing something an idle subscriber does
 /// not: half-read input, bytes the socket refused, a WebSocket message in progress, or
@@ -436,7 +439,7 @@ mod tests {
         for k in Kind::ALL {
             assert_eq!(Kind::from_code(k.code()), Some(k));
         }
-        assert_eq!(Kind::from_code(14), None);
+        assert_eq!(Kind::from_code(Kind::ALL.len() as u8), None);
         let mut q = OutQueue::from_unsent(b"abc".to_vec());
         q.chunks.push_back((Rc::from(&b"defg"[..]), 1));
         q.chunks[0].1 = 1;

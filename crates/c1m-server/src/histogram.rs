@@ -107,10 +107,12 @@ pub struct Latencies {
     pub publish_ack: Histogram,
     /// TLS handshake, first byte accepted → done (empty without `--tls-cert`).
     pub tls_handshake: Histogram,
+    /// A backend proxy call, handed to the proxy threads → its answer back in the loop.
+    pub proxy: Histogram,
 }
 
 impl Latencies {
-    pub const COUNT: usize = 4;
+    pub const COUNT: usize = 5;
 
     /// (name, help, histogram) in the fixed wire and output order.
     pub fn fields(&self) -> [(&'static str, &'static str, &Histogram); Latencies::COUNT] {
@@ -119,6 +121,7 @@ impl Latencies {
             ("fan_out_seconds", "Time to hand one message to all of one worker's subscribers of its channel.", &self.fan_out),
             ("publish_ack_seconds", "Time from a publish request parsed to its 200 answer written.", &self.publish_ack),
             ("tls_handshake_seconds", "TLS handshake time, first byte accepted to handshake done.", &self.tls_handshake),
+            ("proxy_request_seconds", "Backend proxy calls (connect, subscribe, publish, refresh), from the call handed to the proxy threads to its answer back in the worker's loop; timeouts and failures included.", &self.proxy),
         ]
     }
 
@@ -128,6 +131,7 @@ impl Latencies {
             &mut self.fan_out,
             &mut self.publish_ack,
             &mut self.tls_handshake,
+            &mut self.proxy,
         ]
     }
 

@@ -35,6 +35,7 @@ mod listener;
 mod log;
 mod master;
 mod presence;
+mod proxy;
 mod secrets;
 mod tls;
 mod upgrade_cli;

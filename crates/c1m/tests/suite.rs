@@ -61,6 +61,7 @@ mod serve_per_ip;
 mod serve_pipelining;
 mod serve_presence;
 mod serve_protocols;
+mod serve_proxy;
 mod serve_publish_idempotency;
 mod serve_redis_cluster;
 mod serve_redis_failover;

@@ -272,6 +272,41 @@ pub struct ServeArgs {
     /// subscriber that reconnects within it makes no vacate/occupy pair).
     #[arg(long, env = "C1M_WEBHOOK_VACATE_DELAY", value_parser = humantime::parse_duration)]
     pub webhook_vacate_delay: Option<Duration>,
+    // ---- backend proxies ----
+    /// Connect proxy: before a subscriber is let in (SSE, long-poll, WebSocket after its 101,
+    /// raw TCP; every subscribe request), POST its connection id, transport, remote address,
+    /// the channels asked for and the --proxy-headers to this http:// URL. The answer lets it
+    /// in (and may name its user, add channels, give presence info and an expiry) or refuses
+    /// it (HTTP 403, WebSocket close 4403, TCP ERR). A timeout refuses with 504 / close 1013, a
+    /// failed call with 502 / close 1011. See docs/PROTOCOL.md, "Backend proxies".
+    #[arg(long, env = "C1M_PROXY_CONNECT_URL")]
+    pub proxy_connect_url: Option<String>,
+    /// Subscribe proxy: POST each channel of a subscribe (in namespaces whose proxy_subscribe
+    /// is on, the default once this is set) to this http:// URL; the answer allows or refuses
+    /// the channel for this connection.
+    #[arg(long, env = "C1M_PROXY_SUBSCRIBE_URL")]
+    pub proxy_subscribe_url: Option<String>,
+    /// Publish proxy: POST each WebSocket client publish (in namespaces whose proxy_publish is
+    /// on, the default once this is set) to this http:// URL; the answer allows it, replaces
+    /// its data or refuses it (close 4403). The connection's later messages wait meanwhile.
+    #[arg(long, env = "C1M_PROXY_PUBLISH_URL")]
+    pub proxy_publish_url: Option<String>,
+    /// Refresh proxy: when an expiring held stream (JWT exp, or the connect proxy's expire_at)
+    /// reaches its expiry, POST it to this http:// URL; the answer extends it or lets it end.
+    /// A failed call is retried 5 s later, and the stream ends after 3 failures in a row.
+    #[arg(long, env = "C1M_PROXY_REFRESH_URL")]
+    pub proxy_refresh_url: Option<String>,
+    /// Longest one proxy call may take, its wait in the worker's queue included.
+    #[arg(long, env = "C1M_PROXY_TIMEOUT", value_parser = humantime::parse_duration)]
+    pub proxy_timeout: Option<Duration>,
+    /// Proxy calls one worker process may have unanswered; one more is refused at once (HTTP
+    /// 503, WebSocket close 1013, TCP ERR busy) and counted (c1m_proxy_busy_total).
+    #[arg(long, env = "C1M_PROXY_MAX_IN_FLIGHT")]
+    pub proxy_max_in_flight: Option<u32>,
+    /// Request headers the connect and subscribe proxies are sent, comma separated (e.g.
+    /// Cookie,Authorization); others are not forwarded.
+    #[arg(long, env = "C1M_PROXY_HEADERS")]
+    pub proxy_headers: Option<String>,
     // ---- live binary upgrade ----
     /// Live upgrade (`kill -USR2 MASTER` or `c1m upgrade MASTER`): the master starts the
     /// binary now at its path, hands it the listeners, every connection and the hub, and

@@ -51,6 +51,29 @@ impl Config {
                 problem!("--webhook-url needs --webhook-spool DIR (events wait there until acknowledged)");
             }
         }
+        for (flag, url) in [
+            ("--proxy-connect-url", &self.proxy_connect_url),
+            ("--proxy-subscribe-url", &self.proxy_subscribe_url),
+            ("--proxy-publish-url", &self.proxy_publish_url),
+            ("--proxy-refresh-url", &self.proxy_refresh_url),
+        ] {
+            if let Some(Err(e)) = url.as_deref().map(crate::master::webhooks::check_url) {
+                problem!("{flag}: {e}");
+            }
+        }
+        if self.proxy_timeout.is_zero() {
+            problem!("--proxy-timeout must be more than 0");
+        }
+        if self.proxy_max_in_flight == 0 {
+            problem!("--proxy-max-in-flight must be at least 1");
+        }
+        if let Some(Err(e)) = self
+            .proxy_headers
+            .as_deref()
+            .map(crate::proxy::parse_header_list)
+        {
+            problem!("--proxy-headers: {e}");
+        }
         if self.webhook_url.is_none()
             && (self.webhook_spool.is_some() || self.webhook_secret_file.is_some())
         {

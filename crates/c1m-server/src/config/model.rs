@@ -208,6 +208,22 @@ pub struct Config {
     /// How long a channel stays empty before `channel_vacated`.
     #[serde(with = "humantime_serde")]
     pub webhook_vacate_delay: Duration,
+    // ---- backend proxies ----
+    /// Asked before a subscriber is let in (http://); none = no connect proxy.
+    pub proxy_connect_url: Option<String>,
+    /// Asked per channel of a subscribe, where the namespace's `proxy_subscribe` is on.
+    pub proxy_subscribe_url: Option<String>,
+    /// Asked per WebSocket client publish, where the namespace's `proxy_publish` is on.
+    pub proxy_publish_url: Option<String>,
+    /// Asked when an expiring held stream reaches its expiry.
+    pub proxy_refresh_url: Option<String>,
+    /// Longest a proxy call may take (queueing in the worker included).
+    #[serde(with = "humantime_serde")]
+    pub proxy_timeout: Duration,
+    /// Proxy calls one worker may have waiting for an answer; past it, refused at once.
+    pub proxy_max_in_flight: u32,
+    /// Request headers forwarded to the connect and subscribe proxies (comma separated).
+    pub proxy_headers: Option<String>,
     // ---- live binary upgrade ----
     /// How long a live upgrade (SIGUSR2) may take from start to commit before it is aborted
     /// and the old processes serve on.
@@ -370,6 +386,13 @@ impl Default for Config {
             webhook_spool: None,
             webhook_spool_max_bytes: 64 * 1024 * 1024,
             webhook_vacate_delay: Duration::from_secs(5),
+            proxy_connect_url: None,
+            proxy_subscribe_url: None,
+            proxy_publish_url: None,
+            proxy_refresh_url: None,
+            proxy_timeout: Duration::from_secs(2),
+            proxy_max_in_flight: 256,
+            proxy_headers: None,
             upgrade_timeout: Duration::from_secs(30),
             io: IoMode::Epoll,
             uring_entries: 1024,
@@ -417,6 +440,7 @@ impl Config {
             "broker" => "none: the in-process hub".to_string(),
             "broker_ca" => "the system's CA roots".to_string(),
             "webhook_secret_file" => "none: POSTs are not signed".to_string(),
+            "proxy_headers" => "none: no request header is forwarded".to_string(),
             "namespaces" => "none: every channel uses the global options".to_string(),
             _ => "off".to_string(),
         }

@@ -23,6 +23,8 @@ pub const KEYS: &[&str] = &[
     "client_publish",
     "auth_required",
     "max_subscribers",
+    "proxy_subscribe",
+    "proxy_publish",
 ];
 
 /// Most namespaces one configuration may define (the hub keeps a 16-bit index per channel).
@@ -57,6 +59,14 @@ pub struct NamespaceOptions {
     /// Subscribers one channel may have on one worker process.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_subscribers: Option<u32>,
+    /// Subscribes to these channels are asked of the subscribe proxy (global: whether
+    /// `proxy_subscribe_url` is set).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proxy_subscribe: Option<bool>,
+    /// WebSocket client publishes to these channels are asked of the publish proxy (global:
+    /// whether `proxy_publish_url` is set).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proxy_publish: Option<bool>,
 }
 
 impl NamespaceOptions {
@@ -86,6 +96,8 @@ impl NamespaceOptions {
             "join_leave" => self.join_leave = Some(flag(value).map_err(bad)?),
             "client_publish" => self.client_publish = Some(flag(value).map_err(bad)?),
             "auth_required" => self.auth_required = Some(flag(value).map_err(bad)?),
+            "proxy_subscribe" => self.proxy_subscribe = Some(flag(value).map_err(bad)?),
+            "proxy_publish" => self.proxy_publish = Some(flag(value).map_err(bad)?),
             "max_subscribers" => {
                 let n = count(value).map_err(bad)?;
                 let n = u32::try_from(n).map_err(|_| bad(format!("more than {}", u32::MAX)))?;
@@ -158,6 +170,8 @@ pub struct Resolved {
     pub auth_required: bool,
     /// None: no limit.
     pub max_subscribers: Option<u32>,
+    pub proxy_subscribe: bool,
+    pub proxy_publish: bool,
 }
 
 /// Every namespace resolved, and the global options for the rest.
@@ -181,6 +195,8 @@ impl Namespaces {
             client_publish: cfg.ws_client_publish,
             auth_required: false,
             max_subscribers: None,
+            proxy_subscribe: cfg.proxy_subscribe_url.is_some(),
+            proxy_publish: cfg.proxy_publish_url.is_some(),
         };
         Namespaces::with(global, &cfg.namespaces)
     }
@@ -215,6 +231,8 @@ impl Namespaces {
                 client_publish: o.client_publish.unwrap_or(g.client_publish),
                 auth_required: o.auth_required.unwrap_or(g.auth_required),
                 max_subscribers: o.max_subscribers.or(g.max_subscribers),
+                proxy_subscribe: o.proxy_subscribe.unwrap_or(g.proxy_subscribe),
+                proxy_publish: o.proxy_publish.unwrap_or(g.proxy_publish),
             });
         }
         out
@@ -272,6 +290,11 @@ impl Namespaces {
     /// Some namespace limits subscribers per channel (the worker skips the count otherwise).
     pub fn any_max_subscribers(&self) -> bool {
         self.resolved.iter().any(|r| r.max_subscribers.is_some())
+    }
+
+    /// Some namespace asks the subscribe proxy.
+    pub fn any_proxy_subscribe(&self) -> bool {
+        self.resolved.iter().any(|r| r.proxy_subscribe)
     }
 
     /// Some namespace needs a token to subscribe.
@@ -337,6 +360,12 @@ impl Config {
             }
             if o.max_subscribers == Some(0) {
                 problem("max_subscribers must be at least 1 (leave it out for no limit)".into());
+            }
+            if o.proxy_subscribe == Some(true) && self.proxy_subscribe_url.is_none() {
+                problem("proxy_subscribe needs --proxy-subscribe-url".to_string());
+            }
+            if o.proxy_publish == Some(true) && self.proxy_publish_url.is_none() {
+                problem("proxy_publish needs --proxy-publish-url".to_string());
             }
             if o.auth_required == Some(true) && self.jwt_key.is_none() {
                 problem("auth_required needs --jwt-key FILE to verify tokens".to_string());

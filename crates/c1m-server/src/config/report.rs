@@ -183,6 +183,8 @@ c1m serve --namespace chat:history_size=500 --namespace chat:client_publish=true
 | `client_publish` | bool | `ws_client_publish` | WebSocket clients may publish to these channels, under the same publish rule (key or loopback); a client message to a channel whose namespace forbids it closes the WebSocket with 1008 (`refused.forbidden`) |
 | `auth_required` | bool | off | subscribing needs a valid token granting the channel, as with `auth = "required"`, whatever `auth` says (needs `jwt_key`); no token: 401 (`refused.unauthorized`); raw TCP (no token): `ERR` |
 | `max_subscribers` | count ≥ 1 | no limit | subscribers one channel may have on the node: split among the subscriber workers (each checks its part without a round trip; the remainder goes to the first workers, so a channel may refuse on one worker while another still has room); one more gets 503 + `Retry-After: 5` (SSE, long-poll), WebSocket close 1013, raw TCP `ERR`, counted as `refused.max_subscribers` |
+| `proxy_subscribe` | bool | on when `proxy_subscribe_url` is set | subscribes to these channels are asked of the subscribe proxy (docs/PROTOCOL.md, Backend proxies); `true` needs `proxy_subscribe_url` |
+| `proxy_publish` | bool | on when `proxy_publish_url` is set | WebSocket client publishes to these channels are asked of the publish proxy; `true` needs `proxy_publish_url` |
 
 `--check-config` refuses an unknown key, a value of the wrong type or range, and a bad
 namespace name, each named, with exit code 2. `/status` shows every namespace with its resolved

@@ -160,6 +160,38 @@ wire_struct! {
         pub heartbeats_skipped: u64,
         pub latency: Latencies,
         pub h2: H2Stats,
+        pub proxy: ProxyStats,
+        /// Backend proxy calls unanswered now (a gauge).
+        pub proxy_in_flight: u64,
+    }
+}
+
+counters! {
+    /// Backend proxy calls of one worker by kind and outcome (`/status` key `proxy`):
+    /// `allow` (the backend let it through), `deny` (it refused), `timeout` (no answer within
+    /// `proxy_timeout`), `error` (connection refused, a non-2xx status, an answer that is not
+    /// the documented JSON), `busy` (not made: `proxy_max_in_flight` calls were unanswered).
+    pub struct ProxyStats {
+        pub connect_allow: u64,
+        pub connect_deny: u64,
+        pub connect_timeout: u64,
+        pub connect_error: u64,
+        pub connect_busy: u64,
+        pub subscribe_allow: u64,
+        pub subscribe_deny: u64,
+        pub subscribe_timeout: u64,
+        pub subscribe_error: u64,
+        pub subscribe_busy: u64,
+        pub publish_allow: u64,
+        pub publish_deny: u64,
+        pub publish_timeout: u64,
+        pub publish_error: u64,
+        pub publish_busy: u64,
+        pub refresh_allow: u64,
+        pub refresh_deny: u64,
+        pub refresh_timeout: u64,
+        pub refresh_error: u64,
+        pub refresh_busy: u64,
     }
 }
 
@@ -255,6 +287,9 @@ counters! {
         /// Server API calls answered 503 (JSON) because the master had not answered within
         /// 3 s (e.g. Redis not answering a `history` or `presence` question).
         pub api_timeouts: u64,
+        /// Subscribes or WebSocket client publishes refused because a backend proxy did not
+        /// answer in time (504, WebSocket 1013) or failed (502, WebSocket 1011), raw TCP `ERR`.
+        pub proxy_failed: u64,
     }
 }
 

@@ -54,6 +54,8 @@ pub struct Report {
     presence_counters: super::presence::Counters,
     tls: Option<TlsStats>,
     h2: crate::ipc::H2Stats,
+    proxy: crate::ipc::ProxyStats,
+    proxy_in_flight: u64,
     broker: BrokerStats,
     pub(super) latency: Latencies,
     pub(super) gauges: Vec<WorkerGauges>,
@@ -99,6 +101,8 @@ impl Report {
             upgrades: m.upgrades,
             tls: m.cfg.tls_cert.is_some().then(TlsStats::default),
             h2: crate::ipc::H2Stats::default(),
+            proxy: crate::ipc::ProxyStats::default(),
+            proxy_in_flight: 0,
             latency: Latencies::default(),
             gauges: Vec::new(),
             subscribes: 0,
@@ -150,6 +154,9 @@ impl Report {
             }
             r.h2.add(&s.h2);
             r.h2.add(&old.h2);
+            r.proxy.add(&s.proxy);
+            r.proxy.add(&old.proxy);
+            r.proxy_in_flight += s.proxy_in_flight;
         }
         let pids = r.workers.iter().map(|w| w.1).filter(|&p| p != 0).collect();
         (r.memory, r.processes) = m.memory.latest(pids);
@@ -248,6 +255,10 @@ impl Report {
             "worker_restarts": self.restarts,
             "channels": self.channels,
             "tls": self.tls_json(),
+            "proxy": {
+                "in_flight": self.proxy_in_flight,
+                "calls": self.proxy.fields().iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
+            },
             "http2": self.h2.fields().iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
             "broker": {
                 "kind": self.broker.kind, "connected": self.broker.connected,
@@ -652,6 +663,77 @@ impl Report {
                 ),
             ],
         );
+        let p = &self.proxy;
+        let mut calls: Vec<(String, u64)> = Vec::new();
+        for (kind, counts) in [
+            (
+                "connect",
+                [
+                    p.connect_allow,
+                    p.connect_deny,
+                    p.connect_timeout,
+                    p.connect_error,
+                ],
+            ),
+            (
+                "subscribe",
+                [
+                    p.subscribe_allow,
+                    p.subscribe_deny,
+                    p.subscribe_timeout,
+                    p.subscribe_error,
+                ],
+            ),
+            (
+                "publish",
+                [
+                    p.publish_allow,
+                    p.publish_deny,
+                    p.publish_timeout,
+                    p.publish_error,
+                ],
+            ),
+            (
+                "refresh",
+                [
+                    p.refresh_allow,
+                    p.refresh_deny,
+                    p.refresh_timeout,
+                    p.refresh_error,
+                ],
+            ),
+        ] {
+            for (outcome, n) in ["allow", "deny", "timeout", "error"]
+                .into_iter()
+                .zip(counts)
+            {
+                calls.push((format!("{{kind=\"{kind}\",outcome=\"{outcome}\"}}"), n));
+            }
+        }
+        let rows: Vec<(&str, u64)> = calls.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        metric(
+            "proxy_requests_total",
+            "counter",
+            "Backend proxy calls by kind and outcome: allow, deny (the backend refused), timeout (no answer within proxy_timeout), error (connection failed, non-2xx status, or an answer that is not the documented JSON).",
+            &rows,
+        );
+        metric(
+            "proxy_busy_total",
+            "counter",
+            "Backend proxy calls not made because the worker had proxy_max_in_flight calls unanswered (the request got 503 / WebSocket close 1013 / TCP ERR).",
+            &[
+                ("{kind=\"connect\"}", p.connect_busy),
+                ("{kind=\"subscribe\"}", p.subscribe_busy),
+                ("{kind=\"publish\"}", p.publish_busy),
+                ("{kind=\"refresh\"}", p.refresh_busy),
+            ],
+        );
+        metric(
+            "proxy_in_flight",
+            "gauge",
+            "Backend proxy calls made and not answered yet, over all workers.",
+            &[("", self.proxy_in_flight)],
+        );
         if let Some(tls) = &self.tls {
             metric(
                 "tls_handshakes_total",
@@ -709,6 +791,7 @@ pub fn retire(retired: &mut WorkerStats, last: &WorkerStats) {
     retired.refused.add(&last.refused);
     retired.tls.add(&last.tls);
     retired.h2.add(&last.h2);
+    retired.proxy.add(&last.proxy);
     retired.subscribes += last.subscribes;
     retired.heartbeats_sent += last.heartbeats_sent;
     retired.heartbeats_skipped += last.heartbeats_skipped;

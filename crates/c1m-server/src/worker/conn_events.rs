@@ -69,7 +69,13 @@ impl Worker {
         let mut eof = false;
         let mut error = None;
         while let Some(kind) = self.conns.get(idx).map(|c| c.kind) {
-            if buf.len() >= limit && keeps_input(kind) && !matches!(kind, Kind::Ws | Kind::H2) {
+            // A WebSocket whose publish waits for the proxy reads no further frames meanwhile:
+            // its input piles up to the limit like a request's, then reading pauses.
+            let held = kind == Kind::Ws && self.conns[idx].edge & conn::PROXY_PENDING != 0;
+            if buf.len() >= limit
+                && keeps_input(kind)
+                && (held || !matches!(kind, Kind::Ws | Kind::H2))
+            {
                 let used = self.process_input(idx, &buf);
                 buf.drain(..used);
                 match self.conns.get_mut(idx) {
@@ -147,6 +153,12 @@ impl Worker {
 fn keeps_input(kind: Kind) -> bool {
     !matches!(
         kind,
-        Kind::Sse | Kind::SseJoining | Kind::TcpStream | Kind::TcpJoining | Kind::Closing
+        Kind::Sse
+            | Kind::SseJoining
+            | Kind::SseProxying
+            | Kind::TcpStream
+            | Kind::TcpJoining
+            | Kind::TcpProxying
+            | Kind::Closing
     )
 }

@@ -200,6 +200,18 @@ impl Worker {
         else {
             return;
         };
+        self.adopt_identity(idx, Some(exp), user, info);
+    }
+
+    /// The identity a subscriber proved (a token, or the connect proxy's answer): its user,
+    /// its presence info, and its expiry when it has one.
+    pub(super) fn adopt_identity(
+        &mut self,
+        idx: usize,
+        exp: Option<u64>,
+        user: Option<Box<str>>,
+        info: Option<Box<str>>,
+    ) {
         if !self.conns.contains(idx) {
             return;
         }
@@ -211,9 +223,17 @@ impl Worker {
             self.conns.set_user(token, &user);
             self.note_user(token, &user);
         }
+        let Some(exp) = exp else {
+            return;
+        };
         let conn = &self.conns[idx];
         match conn.kind {
-            Kind::Sse | Kind::SseJoining | Kind::Ws | Kind::WsJoining => self.set_expiry(idx, exp),
+            Kind::Sse
+            | Kind::SseJoining
+            | Kind::Ws
+            | Kind::WsJoining
+            | Kind::TcpStream
+            | Kind::TcpJoining => self.set_expiry(idx, exp),
             Kind::PollJoining | Kind::PollWaiting => {
                 let ends = self.wheel.deadline_after(expiry_millis(exp));
                 if conn.deadline == 0 || ends < conn.deadline {
@@ -224,7 +244,7 @@ impl Worker {
         }
     }
 
-    fn set_expiry(&mut self, idx: usize, exp: u64) {
+    pub(super) fn set_expiry(&mut self, idx: usize, exp: u64) {
         let deadline = self.wheel.deadline_after(expiry_millis(exp));
         let mut conn = self.conns.at(idx);
         let had = conn.deadline;
@@ -243,10 +263,26 @@ impl Worker {
     /// (all counted as refused.expired). The client subscribes again with a new token and its
     /// last id; history replays what it missed meanwhile.
     pub(super) fn token_expired(&mut self, idx: usize) {
+        if self.refresh_by_proxy(idx) {
+            return;
+        }
+        self.end_expired(idx);
+    }
+
+    /// The held stream's expiry is final (no refresh proxy, or it said so): it ends.
+    pub(super) fn end_expired(&mut self, idx: usize) {
         self.note_close_reason(idx, crate::ipc::CloseReason::Expired);
         let kind = self.conns[idx].kind;
         match kind {
-            Kind::SseJoining | Kind::PollJoining => self.arm_timer(idx, JOINING_RETRY),
+            Kind::SseJoining | Kind::PollJoining | Kind::TcpJoining => {
+                self.arm_timer(idx, JOINING_RETRY)
+            }
+            Kind::TcpStream => {
+                self.counters.refused.expired += 1;
+                let bye = c1m_proto::line::encode_err("expired; subscribe again with your last id");
+                let limit = self.cfg.max_unsent.saturating_add(bye.len());
+                self.finish_with(idx, bye, limit);
+            }
             Kind::PollWaiting => {
                 self.counters.refused.expired += 1;
                 let why = "token expired; poll again with a new token and last_id";

@@ -7,7 +7,8 @@
 use super::sweep;
 use super::timers;
 use super::{
-    Worker, ADMIN_LISTENER, HTTP_LISTENER, MASTER_LINK, SIGNALS, STATS_EVERY, TCP_LISTENER,
+    Worker, ADMIN_LISTENER, HTTP_LISTENER, MASTER_LINK, PROXY_WAKER, SIGNALS, STATS_EVERY,
+    TCP_LISTENER,
 };
 use mio::{Events, Interest};
 use signal_hook_mio::v1_0::Signals;
@@ -47,6 +48,7 @@ impl Worker {
                 let _ = self.link.flush();
                 return Ok(());
             }
+            self.proxy_answers();
             self.h2_turn();
             let now = Instant::now();
             if self.handover.frozen {
@@ -135,6 +137,8 @@ impl Worker {
                         return Flow::Break(());
                     }
                 }
+                // Answers are taken every turn (`proxy_answers` in `run`).
+                PROXY_WAKER => {}
                 SIGNALS => {
                     let got: Vec<i32> = turn.signals.pending().collect();
                     if got.iter().any(|&s| s == libc::SIGTERM || s == libc::SIGINT) {

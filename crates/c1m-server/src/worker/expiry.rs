@@ -66,6 +66,8 @@ impl Worker {
             | Kind::WsJoining
             | Kind::PollJoining
             | Kind::PollWaiting
+            | Kind::TcpStream
+            | Kind::TcpJoining
                 if edge & conn::EXPIRES != 0 =>
             {
                 self.token_expired(idx)

@@ -424,6 +424,7 @@ impl Worker {
                     self.refuse_busy(idx, 1);
                     self.resume_input(idx);
                 }
+                _ if kind_waits_on_proxy(conn) => self.proxy_after_takeover(idx),
                 _ if !conn.has_out()
                     && self.conns.replays.get(&token).is_some_and(Option::is_some) =>
                 {
@@ -539,4 +540,14 @@ pub fn take_listener(taken: &mut Vec<(u8, OwnedFd)>, kind: u8) -> Option<TcpList
     let pos = taken.iter().position(|(k, _)| *k == kind)?;
     let (_, fd) = taken.remove(pos);
     Some(TcpListener::from_std(std::net::TcpListener::from(fd)))
+}
+
+/// A connection that was waiting on a proxy call of the old worker (a parked subscribe, a
+/// publish, a refresh).
+fn kind_waits_on_proxy(conn: &Conn) -> bool {
+    use super::conn::{EXPIRES, PROXY_PENDING};
+    let live = matches!(conn.kind, Kind::Sse | Kind::Ws | Kind::TcpStream);
+    conn.kind.is_proxying()
+        || conn.edge & PROXY_PENDING != 0
+        || (live && conn.edge & EXPIRES != 0 && conn.deadline == 0)
 }

@@ -145,24 +145,7 @@ impl Worker {
                     return;
                 }
                 // Frames the client sent while the join was pending.
-                if let Some(mut pending) = self.conns.get_mut(idx).and_then(|mut c| c.take_inbuf())
-                {
-                    let used = self.ws_input(idx, &mut pending);
-                    if let Some(mut conn) = self.conns.get_mut(idx) {
-                        if used < pending.len() && conn.kind != Kind::Closing {
-                            conn.set_inbuf(&pending[used..]);
-                        }
-                    }
-                }
-                // Reading stopped at a full buffer while joining (edge-triggered: no new event
-                // comes for the bytes still in the socket): read on now.
-                if self
-                    .conns
-                    .get(idx)
-                    .is_some_and(|c| c.kind == Kind::Ws && c.flags & super::conn::READ_PAUSED != 0)
-                {
-                    self.on_readable(idx);
-                }
+                self.ws_resume_input(idx);
             }
             Kind::PollJoining => {
                 if replay.is_empty() {

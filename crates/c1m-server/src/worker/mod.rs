@@ -45,6 +45,7 @@ mod master_link;
 mod message;
 mod namespaces;
 mod presence;
+mod proxy;
 mod publish_rule;
 mod reload;
 mod requests;
@@ -76,6 +77,8 @@ const TCP_LISTENER: Token = Token(usize::MAX - 2);
 const MASTER_LINK: Token = Token(usize::MAX - 3);
 const SIGNALS: Token = Token(usize::MAX - 4);
 const ADMIN_LISTENER: Token = Token(usize::MAX - 5);
+/// The proxy threads' wake-up (`proxy`): answers are waiting.
+const PROXY_WAKER: Token = Token(usize::MAX - 6);
 
 /// Environment variables through which the master hands a worker its setup.
 pub const ENV_FD: &str = "C1M_WORKER_FD";
@@ -182,6 +185,8 @@ pub struct Worker {
     subscriber_workers: u32,
     /// Members of presence-enabled channels and the changes owed to the master.
     presence: presence::Presence,
+    /// Backend proxy calls and the connections waiting on them.
+    proxies: proxy::Proxies,
 }
 
 /// Entry point of `c1m __serve-worker`.
@@ -368,6 +373,9 @@ impl Worker {
             conns.tls.set_configs(Some(configs));
         }
         let (sender, io_fallback_reason) = sender::Sender::from_config(&cfg)?;
+        let proxies = proxy::Proxies::new(
+            mio::Waker::new(poll.registry(), PROXY_WAKER).context("the proxy threads' waker")?,
+        );
         let lifecycle = cfg
             .webhook_url
             .is_some()
@@ -405,6 +413,7 @@ impl Worker {
             index: 0,
             subscriber_workers: 1,
             presence: presence::Presence::default(),
+            proxies,
         })
     }
 
@@ -425,6 +434,7 @@ impl Worker {
         let Some(mut conn) = self.conns.remove(idx) else {
             return;
         };
+        self.proxies.forget(token_of(idx, conn.generation));
         self.report_closed(token_of(idx, conn.generation));
         for (chan, pos) in conn.take_subs() {
             self.leave_channel(chan, pos);

@@ -31,6 +31,7 @@ pub enum BodyRead {
 }
 
 /// What a subscribe asks for.
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Transport {
     Sse,
     LongPoll,
@@ -307,8 +308,7 @@ impl Worker {
             return;
         };
         if req.header("Upgrade").is_some() {
-            self.ws_upgrade(idx, req, &channels, last_id);
-            return self.adopt_grant(idx, grant);
+            return self.ws_upgrade(idx, req, &channels, last_id, grant);
         }
         let sse = req
             .header_str("Accept")
@@ -318,8 +318,7 @@ impl Worker {
         } else {
             Transport::LongPoll
         };
-        self.subscribe(idx, &channels, last_id, transport);
-        self.adopt_grant(idx, grant);
+        self.subscribe_gated(idx, Some(req), &channels, last_id, transport, grant);
     }
 
     fn publish_request(
@@ -499,7 +498,14 @@ impl Worker {
             }
         };
         match channel::parse_list(sub.channels, self.cfg.max_channels_per_sub) {
-            Ok(channels) => self.subscribe(idx, &channels, sub.last_id, Transport::Tcp),
+            Ok(channels) => self.subscribe_gated(
+                idx,
+                None,
+                &channels,
+                sub.last_id,
+                Transport::Tcp,
+                crate::auth::Grant::Anonymous,
+            ),
             Err(e) => {
                 self.counters.refused.bad_request += 1;
                 self.reply_and_close(idx, line::encode_err(&e.to_string()));

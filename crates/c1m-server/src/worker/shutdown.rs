@@ -45,7 +45,14 @@ impl Worker {
             )
             .as_bytes()
             .to_vec(),
-            Kind::PollWaiting | Kind::PollJoining => {
+            Kind::WsProxying => c1m_proto::ws::encode::close(
+                Some(c1m_proto::ws::close::GOING_AWAY),
+                "server shutting down",
+            )
+            .as_bytes()
+            .to_vec(),
+            Kind::TcpProxying => line::BYE.to_vec(),
+            Kind::PollWaiting | Kind::PollJoining | Kind::PollProxying | Kind::SseProxying => {
                 self.conns[idx].keep_alive = false;
                 http::error(503, "server shutting down")
             }

@@ -13,6 +13,8 @@ impl Worker {
         }
         let mut s = figures(&self.conns, &self.counters);
         s.dashboard_viewers = self.dashboard_viewers();
+        s.proxy = self.proxies.stats;
+        s.proxy_in_flight = self.proxies.in_flight() as u64;
         self.send_to_master(ToMaster::Stats(Box::new(s)));
         let io = self.sender.report(&self.io_fallback_reason);
         self.send_to_master(ToMaster::Io(io));

@@ -4,7 +4,8 @@
 //! Frame parsing and encoding live in `c1m_proto::ws`; this file only wires them to sockets.
 
 use super::conn::{
-    Kind, Sent, WsMessage, COUNTED_SLOW, WS_AWAITING_PONG, WS_ENVELOPE, WS_MAY_PUBLISH,
+    Kind, Sent, WsMessage, COUNTED_SLOW, PROXY_PENDING, WS_AWAITING_PONG, WS_ENVELOPE,
+    WS_MAY_PUBLISH,
 };
 use super::joins::encode_replay;
 use super::publish_rule;
@@ -50,6 +51,7 @@ impl Worker {
         req: &Request<'_>,
         channels: &[&str],
         last_id: Option<u64>,
+        grant: crate::auth::Grant,
     ) {
         let mut accept = match handshake::validate_request(req, &self.ws_policy) {
             Ok(accept) => accept,
@@ -95,7 +97,7 @@ impl Worker {
         response.extend_from_slice(format!("C1m-Conn-Id: {id}\r\n\r\n").as_bytes());
         self.send_or_close(idx, response);
         if self.conns.contains(idx) {
-            self.subscribe(idx, channels, last_id, Transport::Ws);
+            self.subscribe_gated(idx, Some(req), channels, last_id, Transport::Ws, grant);
         }
     }
 
@@ -118,6 +120,9 @@ impl Worker {
             max_message: self.cfg.ws_max_message as u64,
             masking: Masking::Required,
         };
+        if self.conns[idx].edge & PROXY_PENDING != 0 {
+            return 0; // frames wait for the publish proxy's answer (proxy.rs)
+        }
         let mut state = self.conns[idx].take_ws();
         let mut pos = 0;
         loop {
@@ -160,6 +165,10 @@ impl Worker {
                 break;
             }
             pos += decoded.consumed;
+            // A publish went to the proxy: later frames wait for its answer.
+            if self.conns[idx].edge & PROXY_PENDING != 0 {
+                break;
+            }
         }
         if let Some(mut conn) = self.conns.get_mut(idx) {
             conn.set_ws(state);
@@ -246,22 +255,10 @@ impl Worker {
                     "client publish is off for this channel's namespace",
                 );
             }
-            Some(_) if self.master_congested() => {
-                self.counters.refused.busy += 1;
-                self.ws_close(
-                    idx,
-                    close::TRY_AGAIN_LATER,
-                    "publish refused: server busy; retry later",
-                );
-            }
             Some((channel, payload)) if payload.len() <= self.cfg.max_payload => {
-                // The token comes back only if the master refuses it (then: close 1013).
-                let token = self.conns.token(idx);
-                self.send_to_master(ToMaster::Publish {
-                    req: token,
-                    channel,
-                    payload,
-                });
+                if !self.publish_by_proxy(idx, &channel, &payload) {
+                    self.ws_publish(idx, channel, payload);
+                }
             }
             _ => {
                 self.counters.refused.bad_request += 1;
@@ -272,6 +269,25 @@ impl Worker {
                 );
             }
         }
+    }
+
+    /// A client message that passed every check goes to the master (1013 while it is behind).
+    pub(super) fn ws_publish(&mut self, idx: usize, channel: String, payload: Vec<u8>) {
+        if self.master_congested() {
+            self.counters.refused.busy += 1;
+            return self.ws_close(
+                idx,
+                close::TRY_AGAIN_LATER,
+                "publish refused: server busy; retry later",
+            );
+        }
+        // The token comes back only if the master refuses it (then: close 1013).
+        let token = self.conns.token(idx);
+        self.send_to_master(ToMaster::Publish {
+            req: token,
+            channel,
+            payload,
+        });
     }
 
     /// Sends a close frame and closes the TCP connection once it is written.

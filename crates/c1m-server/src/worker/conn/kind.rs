@@ -28,11 +28,17 @@ pub enum Kind {
     Closing,
     /// An HTTP/2 connection: its input goes to its codec, its streams are slots of their own.
     H2,
+    /// Subscribing, waiting for a backend proxy's answer (connect or subscribe) before the
+    /// join; the WebSocket's 101 is already sent.
+    SseProxying,
+    PollProxying,
+    TcpProxying,
+    WsProxying,
 }
 
 impl Kind {
     /// Every kind, in the order of its hand-over code (docs/upgrade.md): the index is the code.
-    pub(super) const ALL: [Kind; 14] = [
+    pub(super) const ALL: [Kind; 18] = [
         Kind::Http,
         Kind::TcpCommand,
         Kind::Publishing,
@@ -47,6 +53,10 @@ impl Kind {
         Kind::Ws,
         Kind::Closing,
         Kind::H2,
+        Kind::SseProxying,
+        Kind::PollProxying,
+        Kind::TcpProxying,
+        Kind::WsProxying,
     ];
 
     /// This kind's code in a hand-over record.
@@ -67,13 +77,23 @@ impl Kind {
         )
     }
 
+    /// Waiting for a backend proxy before subscribing.
+    pub fn is_proxying(self) -> bool {
+        matches!(
+            self,
+            Kind::SseProxying | Kind::PollProxying | Kind::TcpProxying | Kind::WsProxying
+        )
+    }
+
     /// The `/status` protocol bucket this connection counts in.
     pub fn protocol(self) -> Protocol {
         match self {
-            Kind::SseJoining | Kind::Sse => Protocol::Sse,
-            Kind::PollJoining | Kind::PollWaiting => Protocol::LongPoll,
-            Kind::TcpJoining | Kind::TcpStream | Kind::TcpCommand => Protocol::Tcp,
-            Kind::WsJoining | Kind::Ws => Protocol::WebSocket,
+            Kind::SseJoining | Kind::Sse | Kind::SseProxying => Protocol::Sse,
+            Kind::PollJoining | Kind::PollWaiting | Kind::PollProxying => Protocol::LongPoll,
+            Kind::TcpJoining | Kind::TcpStream | Kind::TcpCommand | Kind::TcpProxying => {
+                Protocol::Tcp
+            }
+            Kind::WsJoining | Kind::Ws | Kind::WsProxying => Protocol::WebSocket,
             _ => Protocol::Other,
         }
     }

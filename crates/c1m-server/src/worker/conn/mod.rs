@@ -113,6 +113,9 @@ pub const H2_STREAM: u8 = 16;
 /// The pending status query is a server API call: a master that does not answer in time gets
 /// it the API's JSON error, not the plain text of `/status`.
 pub const API_CALL: u8 = 32;
+/// A WebSocket client publish waits for the publish proxy: the connection's later frames wait
+/// unread (in order) until the answer.
+pub const PROXY_PENDING: u8 = 64;
 
 /// Everything a connection holds only while it is doing something an idle subscriber does
 /// not: half-read input, bytes the socket refused, a WebSocket message in progress, or
@@ -439,7 +442,7 @@ mod tests {
         for k in Kind::ALL {
             assert_eq!(Kind::from_code(k.code()), Some(k));
         }
-        assert_eq!(Kind::from_code(14), None);
+        assert_eq!(Kind::from_code(Kind::ALL.len() as u8), None);
         let mut q = OutQueue::from_unsent(b"abc".to_vec());
         q.chunks.push_back((Rc::from(&b"defg"[..]), 1));
         q.chunks[0].1 = 1;

@@ -1,0 +1,639 @@
+//! Backend proxies in the worker: which requests ask the backend, what a connection waiting
+//! for the answer holds, and what each answer does (the calls themselves are made by
+//! `crate::proxy::pool`, off the loop).
+//!
+//! - **connect** and **subscribe** gate a subscribe. The connection is parked in a
+//!   `*Proxying` kind (its slot, plus one [`Parked`] record: the channels, the resume position,
+//!   the identity so far, the forwarded headers), with no timer: the call's own deadline
+//!   bounds the wait, and its answer always comes back (allow, deny, timeout or failure). The
+//!   connect call goes first; then one subscribe call per channel the client asked for whose
+//!   namespace has `proxy_subscribe` on, in order (channels the connect proxy added were
+//!   chosen by the backend and are not asked about). Then the subscribe goes on as if nothing
+//!   had waited, with the identity (user, info, expiry) the answers gave.
+//! - **publish** gates a WebSocket client message: the connection stays live (messages still
+//!   reach it) but its later frames wait unread, so publishes keep their order.
+//! - **refresh** takes the place of a held stream's expiry: the stream goes on while asked;
+//!   the answer extends it or ends it; a failed call is retried after [`REFRESH_RETRY`], and
+//!   the stream ends after [`REFRESH_TRIES`] failures in a row.
+//!
+//! Every refusal answers in the transport's own way, is counted in `refused` and in the
+//! per-kind proxy counters, and is the same whatever the reason: 403 / close 4403 / `ERR`
+//! (denied), 504 / 1013 (timeout), 502 / 1011 (failed), 503 / 1013 (the worker's in-flight
+//! bound).
+
+use super::conn::{Kind, EXPIRES, PROXY_PENDING, READ_PAUSED, WS_ENVELOPE};
+use super::requests::Transport;
+use super::Worker;
+use crate::auth::Grant;
+use crate::ipc::ProxyStats;
+use crate::proxy::pool::Pool;
+use crate::proxy::{Allow, Answer, Call, Done, Kind as Ask};
+use c1m_proto::http::Request;
+use c1m_proto::line;
+use c1m_proto::ws::close;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// WebSocket close code for a connection or publish the backend refused (4000 + HTTP 403,
+/// like 4001 / 4003 for tokens).
+pub const CLOSE_REFUSED: u16 = 4403;
+/// The backend failed: 1011, "internal error" (1014, "bad gateway", is in the IANA registry
+/// but WebSocket libraries such as tungstenite refuse it as a protocol error).
+pub const CLOSE_BAD_GATEWAY: u16 = close::INTERNAL_ERROR;
+/// A failed refresh call is tried again after this long (the stream goes on meanwhile).
+pub const REFRESH_RETRY: Duration = Duration::from_secs(5);
+/// Failed refresh calls in a row after which the stream ends as expired.
+pub const REFRESH_TRIES: u8 = 3;
+/// Longest close reason a close frame can carry (a control frame holds 125 bytes).
+const MAX_CLOSE_REASON: usize = 123;
+
+/// The worker's proxy state.
+pub struct Proxies {
+    pool: Pool,
+    /// Subscribes waiting for a connect or subscribe answer, by connection token.
+    parked: HashMap<u64, Box<Parked>>,
+    /// Expiring streams whose refresh call failed, with how many times in a row.
+    refresh_failures: HashMap<u64, u8>,
+    pub stats: ProxyStats,
+    errors: crate::log::Limited,
+}
+
+impl Proxies {
+    pub fn new(waker: mio::Waker) -> Proxies {
+        Proxies {
+            pool: Pool::new(waker),
+            parked: HashMap::new(),
+            refresh_failures: HashMap::new(),
+            stats: ProxyStats::default(),
+            errors: crate::log::Limited::every(Duration::from_secs(10)),
+        }
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.pool.in_flight()
+    }
+
+    /// Drops what is kept about a connection that closed.
+    pub fn forget(&mut self, token: u64) {
+        if !self.parked.is_empty() {
+            self.parked.remove(&token);
+        }
+        if !self.refresh_failures.is_empty() {
+            self.refresh_failures.remove(&token);
+        }
+    }
+
+    fn count(&mut self, ask: Ask, outcome: &str) {
+        let s = &mut self.stats;
+        let c = match (ask, outcome) {
+            (Ask::Connect, "allow") => &mut s.connect_allow,
+            (Ask::Connect, "deny") => &mut s.connect_deny,
+            (Ask::Connect, "timeout") => &mut s.connect_timeout,
+            (Ask::Connect, "error") => &mut s.connect_error,
+            (Ask::Connect, _) => &mut s.connect_busy,
+            (Ask::Subscribe, "allow") => &mut s.subscribe_allow,
+            (Ask::Subscribe, "deny") => &mut s.subscribe_deny,
+            (Ask::Subscribe, "timeout") => &mut s.subscribe_timeout,
+            (Ask::Subscribe, "error") => &mut s.subscribe_error,
+            (Ask::Subscribe, _) => &mut s.subscribe_busy,
+            (Ask::Publish, "allow") => &mut s.publish_allow,
+            (Ask::Publish, "deny") => &mut s.publish_deny,
+            (Ask::Publish, "timeout") => &mut s.publish_timeout,
+            (Ask::Publish, "error") => &mut s.publish_error,
+            (Ask::Publish, _) => &mut s.publish_busy,
+            (Ask::Refresh, "allow") => &mut s.refresh_allow,
+            (Ask::Refresh, "deny") => &mut s.refresh_deny,
+            (Ask::Refresh, "timeout") => &mut s.refresh_timeout,
+            (Ask::Refresh, "error") => &mut s.refresh_error,
+            (Ask::Refresh, _) => &mut s.refresh_busy,
+        };
+        *c += 1;
+    }
+}
+
+/// A subscribe waiting for the backend.
+struct Parked {
+    /// The connect answer came (or no connect proxy is set).
+    connected: bool,
+    /// The next of the asked channels the subscribe proxy may be asked about.
+    next: usize,
+    /// `channels[..asked]` are the client's; the rest came from the connect answer.
+    asked: usize,
+    channels: Vec<String>,
+    last_id: Option<u64>,
+    user: Option<Box<str>>,
+    info: Option<Box<str>>,
+    exp_ms: Option<u64>,
+    /// The `--proxy-headers` the request carried.
+    headers: Vec<(String, String)>,
+}
+
+/// Why a proxied request is turned away.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Refusal {
+    Denied,
+    Timeout,
+    Failed,
+    Busy,
+}
+
+fn transport_name(t: Transport) -> &'static str {
+    match t {
+        Transport::Sse => "sse",
+        Transport::LongPoll => "longpoll",
+        Transport::Tcp => "tcp",
+        Transport::Ws => "websocket",
+    }
+}
+
+/// The transport of a parked connection.
+fn transport_of(kind: Kind) -> Option<Transport> {
+    match kind {
+        Kind::SseProxying => Some(Transport::Sse),
+        Kind::PollProxying => Some(Transport::LongPoll),
+        Kind::TcpProxying => Some(Transport::Tcp),
+        Kind::WsProxying => Some(Transport::Ws),
+        _ => None,
+    }
+}
+
+/// At most `max` bytes of `s`, cut at a character boundary.
+fn clip(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+impl Worker {
+    /// A subscribe, asked of the connect and subscribe proxies first when they apply;
+    /// otherwise (no proxy set) exactly `subscribe` then `adopt_grant`.
+    pub(super) fn subscribe_gated(
+        &mut self,
+        idx: usize,
+        req: Option<&Request<'_>>,
+        channels: &[&str],
+        last_id: Option<u64>,
+        transport: Transport,
+        grant: Grant,
+    ) {
+        let connect = self.cfg.proxy_connect_url.is_some();
+        let subscribe = self.cfg.proxy_subscribe_url.is_some()
+            && self.namespaces.any_proxy_subscribe()
+            && channels
+                .iter()
+                .any(|c| self.namespaces.namespace_of(c).proxy_subscribe);
+        if !connect && !subscribe {
+            self.subscribe(idx, channels, last_id, transport);
+            return self.adopt_grant(idx, grant);
+        }
+        // What would be refused anyway is refused before the backend is asked.
+        if self.refuse_multi_channel_resume(idx, channels.len(), last_id, &transport)
+            || self.refuse_by_namespace(idx, channels, &transport)
+        {
+            return;
+        }
+        let (exp_ms, user, info) = match grant {
+            Grant::Anonymous => (None, None, None),
+            Grant::Until { exp_ms, user, info } => (Some(exp_ms), user, info),
+        };
+        let headers = match (req, self.cfg.proxy_headers.as_deref()) {
+            (Some(req), Some(list)) => crate::proxy::parse_header_list(list)
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|name| {
+                    let value = req.header_str(&name)?;
+                    Some((name, value.to_string()))
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        let parked = Parked {
+            connected: !connect,
+            next: 0,
+            asked: channels.len(),
+            channels: channels.iter().map(|c| c.to_string()).collect(),
+            last_id,
+            user,
+            info,
+            exp_ms,
+            headers,
+        };
+        let mut conn = self.conns.at(idx);
+        conn.deadline = 0;
+        conn.kind = match transport {
+            Transport::Sse => Kind::SseProxying,
+            Transport::LongPoll => Kind::PollProxying,
+            Transport::Tcp => Kind::TcpProxying,
+            Transport::Ws => Kind::WsProxying,
+        };
+        let token = self.conns.token(idx);
+        self.proxies.parked.insert(token, Box::new(parked));
+        self.proxy_next(idx, token);
+    }
+
+    /// The parked subscribe's next call, or, with none left, the subscribe itself.
+    fn proxy_next(&mut self, idx: usize, token: u64) {
+        let Some(transport) = transport_of(self.conns[idx].kind) else {
+            return;
+        };
+        let Some(mut p) = self.proxies.parked.remove(&token) else {
+            return;
+        };
+        let mut body = self.proxy_fields(idx, transport, p.user.as_deref());
+        let headers: serde_json::Map<_, _> = p
+            .headers
+            .iter()
+            .map(|(k, v)| (k.clone(), serde_json::Value::from(v.as_str())))
+            .collect();
+        let call = if !p.connected {
+            body.insert("channels".into(), p.channels.clone().into());
+            body.insert("headers".into(), headers.into());
+            self.cfg
+                .proxy_connect_url
+                .clone()
+                .map(|url| (Ask::Connect, url))
+        } else {
+            let url = self.cfg.proxy_subscribe_url.clone();
+            let next = (p.next..p.asked)
+                .find(|&i| self.namespaces.namespace_of(&p.channels[i]).proxy_subscribe);
+            match (url, next) {
+                (Some(url), Some(i)) => {
+                    p.next = i + 1;
+                    body.insert("channel".into(), p.channels[i].clone().into());
+                    body.insert("headers".into(), headers.into());
+                    Some((Ask::Subscribe, url))
+                }
+                _ => None,
+            }
+        };
+        let Some((ask, url)) = call else {
+            return self.proxied_subscribe(idx, transport, *p);
+        };
+        if self.proxy_call(ask, token, url, body, None) {
+            self.proxies.parked.insert(token, p);
+        } else {
+            self.proxy_refuse(idx, transport, Refusal::Busy, "");
+        }
+    }
+
+    /// Every answer said yes: the subscribe goes on, then the identity the answers gave.
+    fn proxied_subscribe(&mut self, idx: usize, transport: Transport, p: Parked) {
+        let names: Vec<&str> = p.channels.iter().map(String::as_str).collect();
+        self.subscribe(idx, &names, p.last_id, transport);
+        if !self.conns.contains(idx) {
+            return;
+        }
+        self.adopt_identity(idx, p.exp_ms, p.user, p.info);
+        // A WebSocket that went live at once: frames it sent while it waited.
+        if self.conns[idx].kind == Kind::Ws {
+            self.ws_resume_input(idx);
+        }
+    }
+
+    /// The fields every call carries: the connection, its transport, its peer, its user.
+    fn proxy_fields(
+        &self,
+        idx: usize,
+        transport: Transport,
+        user: Option<&str>,
+    ) -> serde_json::Map<String, serde_json::Value> {
+        let mut m = serde_json::Map::new();
+        m.insert("conn".into(), self.conn_id(idx).to_string().into());
+        m.insert("transport".into(), transport_name(transport).into());
+        if let Ok(peer) = self.conns[idx].stream.peer_addr() {
+            m.insert("remote".into(), peer.to_string().into());
+        }
+        if let Some(user) = user {
+            m.insert("user".into(), user.into());
+        }
+        m
+    }
+
+    /// Hands a call to the pool; false (counted as busy) when this worker already has
+    /// `proxy_max_in_flight` calls unanswered.
+    fn proxy_call(
+        &mut self,
+        ask: Ask,
+        token: u64,
+        url: String,
+        body: serde_json::Map<String, serde_json::Value>,
+        publish: Option<Box<(String, Vec<u8>)>>,
+    ) -> bool {
+        if self.proxies.in_flight() >= self.cfg.proxy_max_in_flight as usize {
+            self.proxies.count(ask, "busy");
+            return false;
+        }
+        let now = Instant::now();
+        self.proxies.pool.submit(Call {
+            kind: ask,
+            token,
+            url,
+            body: serde_json::Value::Object(body).to_string().into_bytes(),
+            deadline: now + self.cfg.proxy_timeout,
+            submitted: now,
+            publish,
+        });
+        true
+    }
+
+    /// Answers that came back from the proxy threads (on the waker's event, and every turn
+    /// while calls are out, so an answer never waits on a lost wake-up).
+    pub(super) fn proxy_answers(&mut self) {
+        if self.handover.frozen || self.proxies.in_flight() == 0 {
+            return;
+        }
+        for done in self.proxies.pool.take_done() {
+            self.counters.latency.proxy.record(done.micros);
+            let outcome = match &done.answer {
+                Answer::Allow(_) => "allow",
+                Answer::Deny(_) => "deny",
+                Answer::Timeout => "timeout",
+                Answer::Failed(why) => {
+                    if let Some(held_back) = self.proxies.errors.allow(Instant::now()) {
+                        tracing::warn!(kind = done.kind.name(), error = %why, held_back, "backend proxy call failed");
+                    }
+                    "error"
+                }
+            };
+            self.proxies.count(done.kind, outcome);
+            match done.kind {
+                Ask::Connect | Ask::Subscribe => self.on_gate_answer(done),
+                Ask::Publish => self.on_publish_answer(done),
+                Ask::Refresh => self.on_refresh_answer(done),
+            }
+        }
+    }
+
+    /// A connect or subscribe answer for a parked subscribe.
+    fn on_gate_answer(&mut self, done: Done) {
+        let token = done.token;
+        let Some(mut p) = self.proxies.parked.remove(&token) else {
+            return;
+        };
+        let Some((idx, conn)) = self.conns.by_token(token) else {
+            return;
+        };
+        let Some(transport) = transport_of(conn.kind) else {
+            return;
+        };
+        let allow = match done.answer {
+            Answer::Allow(allow) => allow,
+            Answer::Deny(why) => return self.proxy_refuse(idx, transport, Refusal::Denied, &why),
+            Answer::Timeout => return self.proxy_refuse(idx, transport, Refusal::Timeout, ""),
+            Answer::Failed(_) => return self.proxy_refuse(idx, transport, Refusal::Failed, ""),
+        };
+        if done.kind == Ask::Connect {
+            if let Err(why) = self.take_connect_answer(idx, &mut p, allow) {
+                return self.proxy_refuse(idx, transport, Refusal::Failed, why);
+            }
+        }
+        self.proxies.parked.insert(token, p);
+        self.proxy_next(idx, token);
+    }
+
+    /// What a connect answer sets; Err when it names more channels than a subscription takes.
+    fn take_connect_answer(
+        &self,
+        idx: usize,
+        p: &mut Parked,
+        allow: Allow,
+    ) -> Result<(), &'static str> {
+        p.connected = true;
+        if let Some(user) = allow.user {
+            p.user = Some(user.into());
+        }
+        if let Some(info) = allow.info {
+            p.info = Some(info.into());
+        }
+        if let Some(at) = allow.expire_at {
+            p.exp_ms = Some(at.saturating_mul(1000));
+        }
+        for c in allow.channels {
+            if !p.channels.contains(&c) {
+                p.channels.push(c);
+            }
+        }
+        if p.channels.len() > self.cfg.max_channels_per_sub {
+            return Err("the connect proxy's channels make more than max_channels_per_sub");
+        }
+        let plain =
+            self.conns[idx].kind == Kind::WsProxying && self.conns[idx].flags & WS_ENVELOPE == 0;
+        if plain && p.channels.len() > 1 {
+            return Err("format=plain takes one channel; the connect proxy added more");
+        }
+        Ok(())
+    }
+
+    /// Turns a proxied request away in its transport's way, counted.
+    fn proxy_refuse(&mut self, idx: usize, transport: Transport, why: Refusal, reason: &str) {
+        let r = &mut self.counters.refused;
+        match why {
+            Refusal::Denied => r.forbidden += 1,
+            Refusal::Timeout | Refusal::Failed => r.proxy_failed += 1,
+            Refusal::Busy => r.busy += 1,
+        }
+        let message = match why {
+            Refusal::Denied => format!("refused by the backend: {}", clip(reason, 300)),
+            Refusal::Timeout => "the backend did not answer in time; retry later".to_string(),
+            Refusal::Failed if reason.is_empty() => {
+                "the backend call failed; retry later".to_string()
+            }
+            Refusal::Failed => format!("the backend's answer could not be used: {reason}"),
+            Refusal::Busy => "server busy: too many backend calls waiting; retry later".into(),
+        };
+        match transport {
+            Transport::Sse | Transport::LongPoll => {
+                let (status, extra) = match why {
+                    Refusal::Denied => (403, ""),
+                    Refusal::Timeout => (504, "Retry-After: 1\r\n"),
+                    Refusal::Failed => (502, "Retry-After: 1\r\n"),
+                    Refusal::Busy => (503, "Retry-After: 1\r\n"),
+                };
+                let answer = self.error_answer(idx, status, &message, extra);
+                self.reply_and_close(idx, answer);
+            }
+            Transport::Ws => {
+                let code = match why {
+                    Refusal::Denied => CLOSE_REFUSED,
+                    Refusal::Timeout | Refusal::Busy => close::TRY_AGAIN_LATER,
+                    Refusal::Failed => CLOSE_BAD_GATEWAY,
+                };
+                self.ws_close(idx, code, clip(&message, MAX_CLOSE_REASON));
+            }
+            Transport::Tcp => self.reply_and_close(idx, line::encode_err(&message)),
+        }
+    }
+
+    /// A WebSocket client message to a channel whose namespace asks the publish proxy: asked,
+    /// with the connection's later frames held until the answer. False when the proxy does
+    /// not apply (publish as usual).
+    pub(super) fn publish_by_proxy(&mut self, idx: usize, channel: &str, payload: &[u8]) -> bool {
+        let Some(url) = self.cfg.proxy_publish_url.clone() else {
+            return false;
+        };
+        if !self.namespaces.namespace_of(channel).proxy_publish {
+            return false;
+        }
+        let token = self.conns.token(idx);
+        let user = self.conns.user_of(token).map(str::to_string);
+        let mut body = self.proxy_fields(idx, Transport::Ws, user.as_deref());
+        body.insert("channel".into(), channel.into());
+        crate::proxy::put_data(&mut body, payload);
+        let message = Box::new((channel.to_string(), payload.to_vec()));
+        if self.proxy_call(Ask::Publish, token, url, body, Some(message)) {
+            self.conns.at(idx).edge |= PROXY_PENDING;
+        } else {
+            self.proxy_refuse(idx, Transport::Ws, Refusal::Busy, "");
+        }
+        true
+    }
+
+    fn on_publish_answer(&mut self, done: Done) {
+        let Some((idx, mut conn)) = self.conns.by_token(done.token) else {
+            return;
+        };
+        if conn.kind != Kind::Ws || conn.edge & PROXY_PENDING == 0 {
+            return;
+        }
+        conn.edge &= !PROXY_PENDING;
+        let Some(message) = done.publish else {
+            return;
+        };
+        let (channel, payload) = *message;
+        match done.answer {
+            Answer::Allow(allow) => {
+                let payload = allow.data.unwrap_or(payload);
+                if payload.len() > self.cfg.max_payload {
+                    let why = "the publish proxy's data is over max_payload";
+                    return self.proxy_refuse(idx, Transport::Ws, Refusal::Failed, why);
+                }
+                self.ws_publish(idx, channel, payload);
+            }
+            Answer::Deny(why) => {
+                return self.proxy_refuse(idx, Transport::Ws, Refusal::Denied, &why)
+            }
+            Answer::Timeout => return self.proxy_refuse(idx, Transport::Ws, Refusal::Timeout, ""),
+            Answer::Failed(_) => return self.proxy_refuse(idx, Transport::Ws, Refusal::Failed, ""),
+        }
+        if self.conns.get(idx).is_some_and(|c| c.kind == Kind::Ws) {
+            self.ws_resume_input(idx);
+        }
+    }
+
+    /// Frames a WebSocket received while it could not take them (joining, or a publish
+    /// waiting for the proxy), and reading on if it stopped at a full buffer.
+    pub(super) fn ws_resume_input(&mut self, idx: usize) {
+        if let Some(mut pending) = self.conns.get_mut(idx).and_then(|mut c| c.take_inbuf()) {
+            let used = self.ws_input(idx, &mut pending);
+            if let Some(mut conn) = self.conns.get_mut(idx) {
+                if used < pending.len() && conn.kind != Kind::Closing {
+                    conn.set_inbuf(&pending[used..]);
+                }
+            }
+        }
+        // Edge-triggered: no new event comes for the bytes still in the socket.
+        if self.conns.get(idx).is_some_and(|c| {
+            c.kind == Kind::Ws && c.flags & READ_PAUSED != 0 && c.edge & PROXY_PENDING == 0
+        }) {
+            self.on_readable(idx);
+        }
+    }
+
+    /// A held stream reached its expiry: with a refresh proxy it is asked (true) instead of
+    /// ending.
+    pub(super) fn refresh_by_proxy(&mut self, idx: usize) -> bool {
+        let Some(url) = self.cfg.proxy_refresh_url.clone() else {
+            return false;
+        };
+        let transport = match self.conns[idx].kind {
+            Kind::Sse => Transport::Sse,
+            Kind::Ws => Transport::Ws,
+            Kind::TcpStream => Transport::Tcp,
+            _ => return false,
+        };
+        let token = self.conns.token(idx);
+        let user = self.conns.user_of(token).map(str::to_string);
+        let mut body = self.proxy_fields(idx, transport, user.as_deref());
+        let channels: Vec<String> = self.conns[idx]
+            .channel_indices()
+            .into_iter()
+            .filter_map(|c| self.channels.get(c).map(|ch| ch.name.to_string()))
+            .collect();
+        body.insert("channels".into(), channels.into());
+        if self.proxy_call(Ask::Refresh, token, url, body, None) {
+            return true;
+        }
+        self.refresh_failed(idx, token)
+    }
+
+    /// A refresh call failed: tried again after [`REFRESH_RETRY`] (true), or, after
+    /// [`REFRESH_TRIES`] failures in a row, the stream ends (false).
+    fn refresh_failed(&mut self, idx: usize, token: u64) -> bool {
+        let tries = self.proxies.refresh_failures.entry(token).or_insert(0);
+        *tries += 1;
+        if *tries >= REFRESH_TRIES {
+            self.proxies.refresh_failures.remove(&token);
+            return false;
+        }
+        self.arm_timer(idx, REFRESH_RETRY);
+        true
+    }
+
+    fn on_refresh_answer(&mut self, done: Done) {
+        let token = done.token;
+        let Some((idx, conn)) = self.conns.by_token(token) else {
+            self.proxies.refresh_failures.remove(&token);
+            return;
+        };
+        if conn.edge & EXPIRES == 0 || !matches!(conn.kind, Kind::Sse | Kind::Ws | Kind::TcpStream)
+        {
+            return;
+        }
+        match done.answer {
+            Answer::Allow(allow) if !allow.expired => {
+                self.proxies.refresh_failures.remove(&token);
+                match allow.expire_at.map(|s| s.saturating_mul(1000)) {
+                    Some(ms) if ms > crate::auth::key::now_millis() => self.set_expiry(idx, ms),
+                    Some(_) => self.end_expired(idx),
+                    // No expiry: the stream no longer ends on its own.
+                    None => self.conns.at(idx).edge &= !EXPIRES,
+                }
+            }
+            Answer::Allow(_) | Answer::Deny(_) => {
+                self.proxies.refresh_failures.remove(&token);
+                self.end_expired(idx);
+            }
+            Answer::Timeout | Answer::Failed(_) => {
+                if !self.refresh_failed(idx, token) {
+                    self.end_expired(idx);
+                }
+            }
+        }
+    }
+
+    /// New worker after a live upgrade: what waited on the predecessor's proxy calls is told
+    /// to retry (the calls' answers went to the old process).
+    pub(super) fn proxy_after_takeover(&mut self, idx: usize) {
+        let Some(conn) = self.conns.get(idx) else {
+            return;
+        };
+        let (kind, edge) = (conn.kind, conn.edge);
+        if let Some(transport) = transport_of(kind) {
+            return self.proxy_refuse(idx, transport, Refusal::Busy, "");
+        }
+        if edge & PROXY_PENDING != 0 {
+            self.conns.at(idx).edge &= !PROXY_PENDING;
+            return self.proxy_refuse(idx, Transport::Ws, Refusal::Busy, "");
+        }
+        // A refresh that was out: asked again now.
+        let live = matches!(kind, Kind::Sse | Kind::Ws | Kind::TcpStream);
+        if live && edge & EXPIRES != 0 && conn.deadline == 0 {
+            self.arm_timer(idx, Duration::ZERO);
+        }
+    }
+}

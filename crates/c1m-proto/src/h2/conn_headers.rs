@@ -160,6 +160,10 @@ impl Connection {
                     None => NO_LENGTH,
                 };
                 let recv_window = self.stream_recv_initial();
+                // Grown one at a time: a doubling table held 4 slots (128 bytes) for the one
+                // stream of a typical subscriber connection. At most max_concurrent_streams
+                // reallocations of a small table over a connection's life.
+                self.streams.reserve_exact(1);
                 self.streams.push(Stream {
                     id: stream,
                     send_window: self.peer_initial_window,

@@ -17,7 +17,8 @@
 #   ensure_nchan                    # installs nginx-light + libnginx-mod-nchan when missing
 #   start_nchan DIR PORT WORKERS [CERT_DIR]
 #                                   # nginx+nchan from its own prefix DIR (TLS with CERT_DIR's
-#                                   # cert.pem/key.pem); sets NCHAN_PID
+#                                   # cert.pem/key.pem; NCHAN_LISTEN=http2 for HTTP/2, h2c
+#                                   # with prior knowledge without TLS); sets NCHAN_PID
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(dirname "$BENCH_DIR")
@@ -164,10 +165,10 @@ ensure_nchan() {
 # the kernel spreads accepts over workers as it does for c1m serve's. New subscribers get only
 # new messages (nchan's default replays the channel's stored history to them).
 start_nchan() {
-    local dir=$1 port=$2 workers=$3 certs=${4:-} tls=""
+    local dir=$1 port=$2 workers=$3 certs=${4:-} tls="${NCHAN_LISTEN:-}"
     mkdir -p "$dir"
     if [ -n "$certs" ]; then
-        tls="ssl;
+        tls="$tls ssl;
     ssl_certificate $certs/cert.pem;
     ssl_certificate_key $certs/key.pem"
     fi

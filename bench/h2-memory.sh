@@ -87,6 +87,7 @@ for shape in $SHAPES; do
             sleep 1
         done
         wait "$bpid" || true
+        untrack_pid "$bpid"
         sed -n '/^c1m bench/,$p' "$TMP/$label.txt" >&2
         stop_pid "$SERVER_PID" 20
         python3 - "$TMP/$label.json" "$name" "$n" "$s" "$base" "$peak" "$procs" "$SERVER_WORKERS" \

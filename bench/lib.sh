@@ -9,6 +9,7 @@
 #   on_exit 'command'               # run at exit, after the processes are stopped
 #   wait_port HOST PORT [SECS]      # until a TCP connect succeeds (bounded, default 10 s)
 #   stop_pid PID [SECS]             # SIGTERM, up to SECS (10) to exit, then SIGKILL (children too)
+#   untrack_pid PID                 # forget a tracked process that ended and was waited for
 #   tree_pss PID                    # PSS bytes of PID plus its children (a master and its workers)
 #   tree_procs PID                  # how many processes tree_pss counts
 #   cpu_ticks PID                   # utime + stime of PID, in clock ticks (getconf CLK_TCK)
@@ -100,9 +101,14 @@ stop_pid() {
         kill -KILL "$pid" 2>/dev/null || true
     fi
     wait "$pid" 2>/dev/null || true
-    # Forget it, so the exit cleanup never signals a reused pid.
+    untrack_pid "$pid"
+}
+
+# Forgets a tracked process that has ended and been waited for, so the exit cleanup never
+# signals a reused pid.
+untrack_pid() {
     local keep=() p
-    for p in "${_BENCH_PIDS[@]}"; do [ "$p" = "$pid" ] || keep+=("$p"); done
+    for p in "${_BENCH_PIDS[@]}"; do [ "$p" = "$1" ] || keep+=("$p"); done
     _BENCH_PIDS=("${keep[@]}")
 }
 

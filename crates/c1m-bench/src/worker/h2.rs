@@ -44,7 +44,7 @@ fn stream_id(i: usize) -> u32 {
 }
 
 fn index_of(stream: u32) -> Option<usize> {
-    (stream % 2 == 1).then(|| (stream / 2) as usize)
+    (stream % 2 == 1).then_some((stream / 2) as usize)
 }
 
 impl Worker {

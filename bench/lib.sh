@@ -9,6 +9,7 @@
 #   on_exit 'command'               # run at exit, after the processes are stopped
 #   wait_port HOST PORT [SECS]      # until a TCP connect succeeds (bounded, default 10 s)
 #   stop_pid PID [SECS]             # SIGTERM, up to SECS (10) to exit, then SIGKILL (children too)
+#   untrack_pid PID                 # forget a tracked process that ended and was waited for
 #   tree_pss PID                    # PSS bytes of PID plus its children (a master and its workers)
 #   tree_procs PID                  # how many processes tree_pss counts
 #   cpu_ticks PID                   # utime + stime of PID, in clock ticks (getconf CLK_TCK)
@@ -17,7 +18,8 @@
 #   ensure_nchan                    # installs nginx-light + libnginx-mod-nchan when missing
 #   start_nchan DIR PORT WORKERS [CERT_DIR]
 #                                   # nginx+nchan from its own prefix DIR (TLS with CERT_DIR's
-#                                   # cert.pem/key.pem); sets NCHAN_PID
+#                                   # cert.pem/key.pem; NCHAN_LISTEN=http2 for HTTP/2, h2c
+#                                   # with prior knowledge without TLS); sets NCHAN_PID
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(dirname "$BENCH_DIR")
@@ -99,9 +101,14 @@ stop_pid() {
         kill -KILL "$pid" 2>/dev/null || true
     fi
     wait "$pid" 2>/dev/null || true
-    # Forget it, so the exit cleanup never signals a reused pid.
+    untrack_pid "$pid"
+}
+
+# Forgets a tracked process that has ended and been waited for, so the exit cleanup never
+# signals a reused pid.
+untrack_pid() {
     local keep=() p
-    for p in "${_BENCH_PIDS[@]}"; do [ "$p" = "$pid" ] || keep+=("$p"); done
+    for p in "${_BENCH_PIDS[@]}"; do [ "$p" = "$1" ] || keep+=("$p"); done
     _BENCH_PIDS=("${keep[@]}")
 }
 
@@ -164,10 +171,10 @@ ensure_nchan() {
 # the kernel spreads accepts over workers as it does for c1m serve's. New subscribers get only
 # new messages (nchan's default replays the channel's stored history to them).
 start_nchan() {
-    local dir=$1 port=$2 workers=$3 certs=${4:-} tls=""
+    local dir=$1 port=$2 workers=$3 certs=${4:-} tls="${NCHAN_LISTEN:-}"
     mkdir -p "$dir"
     if [ -n "$certs" ]; then
-        tls="ssl;
+        tls="$tls ssl;
     ssl_certificate $certs/cert.pem;
     ssl_certificate_key $certs/key.pem"
     fi

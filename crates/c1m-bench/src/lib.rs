@@ -99,6 +99,7 @@ impl std::ops::DerefMut for BenchArgs {
   c1m bench http://127.0.0.1:8080/sub/news --proto ws --channels 100 --publish-rate 500
   c1m bench http://127.0.0.1:8080/sub/news --proto tcp --tcp 127.0.0.1:9001
   c1m bench https://push.example.com/sub/news --proto ws --ca ca.pem --conns 10000
+  c1m bench http://127.0.0.1:8080/sub/news --http2 --streams-per-conn 20 --conns 10000
   c1m bench tcp://127.0.0.1:9000 --proto connect --conns 100000 --rate 0
   c1m bench http://198.51.100.5:8080/sub/a --source 198.51.100.10-198.51.100.29 --reconnect
   c1m bench 'http://127.0.0.1:8081/sub/{ch}' --channels 100 --publish-every 1s \\
@@ -139,6 +140,17 @@ pub struct BenchOptions {
     /// Address of the raw TCP line-protocol listener (for --proto tcp).
     #[arg(long, value_name = "ADDR")]
     pub tcp: Option<String>,
+    /// Speak HTTP/2 (sse only): each connection carries --streams-per-conn SSE streams. Over
+    /// http:// it is cleartext HTTP/2 with prior knowledge (h2c), over https:// TLS with ALPN
+    /// h2. --conns still counts TCP connections; a connection is online (and subscribed) once
+    /// every one of its streams is answered 200, and each stream is a subscriber with its own
+    /// delivery accounting (stream j of connection i is subscriber i × N + j for {i} and for
+    /// --channels).
+    #[arg(long)]
+    pub http2: bool,
+    /// SSE streams per HTTP/2 connection (with --http2), 1-100.
+    #[arg(long, default_value_t = 1, value_name = "N", requires = "http2")]
+    pub streams_per_conn: u32,
     /// Spread subscribers over K channels (see above for names).
     #[arg(long, default_value_t = 1)]
     pub channels: u32,

@@ -25,6 +25,9 @@ pub struct TlsTarget {
     pub server_name: String,
     /// PEM file of the CA(s) to trust instead of the system's roots (`--ca`).
     pub ca: Option<PathBuf>,
+    /// Offer only `h2` by ALPN (`--http2` subscribers); otherwise no ALPN (HTTP/1.1).
+    #[serde(default)]
+    pub alpn_h2: bool,
 }
 
 /// A ready client configuration and the name to verify.
@@ -51,7 +54,7 @@ impl Tls {
                 target.server_name
             )
         })?;
-        let config = client_config(target.ca.as_deref())?;
+        let config = client_config(target.ca.as_deref(), target.alpn_h2)?;
         Ok(Tls {
             target,
             config,
@@ -73,7 +76,7 @@ pub fn host_of(authority: &str) -> &str {
     authority.rsplit_once(':').map_or(authority, |(h, _)| h)
 }
 
-fn client_config(ca: Option<&Path>) -> anyhow::Result<Arc<ClientConfig>> {
+fn client_config(ca: Option<&Path>, alpn_h2: bool) -> anyhow::Result<Arc<ClientConfig>> {
     let mut roots = rustls::RootCertStore::empty();
     match ca {
         Some(path) => {
@@ -105,6 +108,10 @@ fn client_config(ca: Option<&Path>) -> anyhow::Result<Arc<ClientConfig>> {
         .context("TLS protocol versions")?
         .with_root_certificates(roots)
         .with_no_client_auth();
+    let mut config = config;
+    if alpn_h2 {
+        config.alpn_protocols = vec![b"h2".to_vec()];
+    }
     Ok(Arc::new(config))
 }
 
@@ -214,6 +221,7 @@ mod tests {
         let t = TlsTarget {
             server_name: "localhost".into(),
             ca: Some("/nonexistent/ca.pem".into()),
+            alpn_h2: false,
         };
         let e = format!("{:#}", Tls::new(t).unwrap_err());
         assert!(e.contains("/nonexistent/ca.pem"), "{e}");

@@ -64,6 +64,9 @@ pub struct WorkerConfig {
     /// TLS (an https:// or wss:// target): the name to verify and the CA file.
     #[serde(default)]
     pub tls: Option<crate::tls::TlsTarget>,
+    /// HTTP/2 SSE streams per connection (`--http2 --streams-per-conn`); 0: HTTP/1.1.
+    #[serde(default)]
+    pub h2_streams: u32,
 }
 
 impl WorkerConfig {

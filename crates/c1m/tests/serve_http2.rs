@@ -1,7 +1,7 @@
 //! HTTP/2 on the HTTP port, against the real binary with independent clients: curl with prior
 //! knowledge (h2c) and over TLS (ALPN h2), python-h2 over a real socket (many streams on one
-//! connection, a client reset, rapid reset, a stream that never reopens its window), h2spec
-//! (the conformance suite, a Go module) and `--no-http2`.
+//! connection, a client reset, rapid reset, a stream that never reopens its window, a body over
+//! the payload limit), h2spec (the conformance suite, a Go module) and `--no-http2`.
 
 use crate::common::Server;
 use crate::tls_support::{path_str, TestPki, TlsServer};
@@ -317,6 +317,57 @@ fn a_stream_that_never_reopens_its_window_is_reset_while_its_sibling_keeps_recei
     assert_eq!(s["refused"]["slow_consumer"], 1, "{s}");
     let m = srv.metrics();
     assert_eq!(metric(&m, "c1m_http2_slow_streams_total"), 1);
+}
+
+#[test]
+fn a_body_over_the_payload_limit_gets_413_then_a_reset_that_stops_the_rest() {
+    let srv = Server::start(&["--workers", "1", "--max-payload", "10000"]);
+    let total = 1_000_000;
+    // Without a content-length the 413 comes once the body passes the limit; the client,
+    // sending as fast as the windows allow, is told to stop (RST_STREAM NO_ERROR) instead of
+    // having its megabyte read and dropped. With one declared, the 413 comes before any DATA.
+    for (declare, most) in [("0", 10_000 + 2 * 65_535), ("1", 65_535)] {
+        let mut py = PyClient::start(srv.http.port(), &["oversize", &total.to_string(), declare]);
+        py.ready();
+        let v = py.result();
+        assert_eq!(v["status"], "413", "declared {declare}: {v}");
+        assert_eq!(
+            v["reset"], 0,
+            "expected RST_STREAM NO_ERROR after the 413: {v}"
+        );
+        assert!(v["goaway"].is_null(), "the connection was closed: {v}");
+        let sent = v["sent"].as_u64().unwrap();
+        assert!(
+            sent <= most,
+            "declared {declare}: {sent} body bytes sent: {v}"
+        );
+    }
+    let s = srv.wait_status(|s| s["refused"]["payload_too_large"] == 2);
+    assert_eq!(s["http2"]["stream_errors"], 0, "{s}");
+}
+
+#[test]
+fn a_live_upgrade_ends_http2_streams_with_their_goodbye_and_goaway() {
+    // HTTP/2 connections are not handed over; the old worker must still say goodbye the
+    // HTTP/2 way so the client reconnects at once instead of finding the socket cut.
+    let scratch = crate::serve_upgrade::Scratch::new("h2-goaway");
+    let (srv, _logs) = crate::serve_upgrade::start(&scratch, &[]);
+    let mut py = PyClient::start(srv.http.port(), &["goaway"]);
+    py.ready();
+    srv.wait_status(|s| s["connections"]["sse"] == 1);
+    scratch.install_patched();
+    srv.signal(libc::SIGUSR2);
+    let v = py.result();
+    // The new master serves on the same port (the old one handed the listeners over).
+    let new_master = srv.wait_status(|s| s["pid"].as_u64() != Some(u64::from(srv.child.id())));
+    let _kill = crate::serve_upgrade::KillOnDrop(new_master["pid"].as_u64().unwrap() as u32);
+    assert_eq!(v["status"], "200", "{v}");
+    assert_eq!(
+        v["goaway"], 0,
+        "expected GOAWAY(NO_ERROR) from the old worker: {v}"
+    );
+    assert_eq!(v["ended"], true, "the SSE stream was not ended: {v}");
+    assert_eq!(v["shutdown_event"], true, "no shutdown event: {v}");
 }
 
 /// h2spec (github.com/summerwind/h2spec, a Go module installed by

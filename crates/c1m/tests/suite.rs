@@ -15,6 +15,7 @@ mod redis_support;
 mod tls_support;
 
 mod bench_fleet;
+mod bench_http2;
 mod bench_loopback;
 mod bench_nchan;
 mod bench_reconnect_storm;

@@ -66,6 +66,26 @@ pub(super) fn plan_run(
         }
         _ => target.addr,
     };
+    if args.http2 {
+        if proto != Proto::Sse {
+            bail!(
+                "--http2 carries SSE streams only (not --proto {})",
+                proto.name()
+            );
+        }
+        if !(1..=100).contains(&args.streams_per_conn) {
+            bail!("--streams-per-conn must be between 1 and 100");
+        }
+        if args.scenario == Some(crate::scenario::Scenario::ReconnectStorm) || args.churn_resume {
+            bail!("--http2 does not support resuming clients (reconnect-storm, --churn-resume)");
+        }
+        if args.conns.saturating_mul(u64::from(args.streams_per_conn)) > u64::from(u32::MAX) {
+            bail!(
+                "--conns × --streams-per-conn above {} is not supported",
+                u32::MAX
+            );
+        }
+    }
     let publishing = args.publish_every.is_some() || args.publish_rate.is_some();
     if publishing && (proto == Proto::Connect || !target.http) {
         bail!("publishing needs an http:// URL and a subscribing protocol (not connect)");
@@ -215,7 +235,11 @@ pub(super) fn plan_run(
             churn_resume: args.churn_resume,
             max_runtime_ms: (duration + Duration::from_secs(30)).as_millis() as u64,
             nice: args.load_nice,
-            tls: target_tls.as_ref().map(|t| t.target.clone()),
+            tls: target_tls.as_ref().map(|t| TlsTarget {
+                alpn_h2: args.http2,
+                ..t.target.clone()
+            }),
+            h2_streams: if args.http2 { args.streams_per_conn } else { 0 },
         })
         .collect();
     let command = std::env::args().collect::<Vec<_>>().join(" ");
@@ -290,6 +314,7 @@ fn tls_for(args: &BenchArgs, tls: bool, authority: &str) -> anyhow::Result<Optio
     let target = TlsTarget {
         server_name: crate::tls::host_of(authority).to_string(),
         ca: args.ca.clone(),
+        alpn_h2: false,
     };
     Tls::new(target).map(Some)
 }

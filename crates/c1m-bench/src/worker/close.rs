@@ -61,7 +61,6 @@ impl Worker {
             c.first = false;
             self.first_unresolved = self.first_unresolved.saturating_sub(1);
         }
-        let ch = (c.global % self.cfg.channels.max(1)) as usize;
         let resumes = reopen_now && self.cfg.churn_resume;
         if self.cfg.keeps_windows() {
             // The window stays open until the run ends: what is sent while this connection is
@@ -74,10 +73,16 @@ impl Worker {
                 c.storm = storm::DROPPED;
                 self.r.storm.dropped += 1;
             }
-        } else if let Some(pubs) = self.publishes.get(ch) {
-            c.delivery
-                .close_session(pubs, Some(now_us()), &mut self.r.delivery);
+        } else {
+            let channels = self.cfg.channels;
+            c.settle(
+                &self.publishes,
+                channels,
+                Some(now_us()),
+                &mut self.r.delivery,
+            );
         }
+        c.h2_ended(reopen_now && !resumes);
         c.pending.clear();
         c.out.clear();
         c.phase = Phase::Head;

@@ -43,6 +43,8 @@ pub(super) struct Conn {
     pub(super) pending: Spill,
     /// Unwritten output; empty (no allocation) unless a write blocked.
     pub(super) out: Spill,
+    /// `--http2`: the streams this socket carries (None for HTTP/1.1 and the other protocols).
+    pub(super) h2: Option<Box<super::h2::H2Conn>>,
 }
 
 /// Bytes a connection must keep for a while. 8 bytes and no allocation while empty — the

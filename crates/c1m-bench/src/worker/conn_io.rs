@@ -96,6 +96,9 @@ impl Worker {
 
     /// Parses `n` fresh bytes in the scratch buffer for connection `key`; false if it ended.
     fn consume(&mut self, key: usize, n: usize) -> bool {
+        if self.cfg.h2_streams > 0 {
+            return self.h2_consume(key, n);
+        }
         let proto = self.cfg.proto;
         let channels = self.cfg.channels.max(1);
         let Some(c) = self.conns.get_mut(key) else {
@@ -231,12 +234,12 @@ impl Worker {
 /// What makes a stamped message this connection's: its channel, and a send time within
 /// this run.
 #[derive(Clone, Copy)]
-struct Ours {
-    channel: u32,
-    run_start_us: u64,
+pub(super) struct Ours {
+    pub(super) channel: u32,
+    pub(super) run_start_us: u64,
     /// Latency counts only for messages sent from here on (a storm's back connection: what
     /// was sent before its resubscription arrives by replay and would add the outage).
-    live_from_us: u64,
+    pub(super) live_from_us: u64,
 }
 
 /// A reconnect storm's view of one connection while its input is parsed (see
@@ -310,7 +313,7 @@ impl StormConn<'_> {
 
 /// Accounts one received message; for a stamped message of this connection's channel and run,
 /// how it arrived and when it was sent.
-fn on_message(
+pub(super) fn on_message(
     d: &mut ConnDelivery,
     last_id: &mut u64,
     ours: Ours,

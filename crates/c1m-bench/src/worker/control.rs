@@ -91,10 +91,7 @@ impl Worker {
             }
             // A storm settles every window, also of connections that never came back.
             if c.state == State::Online || settle_all {
-                let ch = (c.global % channels) as usize;
-                if let Some(pubs) = self.publishes.get(ch) {
-                    c.delivery.close_session(pubs, None, &mut self.r.delivery);
-                }
+                c.settle(&self.publishes, channels, None, &mut self.r.delivery);
             }
         }
         self.report(true)

@@ -5,8 +5,9 @@
 //! This file holds the [`Worker`] state and its loop (poll, dispatch, tick); the `impl Worker`
 //! continues by duty in the child modules: `open` (ramp schedule, socket, connect, subscribe
 //! request, online), `close` (timeouts, churn, ending an attempt, backoff), `conn_io`
-//! (reading, writing and parsing per connection), `control` (stdin commands, report lines,
-//! final settlement); `conn` is the per-connection record.
+//! (reading, writing and parsing per connection), `h2` (`--http2`: many SSE streams per
+//! connection), `control` (stdin commands, report lines, final settlement); `conn` is the
+//! per-connection record.
 //!
 //! Memory: an idle connection owns no buffer. Reads go into one per-worker scratch buffer; a
 //! connection keeps bytes only while a unit (SSE event, frame, line, poll answer) is cut by a
@@ -17,6 +18,7 @@ mod close;
 mod conn;
 mod conn_io;
 mod control;
+mod h2;
 mod open;
 
 use conn::{Conn, State};

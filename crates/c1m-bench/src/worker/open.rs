@@ -50,6 +50,7 @@ impl Worker {
                 resub_ms: 0,
                 pending: Spill::default(),
                 out: Spill::default(),
+                h2: None,
             });
             self.start(key, due);
         }
@@ -206,7 +207,11 @@ impl Worker {
                     }
                 }
                 let (gen, global) = (c.gen, c.global);
-                let req = self.request(global, ch, last_id, gen);
+                let req = if self.cfg.h2_streams > 0 {
+                    self.h2_requests(key)
+                } else {
+                    self.request(global, ch, last_id, gen)
+                };
                 let Some(c) = self.conns.get_mut(key) else {
                     return false;
                 };

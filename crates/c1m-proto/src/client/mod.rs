@@ -1,13 +1,15 @@
 //! Client halves of the wire formats (docs/PROTOCOL.md), the counterparts of the server
 //! encoders beside this module: subscribe request bytes ([`request`]) and incremental parsers
 //! for SSE ([`sse`]), WebSocket ([`ws`]), long-poll ([`poll`]) and the raw TCP line protocol
-//! ([`mod@line`]). `c1m bench` drives connections with these; they also read other servers'
+//! ([`mod@line`]), and an HTTP/2 session for many SSE streams on one connection ([`h2`]).
+//! `c1m bench` drives connections with these; they also read other servers'
 //! streams (nchan, Centrifugo, …) as long as those speak the standard framing.
 //!
 //! No I/O here: a parser gets the bytes received so far and reports events through a callback,
 //! returning how many bytes it consumed; the caller keeps the unconsumed tail. A malformed or
 //! unexpected answer is a [`ProtoError`] (the caller counts it), never a panic.
 
+pub mod h2;
 pub mod line;
 pub mod poll;
 pub mod request;

@@ -139,6 +139,12 @@ pub struct Connection {
     pub(crate) send_window: i32,
     pub(crate) recv_window: i32,
     pub(crate) last_stream: u32,
+    /// The last stream this side reset (0: none). Frames the peer sent on it before it saw the
+    /// RST_STREAM are ignored, as RFC 9113 §5.1 asks, instead of each drawing a STREAM_CLOSED
+    /// reset (a body's in-flight DATA after a 413 would count toward a control flood). One
+    /// id covers the common case of one early answer at a time; for any other closed stream
+    /// the frames are answered as closed, which is also allowed.
+    pub(crate) reset_sent: u32,
     pub(crate) queued: u32,
     pub(crate) resets: u16,
     pub(crate) pending_control: u16,
@@ -165,6 +171,7 @@ impl Connection {
             send_window: DEFAULT_WINDOW,
             recv_window: DEFAULT_WINDOW,
             last_stream: 0,
+            reset_sent: 0,
             queued: 0,
             resets: 0,
             pending_control: 0,
@@ -519,6 +526,7 @@ impl Connection {
         }
         let i = match self.find(stream) {
             Some(i) if self.streams[i].flags & REMOTE_CLOSED == 0 => i,
+            None if stream == self.reset_sent => return Ok(()),
             _ => {
                 return Err(H2Error::stream(
                     stream,

@@ -112,6 +112,11 @@ impl Connection {
             ));
         }
         if stream <= self.last_stream {
+            if stream == self.reset_sent {
+                // Trailers sent before the peer saw this side's RST_STREAM (decoded above,
+                // so the HPACK state stays in step).
+                return Ok(());
+            }
             // The last one opened is known closed; anything lower was never opened here.
             let (code, why) = if stream == self.last_stream {
                 (ErrorCode::STREAM_CLOSED, "HEADERS on a closed stream")
@@ -142,6 +147,7 @@ impl Connection {
             frame::write_headers(&mut self.out, stream, &block, true, self.peer_max_frame);
             if !end_stream {
                 frame::write_rst_stream(&mut self.out, stream, ErrorCode::NO_ERROR);
+                self.reset_sent = stream;
             }
             return self.control_queued();
         }
@@ -160,6 +166,10 @@ impl Connection {
                     None => NO_LENGTH,
                 };
                 let recv_window = self.stream_recv_initial();
+                // Grown one at a time: a doubling table held 4 slots (128 bytes) for the one
+                // stream of a typical subscriber connection. At most max_concurrent_streams
+                // reallocations of a small table over a connection's life.
+                self.streams.reserve_exact(1);
                 self.streams.push(Stream {
                     id: stream,
                     send_window: self.peer_initial_window,

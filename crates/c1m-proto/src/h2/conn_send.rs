@@ -109,6 +109,7 @@ impl Connection {
             let s = self.streams.swap_remove(i);
             self.queued -= s.pending.len() as u32;
             frame::write_rst_stream(&mut self.out, stream, code);
+            self.reset_sent = stream;
         }
     }
 
@@ -165,13 +166,20 @@ impl Connection {
         self.send_window
     }
 
+    /// END_STREAM went out on stream `i`. When the request is still arriving (a body refused
+    /// with 413 before its end), the response is complete without it, so the client is asked
+    /// to stop sending it with RST_STREAM(NO_ERROR) (RFC 9113 §8.1) rather than its DATA being
+    /// read, acknowledged with window updates, and dropped until it ends.
     fn close_local(&mut self, i: usize) {
-        self.streams[i].flags |= LOCAL_CLOSED;
-        if self.streams[i].flags & REMOTE_CLOSED != 0 {
-            self.streams.swap_remove(i);
-            if self.streams.is_empty() {
-                self.streams = Vec::new();
-            }
+        let s = &mut self.streams[i];
+        s.flags |= LOCAL_CLOSED;
+        if s.flags & REMOTE_CLOSED == 0 {
+            frame::write_rst_stream(&mut self.out, s.id, ErrorCode::NO_ERROR);
+            self.reset_sent = s.id;
+        }
+        self.streams.swap_remove(i);
+        if self.streams.is_empty() {
+            self.streams = Vec::new();
         }
     }
 

@@ -400,3 +400,55 @@ fn peer_reset_and_goaway_are_events_and_graceful_goaway_finishes_streams() {
     assert_eq!(goaway_code(&out), Some(ErrorCode::NO_ERROR));
     assert!(c.is_done());
 }
+
+#[test]
+fn a_response_complete_before_its_request_body_resets_the_stream_with_no_error() {
+    // A body refused (413) after its first DATA: the answer ends the stream, and the client
+    // is told to stop sending the rest (RFC 9113 §8.1) instead of having it read and dropped.
+    let mut c = open();
+    let mut input = headers(1, &request_block("/pub/a", &[]), false);
+    frame::write_data(&mut input, 1, &[b'x'; 1000], false);
+    let ev = feed(&mut c, &input);
+    assert!(matches!(ev[1], Event::Data { stream: 1, .. }), "{ev:?}");
+    drain(&mut c);
+    c.send_headers(1, 413, &[("content-length", b"4")], false)
+        .unwrap();
+    c.send_data(1, b"big\n", true).unwrap();
+    let out = drain(&mut c);
+    let kinds: Vec<(u8, u8)> = out.iter().map(|f| (f.0, f.1 & flags::END_STREAM)).collect();
+    assert_eq!(
+        kinds,
+        [
+            (Kind::Headers as u8, 0),
+            (Kind::Data as u8, flags::END_STREAM),
+            (Kind::RstStream as u8, 0)
+        ],
+        "HEADERS, DATA with END_STREAM, then RST_STREAM"
+    );
+    assert_eq!(rst_code(&out, 1), Some(ErrorCode::NO_ERROR));
+    assert_eq!(c.open_streams(), 0);
+    // What the client had in flight before it saw the reset is ignored (no reset per frame,
+    // no event), but still counts against the connection window, which is given back.
+    let mut late = Vec::new();
+    for _ in 0..40 {
+        frame::write_data(&mut late, 1, &[b'x'; 1000], false);
+    }
+    let mut trailers = Vec::new();
+    hpack::encode_field(&mut trailers, b"x-sum", b"1");
+    late.extend(headers(1, &trailers, true));
+    let ev = feed(&mut c, &late);
+    assert!(ev.is_empty(), "{ev:?}");
+    let out = drain(&mut c);
+    assert!(
+        out.iter()
+            .all(|f| f.0 == Kind::WindowUpdate as u8 && f.2 == 0),
+        "only connection window updates: {out:?}"
+    );
+    assert_eq!(c.take_counters().stream_errors, 0);
+    // The connection serves on.
+    let ev = feed(&mut c, &headers(3, &request_block("/", &[]), true));
+    assert!(
+        matches!(ev[..], [Event::Request { stream: 3, .. }]),
+        "{ev:?}"
+    );
+}

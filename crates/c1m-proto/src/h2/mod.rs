@@ -75,16 +75,18 @@
 //! Until the client acknowledges our SETTINGS it may use 4096 (RFC 9113 §6.5.3); the table is
 //! evicted and freed at the acknowledgement. The encoder keeps no table (RFC 7541 §2.3.2).
 //!
-//! Fixed state of a [`Connection`]: the struct, 232 bytes on x86_64 (configuration, limits,
+//! Fixed state of a [`Connection`]: the struct, 224 bytes on x86_64 (configuration, limits,
 //! counters, windows, the HPACK decoder with an empty table, and empty `Vec`s for the output and
 //! the streams: a drained output buffer is freed, and an unfinished header block is a `Box` that
 //! exists only between HEADERS and its last CONTINUATION). Each open stream is one [`Stream`]
-//! (32 bytes, asserted at compile time) in the stream table, plus DATA it holds (boxed) only
+//! (32 bytes, asserted at compile time) in the stream table, which grows one slot at a time
+//! (doubling held 4 slots for a subscriber's one stream), plus DATA it holds (boxed) only
 //! while the peer's window is shut. Measured by the test
 //! `an_idle_sse_stream_fits_1_kb_and_each_further_one_256_bytes` (struct +
-//! [`Connection::heap_bytes`], output drained): one idle SSE stream 360 bytes, twenty
-//! 1256 bytes, so 47 bytes per further stream (the table's capacity doubling included);
-//! allocator overhead and TLS are not counted.
+//! [`Connection::heap_bytes`], output drained): one idle SSE stream 256 bytes, twenty
+//! 864 bytes, so 32 bytes per further stream; allocator overhead and TLS are not counted. The
+//! server's whole figure (this, its stream slots and side records) is measured by
+//! `bench/h2-memory.sh`.
 
 mod config;
 mod conn;

@@ -95,10 +95,20 @@ impl Worker {
                 request,
                 end_stream,
             } => {
-                let head = request_head(&request);
+                let mut head = request_head(&request);
                 let has_body = matches!(request.method.as_str(), "POST" | "PUT" | "PATCH");
                 if end_stream {
-                    return self.h2_dispatch(idx, token, stream, head, &[], has_body);
+                    let bytes = request_bytes(head, &[], has_body);
+                    return self.h2_dispatch(idx, token, stream, bytes);
+                }
+                if let Some(n) = request
+                    .content_length
+                    .filter(|&n| n > self.cfg.max_payload as u64)
+                {
+                    // A declared length over the limit is refused (413) now, as HTTP/1.1
+                    // refuses it at the head, before the client sends any of the body.
+                    head.extend_from_slice(format!("content-length: {n}\r\n\r\n").as_bytes());
+                    return self.h2_dispatch(idx, token, stream, head);
                 }
                 if let Some(p) = self.conns.h2.parents.get_mut(&token) {
                     p.bodies.push((stream, head, Vec::new()));
@@ -114,14 +124,15 @@ impl Worker {
                     return;
                 };
                 let Some(i) = p.bodies.iter().position(|b| b.0 == stream) else {
-                    return; // already answered (e.g. 413): the rest is not read
+                    return; // answered early (413) and reset: in flight before the client saw it
                 };
                 p.bodies[i].2.extend_from_slice(&data);
                 // Past the payload limit the request goes now: it is refused with 413 by the
                 // same check as HTTP/1.1, and no more of it is kept.
                 if end_stream || p.bodies[i].2.len() > max {
                     let (_, head, body) = p.bodies.swap_remove(i);
-                    self.h2_dispatch(idx, token, stream, head, &body, true);
+                    let bytes = request_bytes(head, &body, true);
+                    self.h2_dispatch(idx, token, stream, bytes);
                 }
             }
             Event::Reset { stream, .. }
@@ -149,16 +160,9 @@ impl Worker {
         }
     }
 
-    /// A whole request: a slot for its stream, then the HTTP/1.1 request path.
-    fn h2_dispatch(
-        &mut self,
-        idx: usize,
-        token: u64,
-        stream: u32,
-        head: Vec<u8>,
-        body: &[u8],
-        has_body: bool,
-    ) {
+    /// A whole request (as HTTP/1.1 bytes): a slot for its stream, then the HTTP/1.1 request
+    /// path.
+    fn h2_dispatch(&mut self, idx: usize, token: u64, stream: u32, bytes: Vec<u8>) {
         let parent = &self.conns[idx];
         let edge = H2_STREAM | (parent.edge & conn::ADMIN);
         let sock = match parent.stream.as_fd().try_clone_to_owned() {
@@ -180,7 +184,6 @@ impl Worker {
         let cidx = self.conns.insert(c);
         let child = token_of(cidx, generation);
         self.conns.h2.add_child(child, token, stream);
-        let bytes = request_bytes(head, body, has_body);
         self.process_input(cidx, &bytes);
         // A request that neither answered nor waits for anything (cannot happen for a whole
         // request, but a slot must never be left behind).
@@ -230,11 +233,40 @@ impl Worker {
     /// Shutdown: GOAWAY(NO_ERROR); open streams get their own goodbye, and the connection
     /// closes when the last one is gone.
     pub(super) fn h2_goodbye(&mut self, idx: usize) {
+        self.h2_goaway(idx, b"server shutting down");
+    }
+
+    fn h2_goaway(&mut self, idx: usize, why: &[u8]) {
         let token = self.conns.token(idx);
         if let Some(p) = self.conns.h2.parents.get_mut(&token) {
-            p.conn.goaway(ErrorCode::NO_ERROR, b"server shutting down");
+            p.conn.goaway(ErrorCode::NO_ERROR, why);
         }
         self.h2_flush(idx);
+    }
+
+    /// A live upgrade committed: HTTP/2 connections were not handed over (no record holds a
+    /// codec's state) and end with this worker. They end the way an HTTP/2 server goes away:
+    /// each stream its protocol's goodbye (an SSE stream the `shutdown` event, then
+    /// END_STREAM), then GOAWAY(NO_ERROR), written before the process exits (best effort: an
+    /// idle socket takes these few hundred bytes at once). A client then reconnects at once,
+    /// to the new workers (an EventSource resuming with Last-Event-ID), instead of finding its
+    /// connection cut without a word.
+    pub(super) fn h2_part_for_upgrade(&mut self) {
+        let parents: Vec<usize> = self
+            .conns
+            .slots()
+            .into_iter()
+            .filter(|&i| self.conns[i].kind == Kind::H2)
+            .collect();
+        for idx in parents {
+            let token = self.conns.token(idx);
+            for child in self.conns.h2.children_of(token) {
+                if let Some((cidx, _)) = self.conns.by_token(child) {
+                    self.goodbye(cidx);
+                }
+            }
+            self.h2_goaway(idx, b"server upgrading");
+        }
     }
 
     /// Once per loop turn: slots whose answer is complete go, codec output is written, and

@@ -82,8 +82,10 @@ pub struct Child {
 
 /// Where the bridge is in the answer.
 enum Phase {
-    /// Collecting the response head.
-    Head(Vec<u8>),
+    /// Collecting the response head (boxed: the head is only collected for a moment, and an
+    /// inline `Vec` would make every held stream's record 16 bytes larger).
+    #[allow(clippy::box_collection)]
+    Head(Box<Vec<u8>>),
     /// Body bytes still owed by Content-Length.
     Length(u64),
     /// Close-delimited body: until the slot is removed.
@@ -97,6 +99,9 @@ struct Bridge {
     /// Refused for falling behind (or the connection failed): reset, not ended, at removal.
     failed: bool,
 }
+
+// Every held stream has one record in `H2State::children`: keep it small.
+const _: () = assert!(std::mem::size_of::<Child>() <= 40);
 
 impl H2State {
     /// The worker's HTTP/2 figures for the master (totals since the worker started).
@@ -146,6 +151,8 @@ impl H2State {
     /// Records a stream's slot.
     pub fn add_child(&mut self, token: u64, parent: u64, stream: u32) {
         if let Some(p) = self.parents.get_mut(&parent) {
+            // One slot at a time (a doubling Vec held 4 for a connection's one stream).
+            p.streams.reserve_exact(1);
             p.streams.push((stream, token));
         }
         self.counters.streams += 1;
@@ -155,7 +162,7 @@ impl H2State {
                 parent,
                 stream,
                 bridge: Bridge {
-                    phase: Phase::Head(Vec::new()),
+                    phase: Phase::Head(Box::default()),
                     failed: false,
                 },
             },
@@ -265,7 +272,7 @@ impl Bridge {
                     return Sent::Done;
                 };
                 let rest = buf.split_off(end + 4);
-                let head = std::mem::take(buf);
+                let head = std::mem::take(&mut **buf);
                 let Some((status, fields, length)) = parse_head(&head) else {
                     return Sent::Failed;
                 };

@@ -272,6 +272,7 @@ impl Worker {
             tracing::error!(error = %format!("{e:#}"), "upgrade: passing the commit on failed");
         }
         tracing::info!("upgrade: committed; old worker exits");
+        self.h2_part_for_upgrade();
         let _ = self.link.flush();
         std::process::exit(0);
     }

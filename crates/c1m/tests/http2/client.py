@@ -9,6 +9,13 @@ Modes:
                      once all are open, stream c0 is reset by the client. Ends when every other
                      stream has one message.
   rapid_reset COUNT  opens and at once resets COUNT streams; ends at GOAWAY or close.
+  oversize TOTAL DECLARE
+                     POST /pub/big with a TOTAL-byte body in 1000-byte DATA frames as the
+                     windows allow (with content-length: TOTAL if DECLARE is 1). Ends when the
+                     stream is reset or the body is all sent; says the status, the reset code
+                     and the body bytes sent.
+  goaway             one SSE stream on channel `up`; ends when the server has sent GOAWAY and
+                     ended or reset the stream, or closed the connection; says what came.
   stall COUNT        two SSE streams: `stall` (its window is never reopened) and `live` (read
                      normally). Ends when `live` has COUNT messages and `stall` was reset.
 """
@@ -171,12 +178,101 @@ def mode_stall(port, count):
     }), flush=True)
 
 
+def mode_oversize(port, total, declare):
+    sock, conn = connect(port)
+    sid = conn.get_next_available_stream_id()
+    head = [
+        (":method", "POST"),
+        (":scheme", "http"),
+        (":authority", "127.0.0.1"),
+        (":path", "/pub/big"),
+    ]
+    if declare:
+        head.append(("content-length", str(total)))
+    conn.send_headers(sid, head)
+    sock.sendall(conn.data_to_send())
+    print("ready", flush=True)
+    got = {"sent": 0}
+
+    def on(ev):
+        if isinstance(ev, h2.events.ResponseReceived):
+            got["status"] = dict(ev.headers)[":status"]
+        elif isinstance(ev, h2.events.StreamReset):
+            got["reset"] = int(ev.error_code)
+        elif isinstance(ev, h2.events.StreamEnded):
+            got["ended"] = True
+        elif isinstance(ev, h2.events.ConnectionTerminated):
+            got["goaway"] = int(ev.error_code)
+
+    def done():
+        return "reset" in got or "goaway" in got or got["sent"] >= total
+
+    end = time.monotonic() + DEADLINE
+    sock.settimeout(0.05)
+    while not done() and time.monotonic() < end:
+        # Send what the windows allow, then read what came back.
+        room = min(conn.local_flow_control_window(sid), total - got["sent"])
+        while room >= 1000 or (room > 0 and got["sent"] + room == total):
+            n = min(1000, room)
+            conn.send_data(sid, b"x" * n, end_stream=got["sent"] + n == total)
+            got["sent"] += n
+            room -= n
+        out = conn.data_to_send()
+        if out:
+            sock.sendall(out)
+        try:
+            data = sock.recv(65536)
+        except socket.timeout:
+            continue
+        if not data:
+            break
+        for ev in conn.receive_data(data):
+            on(ev)
+        out = conn.data_to_send()
+        if out:
+            sock.sendall(out)
+    # Anything still coming (the answer to a body sent whole) within a short wait.
+    pump(sock, conn, lambda: "status" in got and ("reset" in got or "ended" in got), on)
+    print(json.dumps(got), flush=True)
+
+
+def mode_goaway(port):
+    sock, conn = connect(port)
+    sid = sse(conn, "up")
+    sock.sendall(conn.data_to_send())
+    got, body = {}, [b""]
+
+    def on(ev):
+        if isinstance(ev, h2.events.ResponseReceived):
+            got["status"] = dict(ev.headers)[":status"]
+        elif isinstance(ev, h2.events.DataReceived):
+            body[0] += ev.data
+            conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
+        elif isinstance(ev, h2.events.StreamEnded):
+            got["ended"] = True
+        elif isinstance(ev, h2.events.StreamReset):
+            got["reset"] = int(ev.error_code)
+        elif isinstance(ev, h2.events.ConnectionTerminated):
+            got["goaway"] = int(ev.error_code)
+
+    pump(sock, conn, lambda: "status" in got, on)
+    print("ready", flush=True)
+    pump(sock, conn, lambda: "goaway" in got and ("ended" in got or "reset" in got), on)
+    got["shutdown_event"] = b"event: shutdown" in body[0]
+    print(json.dumps(got), flush=True)
+
+
 def main():
     mode, port = sys.argv[1], int(sys.argv[2])
     args = [int(a) for a in sys.argv[3:]]
-    {"streams": mode_streams, "rapid_reset": mode_rapid_reset, "stall": mode_stall}[mode](
-        port, *args
-    )
+    modes = {
+        "streams": mode_streams,
+        "rapid_reset": mode_rapid_reset,
+        "stall": mode_stall,
+        "oversize": mode_oversize,
+        "goaway": mode_goaway,
+    }
+    modes[mode](port, *args)
 
 
 if __name__ == "__main__":

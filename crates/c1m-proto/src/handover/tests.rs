@@ -20,6 +20,7 @@ fn record() -> ConnRecord {
         ws_data: b"half".to_vec(),
         user: None,
         info: None,
+        token: None,
     }
 }
 
@@ -376,6 +377,7 @@ fn format_one_bytes_still_read_and_encode_the_same() {
         ws_data: b"h".to_vec(),
         user: None,
         info: None,
+        token: None,
     }];
     assert_eq!(ConnRecord::decode_batch(&batch).unwrap(), expect_batch);
     assert_eq!(ConnRecord::encode_batch(&expect_batch), batch);

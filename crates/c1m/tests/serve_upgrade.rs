@@ -29,7 +29,7 @@ impl Scratch {
         Scratch(dir)
     }
 
-    fn exe(&self) -> PathBuf {
+    pub(crate) fn exe(&self) -> PathBuf {
         self.0.join("c1m")
     }
 

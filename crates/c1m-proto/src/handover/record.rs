@@ -35,6 +35,11 @@ pub struct ConnRecord {
     /// The `info` claim (JSON text) of a presence member. Carried in the batch's named
     /// extras like `user`.
     pub info: Option<String>,
+    /// The connection's token in the old worker (slot and generation): the new worker puts it
+    /// in the same slot with the same generation, so the connection keeps its id (the one its
+    /// response head, its webhooks and the server API name it by). Carried in the batch's
+    /// named extras (`tokens`); None from a binary that did not send it.
+    pub token: Option<u64>,
 }
 
 impl ConnRecord {
@@ -80,11 +85,19 @@ impl ConnRecord {
     }
 
     /// A batch of records: a count, each record, then (only when one is needed) a named
-    /// record of extras: `users` and `infos`, each a record whose field names are record
-    /// positions and whose values are user ids (presence infos). Written by name so a binary that knows more extras can hand over
-    /// to one that knows fewer; and a batch with no extras is byte for byte what binaries
-    /// before the extras wrote and read, so an upgrade across them keeps working.
+    /// record of extras: `users`, `infos` and `tokens`, each a record whose field names are
+    /// record positions and whose values are user ids (presence infos, tokens). Written by
+    /// name so a binary that knows more extras can hand over to one that knows fewer; and a
+    /// batch with no extras is byte for byte what binaries before the extras wrote and read,
+    /// so an upgrade across them keeps working.
     pub fn encode_batch(records: &[ConnRecord]) -> Vec<u8> {
+        ConnRecord::encode_batch_with(records, None)
+    }
+
+    /// As [`ConnRecord::encode_batch`], with the old worker's next connection generation in
+    /// the extras (`next_generation`): the new worker counts on from there, so an id one of
+    /// the old worker's connections had never names another connection.
+    pub fn encode_batch_with(records: &[ConnRecord], next_generation: Option<u64>) -> Vec<u8> {
         let mut w = Writer::new();
         w.count(records.len());
         for rec in records {
@@ -92,8 +105,12 @@ impl ConnRecord {
         }
         let users = records.iter().any(|r| r.user.is_some());
         let infos = records.iter().any(|r| r.info.is_some());
-        if users || infos {
+        let tokens = records.iter().any(|r| r.token.is_some());
+        if users || infos || tokens || next_generation.is_some() {
             w.record(|extras| {
+                if let Some(g) = next_generation {
+                    extras.u64("next_generation", g);
+                }
                 if users {
                     extras.record("users", |users| {
                         for (i, rec) in records.iter().enumerate() {
@@ -112,12 +129,27 @@ impl ConnRecord {
                         }
                     });
                 }
+                if tokens {
+                    extras.record("tokens", |tokens| {
+                        for (i, rec) in records.iter().enumerate() {
+                            if let Some(token) = rec.token {
+                                tokens.u64(&i.to_string(), token);
+                            }
+                        }
+                    });
+                }
             });
         }
         w.into_bytes()
     }
 
     pub fn decode_batch(data: &[u8]) -> Result<Vec<ConnRecord>> {
+        ConnRecord::decode_batch_with(data).map(|(records, _)| records)
+    }
+
+    /// The records and the old worker's next generation, if it sent one.
+    pub fn decode_batch_with(data: &[u8]) -> Result<(Vec<ConnRecord>, Option<u64>)> {
+        let mut next_generation = None;
         let mut r = Reader::new(data, SCOPE);
         let n = r.count(30, "record count")?;
         let mut records = (0..n)
@@ -139,11 +171,20 @@ impl ConnRecord {
                         }
                         Ok(())
                     })?;
+                } else if extra.name == "next_generation" {
+                    next_generation = Some(extra.u64()?);
+                } else if extra.name == "tokens" {
+                    extra.record()?.for_each(|field| {
+                        let at: usize = field.name.parse().map_err(|_| bad_position.clone())?;
+                        let rec = records.get_mut(at).ok_or_else(|| bad_position.clone())?;
+                        rec.token = Some(field.u64()?);
+                        Ok(())
+                    })?;
                 }
                 Ok(())
             })?;
         }
         r.end("record batch")?;
-        Ok(records)
+        Ok((records, next_generation))
     }
 }

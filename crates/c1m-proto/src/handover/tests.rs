@@ -20,6 +20,7 @@ fn record() -> ConnRecord {
         ws_data: b"half".to_vec(),
         user: None,
         info: None,
+        token: None,
     }
 }
 
@@ -114,6 +115,28 @@ fn round_trips() {
     with_infos[0].info = Some("{\"name\":\"Ann\"}".into());
     let bytes = ConnRecord::encode_batch(&with_infos);
     assert_eq!(ConnRecord::decode_batch(&bytes).unwrap(), with_infos);
+    // Tokens (the old worker's slot and generation), beside users and alone.
+    let mut with_tokens = with_infos.clone();
+    with_tokens[0].token = Some(0x7fff_fff0_0000_0003);
+    with_tokens[2].token = Some(5);
+    let bytes = ConnRecord::encode_batch(&with_tokens);
+    assert_eq!(ConnRecord::decode_batch(&bytes).unwrap(), with_tokens);
+    let mut only_tokens = batch.clone();
+    only_tokens[1].token = Some(1 << 32);
+    let bytes = ConnRecord::encode_batch(&only_tokens);
+    assert_eq!(ConnRecord::decode_batch(&bytes).unwrap(), only_tokens);
+    // The old worker's next generation, with records and in an empty batch.
+    let bytes = ConnRecord::encode_batch_with(&with_tokens, Some(77));
+    assert_eq!(
+        ConnRecord::decode_batch_with(&bytes).unwrap(),
+        (with_tokens.clone(), Some(77))
+    );
+    assert_eq!(ConnRecord::decode_batch(&bytes).unwrap(), with_tokens);
+    let bytes = ConnRecord::encode_batch_with(&[], Some(5));
+    assert_eq!(
+        ConnRecord::decode_batch_with(&bytes).unwrap(),
+        (Vec::new(), Some(5))
+    );
     with_infos[2].user = Some("bob".into());
     let bytes = ConnRecord::encode_batch(&with_infos);
     assert_eq!(ConnRecord::decode_batch(&bytes).unwrap(), with_infos);
@@ -354,6 +377,7 @@ fn format_one_bytes_still_read_and_encode_the_same() {
         ws_data: b"h".to_vec(),
         user: None,
         info: None,
+        token: None,
     }];
     assert_eq!(ConnRecord::decode_batch(&batch).unwrap(), expect_batch);
     assert_eq!(ConnRecord::encode_batch(&expect_batch), batch);

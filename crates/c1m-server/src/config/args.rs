@@ -248,7 +248,9 @@ pub struct ServeArgs {
     pub broker_ca: Option<PathBuf>,
     // ---- lifecycle webhooks ----
     /// POST connection and channel lifecycle events (connect, disconnect with its reason,
-    /// subscribe, unsubscribe, channel_occupied, channel_vacated) to this http:// URL, batched
+    /// subscribe, unsubscribe, channel_occupied, channel_vacated) to this http:// or https://
+    /// URL (https: the server's certificate is checked against the system's CA roots, or
+    /// --webhook-ca-file, and the host name in the URL), batched
     /// (at most 500 events or 1 MiB per POST), each event with a unique id, retried with
     /// exponential backoff (0.1 s doubling to 5 s) until the backend answers 2xx; needs
     /// --webhook-spool. See docs/PROTOCOL.md, "Lifecycle webhooks".
@@ -259,6 +261,10 @@ pub struct ServeArgs {
     /// not part of the secret).
     #[arg(long, env = "C1M_WEBHOOK_SECRET_FILE")]
     pub webhook_secret_file: Option<PathBuf>,
+    /// PEM file of the CA(s) that signed an https:// webhook backend's certificate (a private
+    /// CA): trusted instead of the system's roots.
+    #[arg(long, env = "C1M_WEBHOOK_CA_FILE")]
+    pub webhook_ca_file: Option<PathBuf>,
     /// Directory of the webhook spool: events are written here before they are sent and removed
     /// once the backend answered 2xx, so they survive a backend outage, a restart and a live
     /// upgrade (the new master takes the same directory).

@@ -50,6 +50,14 @@ impl Config {
             if self.webhook_spool.is_none() {
                 problem!("--webhook-url needs --webhook-spool DIR (events wait there until acknowledged)");
             }
+            if self.webhook_ca_file.is_some() && !url.starts_with("https://") {
+                problem!("--webhook-ca-file needs an https:// --webhook-url");
+            } else if url.starts_with("https://") {
+                if let Err(e) = crate::master::webhooks::tls_config(self.webhook_ca_file.as_deref())
+                {
+                    problem!("{e:#}");
+                }
+            }
         }
         for (flag, url) in [
             ("--proxy-connect-url", &self.proxy_connect_url),
@@ -75,9 +83,13 @@ impl Config {
             problem!("--proxy-headers: {e}");
         }
         if self.webhook_url.is_none()
-            && (self.webhook_spool.is_some() || self.webhook_secret_file.is_some())
+            && (self.webhook_spool.is_some()
+                || self.webhook_secret_file.is_some()
+                || self.webhook_ca_file.is_some())
         {
-            problem!("--webhook-spool and --webhook-secret-file need --webhook-url");
+            problem!(
+                "--webhook-spool, --webhook-secret-file and --webhook-ca-file need --webhook-url"
+            );
         }
         if self.webhook_spool_max_bytes < 64 * 1024 {
             problem!("--webhook-spool-max-bytes must be at least 65536 (a POST holds at most an eighth of the spool)");

@@ -82,6 +82,7 @@ impl ServeArgs {
             broker_ca,
             webhook_url,
             webhook_secret_file,
+            webhook_ca_file,
             webhook_spool,
             webhook_spool_max_bytes,
             webhook_vacate_delay,

@@ -197,10 +197,12 @@ pub struct Config {
     /// PEM CA certificate(s) trusted for a `rediss://` broker; none = the system's roots.
     pub broker_ca: Option<PathBuf>,
     // ---- lifecycle webhooks ----
-    /// Where lifecycle events are POSTed (http://); none = no webhooks.
+    /// Where lifecycle events are POSTed (http:// or https://); none = no webhooks.
     pub webhook_url: Option<String>,
     /// File with the HMAC-SHA256 secret that signs each POST.
     pub webhook_secret_file: Option<PathBuf>,
+    /// PEM CA certificate(s) trusted for an https:// webhook URL; none = the system's roots.
+    pub webhook_ca_file: Option<PathBuf>,
     /// Spool directory: events wait here until the backend acknowledged them.
     pub webhook_spool: Option<PathBuf>,
     /// Largest spool in bytes; past it the oldest events are dropped (counted and logged).
@@ -383,6 +385,7 @@ impl Default for Config {
             broker_ca: None,
             webhook_url: None,
             webhook_secret_file: None,
+            webhook_ca_file: None,
             webhook_spool: None,
             webhook_spool_max_bytes: 64 * 1024 * 1024,
             webhook_vacate_delay: Duration::from_secs(5),
@@ -441,6 +444,7 @@ impl Config {
             "broker_ca" => "the system's CA roots".to_string(),
             "webhook_secret_file" => "none: POSTs are not signed".to_string(),
             "proxy_headers" => "none: no request header is forwarded".to_string(),
+            "webhook_ca_file" => "the system's CA roots".to_string(),
             "namespaces" => "none: every channel uses the global options".to_string(),
             _ => "off".to_string(),
         }

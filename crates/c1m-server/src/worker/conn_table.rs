@@ -28,6 +28,11 @@ pub fn token_of(idx: usize, generation: u32) -> u64 {
     (u64::from(generation) << 32) | idx as u64
 }
 
+/// A token's slot and generation.
+pub fn slot_of(token: u64) -> (usize, u32) {
+    ((token & 0xffff_ffff) as usize, (token >> 32) as u32)
+}
+
 pub struct ConnTable {
     slab: Slab<Conn>,
     next_generation: u32,
@@ -130,9 +135,77 @@ impl ConnTable {
         generation
     }
 
+    /// The generation the next connection gets (not taken).
+    pub fn peek_next_generation(&self) -> u32 {
+        self.next_generation
+    }
+
+    /// A live upgrade's new worker counts on from its predecessor's `next` generation.
+    pub fn continue_generations(&mut self, next: u64) {
+        if let Ok(next) = u32::try_from(next) {
+            if (1..=LAST_GENERATION).contains(&next) && next > self.next_generation {
+                self.next_generation = next;
+            }
+        }
+    }
+
     /// The slot the next [`ConnTable::insert`] fills (a TLS session is started for it first).
     pub fn vacant_slot(&self) -> usize {
         self.slab.vacant_key()
+    }
+
+    /// Tokens for connections handed over by a live upgrade, in order: each the token it had
+    /// (`wanted`) when that is a real token whose slot is free here and near the slab's size,
+    /// else a free slot with the next generation. Nothing is inserted yet
+    /// ([`ConnTable::insert_placed`] does); later generations start past every one used.
+    pub fn place(&mut self, wanted: &[Option<u64>]) -> Vec<u64> {
+        // A slot far past anything the old worker can have held would make the slab that big.
+        let limit = self.slab.capacity().max(self.slab.len() + wanted.len()) * 2 + 1024;
+        let mut taken: std::collections::HashSet<usize> =
+            self.slab.iter().map(|(i, _)| i).collect();
+        let mut kept = vec![false; wanted.len()];
+        for (i, w) in wanted.iter().enumerate() {
+            if let Some(token) = *w {
+                let (idx, generation) = slot_of(token);
+                if (1..=LAST_GENERATION).contains(&generation) && idx < limit && taken.insert(idx) {
+                    kept[i] = true;
+                    if generation >= self.next_generation {
+                        self.next_generation = if generation >= LAST_GENERATION {
+                            1
+                        } else {
+                            generation + 1
+                        };
+                    }
+                }
+            }
+        }
+        let mut free = 0usize;
+        wanted
+            .iter()
+            .zip(kept)
+            .map(|(w, kept)| match (w, kept) {
+                (Some(token), true) => *token,
+                _ => {
+                    while taken.contains(&free) {
+                        free += 1;
+                    }
+                    taken.insert(free);
+                    token_of(free, self.next_generation())
+                }
+            })
+            .collect()
+    }
+
+    /// Inserts connections at the slots [`ConnTable::place`] chose (the slab is rebuilt once
+    /// around them, keeping its capacity).
+    pub fn insert_placed(&mut self, conns: Vec<(usize, Conn)>) {
+        if conns.is_empty() {
+            return;
+        }
+        let capacity = self.slab.capacity();
+        let old = std::mem::take(&mut self.slab);
+        self.slab = old.into_iter().chain(conns).collect();
+        self.slab.reserve(capacity.saturating_sub(self.slab.len()));
     }
 
     /// Adds a connection; returns its slot.
@@ -342,6 +415,56 @@ mod tests {
         table.forget_user(2);
         assert!(!table.by_user.contains_key("ann"));
         assert_eq!(table.user_counts(), (1, 1));
+    }
+
+    #[test]
+    fn handed_over_connections_keep_their_tokens_and_later_ones_do_not_collide() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut table = ConnTable::with_capacity(8);
+        // Slot 5 of generation 40, slot 0 of generation 7; then a token whose slot the first
+        // took, a generation 0 (no token) and none at all: those three get free slots.
+        let wanted = [
+            Some(token_of(5, 40)),
+            Some(token_of(0, 7)),
+            Some(token_of(5, 9)),
+            Some(token_of(1, 0)),
+            None,
+        ];
+        let tokens = table.place(&wanted);
+        assert_eq!(tokens[..2], [token_of(5, 40), token_of(0, 7)]);
+        let fresh: Vec<(usize, u32)> = tokens[2..].iter().map(|&t| slot_of(t)).collect();
+        assert_eq!(
+            fresh.iter().map(|s| s.0).collect::<Vec<_>>(),
+            [1, 2, 3],
+            "free slots, not 0 or 5"
+        );
+        assert!(
+            fresh.iter().all(|s| s.1 > 40),
+            "generations past every kept one"
+        );
+        let mut clients = Vec::new();
+        let placed = tokens
+            .iter()
+            .map(|&t| {
+                let (stream, client) = accepted(&listener);
+                clients.push(client);
+                let (idx, generation) = slot_of(t);
+                (idx, Conn::new(stream, generation, Kind::Sse))
+            })
+            .collect();
+        table.insert_placed(placed);
+        for &t in &tokens {
+            assert!(table.by_token(t).is_some(), "{t:x}");
+        }
+        assert!(table.slab.capacity() >= 8);
+        // The next connection takes the gap at 4, with a generation of its own.
+        let (d, _pd) = accepted(&listener);
+        let g = table.next_generation();
+        assert_eq!(table.insert(Conn::new(d, g, Kind::Http)), 4);
+        assert!(!tokens.contains(&token_of(4, g)));
+        // A slot absurdly far out is not honoured (the slab would grow to it).
+        let far = table.place(&[Some(token_of(1 << 30, 3))]);
+        assert!(slot_of(far[0]).0 < 1024, "{:x}", far[0]);
     }
 
     #[test]

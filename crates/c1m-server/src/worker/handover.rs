@@ -47,6 +47,8 @@ pub struct HandOver {
 pub struct Taken {
     pub listeners: Vec<(u8, OwnedFd)>,
     pub conns: Vec<(ConnRecord, OwnedFd)>,
+    /// The old worker's next connection generation (None from a binary that does not send it).
+    pub next_generation: Option<u64>,
     pub pair: Socket,
 }
 
@@ -92,6 +94,8 @@ impl Worker {
                     "upgrade: connections handed over; waiting for commit"
                 );
                 self.handover.sent = Some(pair);
+                // Closes noted this turn reach the master before it hears the rest moved.
+                self.flush_lifecycle();
                 self.send_to_master(ToMaster::HandOverSent {
                     conns: conns as u64,
                 });
@@ -171,7 +175,14 @@ impl Worker {
             .into_iter()
             .filter(|&i| self.conns[i].kind != Kind::H2 && self.conns[i].edge & H2_STREAM == 0)
             .collect();
-        for batch in idxs.chunks(handover::FDS_PER_BATCH) {
+        // At least one batch, even an empty one: it carries the generation count on.
+        let batches: Vec<&[usize]> = if idxs.is_empty() {
+            vec![&idxs[..]]
+        } else {
+            idxs.chunks(handover::FDS_PER_BATCH).collect()
+        };
+        let next_generation = Some(u64::from(self.conns.peek_next_generation()));
+        for batch in batches {
             let records = batch
                 .iter()
                 .map(|&i| self.record_of(i))
@@ -180,7 +191,7 @@ impl Worker {
                 .iter()
                 .map(|&i| self.conns[i].stream.as_raw_fd())
                 .collect();
-            let bytes = ConnRecord::encode_batch(&records);
+            let bytes = ConnRecord::encode_batch_with(&records, next_generation);
             for (n, part) in Pair::parts(&bytes).iter().enumerate() {
                 send(&pair, part, if n == 0 { &fds } else { &[] })?;
             }
@@ -255,6 +266,7 @@ impl Worker {
             ws_data: conn.ws().map(|w| w.data.clone()).unwrap_or_default(),
             user: self.conns.user_of(token).map(str::to_string),
             info: self.presence.info_of(token).map(str::to_string),
+            token: Some(token),
         })
     }
 
@@ -273,6 +285,17 @@ impl Worker {
         }
         tracing::info!("upgrade: committed; old worker exits");
         self.h2_part_for_upgrade();
+        // What was not handed over (HTTP/2 connections and their streams) ends with this
+        // process: the master hears of each close before the link goes.
+        for idx in self.conns.slots() {
+            let conn = &self.conns[idx];
+            if conn.kind == Kind::H2 || conn.edge & H2_STREAM != 0 {
+                let token = token_of(idx, conn.generation);
+                self.note_close_reason(idx, crate::ipc::CloseReason::ServerShutdown);
+                self.report_closed(token);
+            }
+        }
+        self.flush_lifecycle();
         let _ = self.link.flush();
         std::process::exit(0);
     }
@@ -331,26 +354,37 @@ impl Worker {
     /// New worker: rebuilds the received connections in the slab, channel lists and timer
     /// wheel, registered with epoll (which reports what is already readable or writable).
     /// Nothing is written before the loop starts.
-    pub(super) fn restore(&mut self, conns: Vec<(ConnRecord, OwnedFd)>) -> anyhow::Result<()> {
-        for (rec, fd) in conns {
+    pub(super) fn restore(
+        &mut self,
+        conns: Vec<(ConnRecord, OwnedFd)>,
+        next_generation: Option<u64>,
+    ) -> anyhow::Result<()> {
+        // New connections count on from the old worker's generations, and each handed-over
+        // one goes back into the slot and generation it had: an id never changes hands.
+        if let Some(g) = next_generation {
+            self.conns.continue_generations(g);
+        }
+        let wanted: Vec<Option<u64>> = conns.iter().map(|(rec, _)| rec.token).collect();
+        let tokens = self.conns.place(&wanted);
+        let mut placed = Vec::with_capacity(conns.len());
+        let mut rest = Vec::with_capacity(conns.len());
+        for ((mut rec, fd), token) in conns.into_iter().zip(tokens) {
             let kind = Kind::from_code(rec.kind)
                 .with_context(|| format!("unknown connection kind {}", rec.kind))?;
             let stream = TcpStream::from_std(std::net::TcpStream::from(fd));
-            let generation = self.conns.next_generation();
-            let idx = self.conns.vacant_slot();
-            let token = token_of(idx, generation);
+            let (idx, generation) = super::conn_table::slot_of(token);
             let mut conn = Conn::new(stream, generation, kind);
             conn.keep_alive = rec.keep_alive;
             conn.flags = rec.flags;
             conn.edge = rec.edge;
             conn.set_inbuf(&rec.inbuf);
-            conn.set_unsent(rec.out);
-            if let Some(state) = rec.ws_decoder {
+            conn.set_unsent(std::mem::take(&mut rec.out));
+            if let Some(state) = rec.ws_decoder.take() {
                 let decoder = c1m_proto::ws::frame::Decoder::from_bytes(&state)
                     .context("WebSocket decoder state")?;
                 conn.set_ws(Box::new(WsMessage {
                     decoder,
-                    data: rec.ws_data,
+                    data: std::mem::take(&mut rec.ws_data),
                 }));
             }
             self.poll
@@ -361,7 +395,11 @@ impl Worker {
                     Interest::READABLE | Interest::WRITABLE,
                 )
                 .context("registering a handed-over connection")?;
-            self.conns.insert(conn);
+            placed.push((idx, conn));
+            rest.push((rec, idx, token, kind));
+        }
+        self.conns.insert_placed(placed);
+        for (rec, idx, token, kind) in rest {
             let held_stream = matches!(
                 kind,
                 Kind::Sse
@@ -473,6 +511,7 @@ pub fn receive(name: &str, timeout: Duration) -> anyhow::Result<Taken> {
         (other, _) => bail!("expected listeners, got {other:?}"),
     };
     let mut conns = Vec::new();
+    let mut next_generation = None;
     let mut batch = Vec::new();
     let mut batch_fds: Vec<OwnedFd> = Vec::new();
     loop {
@@ -485,7 +524,8 @@ pub fn receive(name: &str, timeout: Duration) -> anyhow::Result<Taken> {
                 }
                 batch.extend_from_slice(&data);
                 if last {
-                    let records = ConnRecord::decode_batch(&batch)?;
+                    let (records, generation) = ConnRecord::decode_batch_with(&batch)?;
+                    next_generation = next_generation.max(generation);
                     if records.len() != batch_fds.len() {
                         bail!(
                             "a batch of {} records carried {} descriptors",
@@ -515,6 +555,7 @@ pub fn receive(name: &str, timeout: Duration) -> anyhow::Result<Taken> {
     Ok(Taken {
         listeners,
         conns,
+        next_generation,
         pair,
     })
 }

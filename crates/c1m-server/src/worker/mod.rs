@@ -259,7 +259,7 @@ fn run_configured(cfg: Config, index: usize) -> anyhow::Result<u8> {
     worker.ip_limits = ip_limits;
     worker.index = index as u32;
     worker.subscriber_workers = subscriber_workers;
-    worker.restore(std::mem::take(&mut taken.conns))?;
+    worker.restore(std::mem::take(&mut taken.conns), taken.next_generation)?;
     if !handover::await_commit(&taken.pair, timeout)? {
         tracing::warn!("upgrade: aborted by the old worker; exiting without touching a connection");
         return Ok(0);

@@ -379,6 +379,9 @@ impl Master {
 
     fn upgrade_committed(&mut self, mut run: Run, conns: u64) {
         self.upgrades.completed += 1;
+        if let Some(w) = &mut self.webhooks {
+            w.upgrade_committed();
+        }
         let new_pid = run.child.id();
         let _ = self.poll.registry().deregister(&mut run.ctl.stream);
         tracing::info!(
@@ -468,8 +471,8 @@ impl Master {
             ToMaster::HandOverPrepared => p.prepared[i] = true,
             ToMaster::HandOverSent { conns } => {
                 p.sent[i] = Some(conns);
-                // The new generation reports them as its own; an abort has this worker
-                // report them again.
+                // The new generation reports them as its own once committed; an abort has
+                // this worker report them again.
                 if let Some(w) = &mut self.webhooks {
                     w.handed_over(i);
                 }

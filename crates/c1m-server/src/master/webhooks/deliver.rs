@@ -27,6 +27,8 @@ pub const SIGNATURE_HEADER: &str = "X-C1m-Signature";
 
 pub struct Settings {
     pub url: String,
+    /// For an https:// URL.
+    pub tls: Option<std::sync::Arc<rustls::ClientConfig>>,
     pub secret: Option<Vec<u8>>,
     pub max_bytes: u64,
     pub batch_events: usize,
@@ -40,11 +42,18 @@ enum Outcome {
 }
 
 pub fn run(rx: Receiver<String>, mut spool: Spool, s: Settings, stats: Arc<Stats>) {
-    let agent = ureq::AgentBuilder::new()
+    let builder = || {
+        let b = ureq::AgentBuilder::new();
+        match &s.tls {
+            Some(config) => b.tls_connector(Arc::new(super::https::Connector(Arc::clone(config)))),
+            None => b,
+        }
+    };
+    let agent = builder()
         .timeout_connect(CONNECT_TIMEOUT)
         .timeout(REQUEST_TIMEOUT)
         .build();
-    let final_agent = ureq::AgentBuilder::new()
+    let final_agent = builder()
         .timeout_connect(Duration::from_millis(500))
         .timeout(Duration::from_secs(1))
         .build();

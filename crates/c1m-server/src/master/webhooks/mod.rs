@@ -9,10 +9,15 @@
 //!
 //! Events leave through [`deliver`] (a thread: spool, POST, retry) over a bounded channel; a
 //! full channel drops the event, logged and counted, rather than block the loop.
-//! Files: [`spool`] (segments on disk), [`deliver`] (the thread).
+//! Files: [`spool`] (segments on disk), [`deliver`] (the thread), [`https`] (TLS to the
+//! backend).
 
 mod deliver;
+mod https;
+mod mirror;
 mod spool;
+
+pub use https::tls_config;
 
 use crate::conn_id::ConnId;
 use crate::histogram::Histogram;
@@ -33,11 +38,12 @@ pub const BATCH_EVENTS: usize = 500;
 /// Most bytes in one POST (and at most an eighth of the spool).
 pub const BATCH_BYTES: usize = 1024 * 1024;
 
-/// A URL the delivery thread can POST to: http:// with a host.
+/// A URL the delivery thread can POST to: http:// or https:// with a host.
 pub fn check_url(url: &str) -> Result<(), String> {
     let rest = url
         .strip_prefix("http://")
-        .ok_or_else(|| format!("{url:?}: only http:// URLs are supported (for https, put a TLS-terminating proxy on loopback)"))?;
+        .or_else(|| url.strip_prefix("https://"))
+        .ok_or_else(|| format!("{url:?}: only http:// and https:// URLs are supported"))?;
     if rest.is_empty() || rest.starts_with('/') {
         return Err(format!("{url:?}: no host"));
     }
@@ -159,12 +165,20 @@ pub struct Webhooks {
     seq: u64,
     /// Per worker slot: open connections by token.
     held: Vec<HashMap<u64, Held>>,
+    /// Per worker slot: connections it sent to a live upgrade's new worker, until the
+    /// upgrade ends. A close reported meanwhile (a connection that did not move) is said
+    /// here; an abort gives them back to `held`; a commit leaves them to the new master.
+    handed: Vec<HashMap<u64, Held>>,
+    /// A live upgrade committed: the new master owns what was handed over.
+    committed: bool,
     /// This node's open connections per channel.
     occupancy: HashMap<String, u32>,
     /// Empty channels and when their `channel_vacated` is due.
     vacating: HashMap<String, Instant>,
     vacate_delay: Duration,
     queue_full: crate::log::Limited,
+    /// With a Redis broker: this node's connections, mirrored for `node_lost`.
+    mirror: Option<mirror::Mirror>,
 }
 
 impl Webhooks {
@@ -196,11 +210,17 @@ impl Webhooks {
                 None
             }
         };
+        let tls = if url.starts_with("https://") {
+            Some(https::tls_config(cfg.webhook_ca_file.as_deref())?)
+        } else {
+            None
+        };
         let spool = spool::Spool::open(dir)?;
         let stats = Arc::new(Stats::default());
         let (tx, rx) = sync_channel(QUEUE);
         let settings = deliver::Settings {
             url: url.clone(),
+            tls,
             secret,
             max_bytes: cfg.webhook_spool_max_bytes,
             batch_events: BATCH_EVENTS,
@@ -217,18 +237,25 @@ impl Webhooks {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|h| h.trim().to_string())
             .unwrap_or_else(|_| "localhost".into());
+        let node = format!("{host}:{}", cfg.listen.port());
+        let id_prefix = format!("{started:x}-{:x}", std::process::id());
+        let mirror =
+            mirror::Mirror::start(cfg, &node, &id_prefix, dir.clone(), Arc::clone(&stats))?;
         Ok(Some(Webhooks {
             tx: Some(tx),
             thread: Some(thread),
             stats,
-            node: format!("{host}:{}", cfg.listen.port()),
-            id_prefix: format!("{started:x}-{:x}", std::process::id()),
+            node,
+            id_prefix,
             seq: 0,
             held: Vec::new(),
+            handed: Vec::new(),
+            committed: false,
             occupancy: HashMap::new(),
             vacating: HashMap::new(),
             vacate_delay: cfg.webhook_vacate_delay,
             queue_full: crate::log::Limited::every(Duration::from_secs(10)),
+            mirror,
         }))
     }
 
@@ -237,6 +264,13 @@ impl Webhooks {
             self.held.resize_with(worker + 1, HashMap::new);
         }
         &mut self.held[worker]
+    }
+
+    fn handed_slot(&mut self, worker: usize) -> &mut HashMap<u64, Held> {
+        if self.handed.len() <= worker {
+            self.handed.resize_with(worker + 1, HashMap::new);
+        }
+        &mut self.handed[worker]
     }
 
     /// A worker's reports of one loop turn.
@@ -250,18 +284,31 @@ impl Webhooks {
                     resumed,
                 } => {
                     let id = ConnId::new(worker, token);
-                    if !resumed {
+                    if resumed {
+                        // An aborted upgrade: the connection stayed here, counted all along.
+                        if let Some(back) = self.handed_slot(worker).remove(&token) {
+                            self.slot(worker).insert(token, back);
+                            continue;
+                        }
+                    } else {
                         self.emit("connect", Some(id), user.as_deref(), &channels, None);
                         self.emit("subscribe", Some(id), user.as_deref(), &channels, None);
                     }
                     for c in &channels {
                         self.occupy(c, !resumed);
                     }
+                    if let Some(m) = &mut self.mirror {
+                        m.opened(id, user.as_deref(), &channels);
+                    }
                     self.slot(worker).insert(token, Held { user, channels });
                 }
                 ConnReport::Closed { token, reason } => {
-                    let Some(held) = self.slot(worker).remove(&token) else {
-                        continue;
+                    let held = match self.slot(worker).remove(&token) {
+                        Some(held) => held,
+                        None => match self.handed_slot(worker).remove(&token) {
+                            Some(held) => held,
+                            None => continue,
+                        },
                     };
                     self.closed(ConnId::new(worker, token), held, reason);
                 }
@@ -270,8 +317,16 @@ impl Webhooks {
     }
 
     /// Worker `worker` is gone: every connection it still held is disconnected for `reason`.
+    /// What it handed to a committed upgrade's new worker lives on there (forgotten here
+    /// without a word); before the commit, those connections went with the worker too.
     pub fn worker_gone(&mut self, worker: usize, reason: CloseReason) {
-        let held = std::mem::take(self.slot(worker));
+        let mut held = std::mem::take(self.slot(worker));
+        let handed = std::mem::take(self.handed_slot(worker));
+        if self.committed {
+            self.forget(handed);
+        } else {
+            held.extend(handed);
+        }
         if !held.is_empty() {
             tracing::info!(
                 worker,
@@ -287,11 +342,22 @@ impl Webhooks {
         }
     }
 
-    /// Worker `worker` handed its connections to a new master's worker (live upgrade): that
-    /// generation owns them and their events now; forgotten here without a word.
+    /// Worker `worker` sent its connections to a live upgrade's new worker: kept aside until
+    /// the upgrade ends (see `handed`).
     pub fn handed_over(&mut self, worker: usize) {
         let held = std::mem::take(self.slot(worker));
-        for h in held.into_values() {
+        self.handed_slot(worker).extend(held);
+    }
+
+    /// The live upgrade committed: the new master's generation reports the connections
+    /// handed over (as already open) and owns their events from here.
+    pub fn upgrade_committed(&mut self) {
+        self.committed = true;
+    }
+
+    /// Connections another master now owns: out of this node's counts, no event.
+    fn forget(&mut self, conns: HashMap<u64, Held>) {
+        for h in conns.into_values() {
             for c in &h.channels {
                 if let Some(n) = self.occupancy.get_mut(c) {
                     *n -= 1;
@@ -304,6 +370,9 @@ impl Webhooks {
     }
 
     fn closed(&mut self, id: ConnId, held: Held, reason: CloseReason) {
+        if let Some(m) = &mut self.mirror {
+            m.closed(id);
+        }
         let user = held.user.as_deref();
         self.emit("unsubscribe", Some(id), user, &held.channels, None);
         self.emit("disconnect", Some(id), user, &held.channels, Some(reason));
@@ -335,6 +404,9 @@ impl Webhooks {
 
     /// Sends the `channel_vacated` events that are due.
     pub fn tick(&mut self, now: Instant) {
+        if let Some(m) = &mut self.mirror {
+            m.flush();
+        }
         if self.vacating.is_empty() {
             return;
         }
@@ -401,6 +473,9 @@ impl Webhooks {
         // Channels still waiting for their vacate delay: said now, while it can be.
         let now = Instant::now() + self.vacate_delay;
         self.tick(now);
+        if let Some(m) = &mut self.mirror {
+            m.finish();
+        }
         self.tx = None;
         if let Some(t) = self.thread.take() {
             let _ = t.join();
@@ -413,9 +488,10 @@ mod tests {
     use super::check_url;
 
     #[test]
-    fn only_http_urls_with_a_host() {
+    fn only_http_and_https_urls_with_a_host() {
         assert!(check_url("http://127.0.0.1:9/hooks").is_ok());
-        assert!(check_url("https://example.test/").is_err());
+        assert!(check_url("https://example.test/").is_ok());
+        assert!(check_url("https:///x").is_err());
         assert!(check_url("http:///x").is_err());
         assert!(check_url("ftp://x").is_err());
     }

@@ -37,13 +37,19 @@ pub struct Spool {
 impl Spool {
     /// Opens (creating it if needed) the spool directory and lists what it holds.
     pub fn open(dir: &Path) -> anyhow::Result<Spool> {
+        Spool::open_as(dir, 0)
+    }
+
+    /// As [`Spool::open`], for a second writer in the same process: its segment numbers
+    /// start after `seq_base`, so the two never pick the same name.
+    pub fn open_as(dir: &Path, seq_base: u64) -> anyhow::Result<Spool> {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("creating the webhook spool {}", dir.display()))?;
         let mut spool = Spool {
             dir: dir.to_path_buf(),
             segments: BTreeMap::new(),
             bytes: 0,
-            seq: 0,
+            seq: seq_base,
             scanned: Instant::now(),
         };
         spool

@@ -93,3 +93,42 @@ pub fn from_pem(
         tcp: build(&[])?,
     })
 }
+/// A client configuration for an outgoing TLS connection (the Redis broker, https webhooks):
+/// trusting the CA certificates in `ca_pem` when given, else the system's roots. `source` names
+/// where they came from (`--broker-ca`, `--webhook-ca-file PATH`) in every error.
+pub fn client_config(
+    ca_pem: Option<&[u8]>,
+    source: &str,
+) -> anyhow::Result<Arc<rustls::ClientConfig>> {
+    let mut roots = rustls::RootCertStore::empty();
+    match ca_pem {
+        Some(pem) => {
+            for cert in CertificateDer::pem_slice_iter(pem) {
+                let cert = cert
+                    .map_err(|e| anyhow::anyhow!("{e}"))
+                    .with_context(|| format!("{source}: malformed PEM"))?;
+                roots
+                    .add(cert)
+                    .with_context(|| format!("{source}: not a usable CA certificate"))?;
+            }
+            if roots.is_empty() {
+                bail!("{source}: no CERTIFICATE block found");
+            }
+        }
+        None => {
+            for cert in rustls_native_certs::load_native_certs().certs {
+                let _ = roots.add(cert); // one odd system certificate must not stop the rest
+            }
+            if roots.is_empty() {
+                bail!("no system CA certificates found; name the CA with {source}");
+            }
+        }
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .context("TLS protocol versions")?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
+}

@@ -5,8 +5,7 @@
 //! logs, errors, `--print-config` and `/status`.
 
 use anyhow::{bail, Context};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::pki_types::ServerName;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -304,35 +303,7 @@ fn from_url(url: &str, ca_pem: Option<&[u8]>) -> anyhow::Result<Target> {
 /// The pub/sub connection's TLS: the private CA when given, else the system's roots (the
 /// same choice the `redis` crate makes for the command connection).
 fn tls_config(ca_pem: Option<&[u8]>) -> anyhow::Result<Arc<rustls::ClientConfig>> {
-    let mut roots = rustls::RootCertStore::empty();
-    match ca_pem {
-        Some(pem) => {
-            for cert in CertificateDer::pem_slice_iter(pem) {
-                roots
-                    .add(cert.context("--broker-ca: not a PEM certificate")?)
-                    .context("--broker-ca: not a usable CA certificate")?;
-            }
-            if roots.is_empty() {
-                bail!("--broker-ca: no certificate in the file");
-            }
-        }
-        None => {
-            let found = rustls_native_certs::load_native_certs();
-            for cert in found.certs {
-                let _ = roots.add(cert); // one odd system certificate must not stop the rest
-            }
-            if roots.is_empty() {
-                bail!("no system CA certificates found; name the CA with --broker-ca");
-            }
-        }
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .context("TLS protocol versions")?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Ok(Arc::new(config))
+    crate::tls::client_config(ca_pem, "--broker-ca")
 }
 
 #[cfg(test)]

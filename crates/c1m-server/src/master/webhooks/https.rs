@@ -3,9 +3,8 @@
 //! TLS feature would bring a second root store (webpki-roots) this server does not use; its
 //! `TlsConnector` hook takes this adapter instead.
 
-use anyhow::{bail, Context};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName};
+use anyhow::Context;
+use rustls::pki_types::ServerName;
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
@@ -14,45 +13,14 @@ use std::sync::Arc;
 /// The client configuration for an https:// backend: the CAs in `ca_file` when given, else the
 /// system's roots. Errors name the file and what is wrong with it.
 pub fn tls_config(ca_file: Option<&Path>) -> anyhow::Result<Arc<rustls::ClientConfig>> {
-    let mut roots = rustls::RootCertStore::empty();
     match ca_file {
         Some(path) => {
             let pem = std::fs::read(path)
                 .with_context(|| format!("--webhook-ca-file {}: cannot read", path.display()))?;
-            for cert in CertificateDer::pem_slice_iter(&pem) {
-                let cert = cert.map_err(|e| anyhow::anyhow!("{e}")).with_context(|| {
-                    format!("--webhook-ca-file {}: malformed PEM", path.display())
-                })?;
-                roots.add(cert).with_context(|| {
-                    format!(
-                        "--webhook-ca-file {}: not a usable CA certificate",
-                        path.display()
-                    )
-                })?;
-            }
-            if roots.is_empty() {
-                bail!(
-                    "--webhook-ca-file {}: no CERTIFICATE block found",
-                    path.display()
-                );
-            }
+            crate::tls::client_config(Some(&pem), &format!("--webhook-ca-file {}", path.display()))
         }
-        None => {
-            for cert in rustls_native_certs::load_native_certs().certs {
-                let _ = roots.add(cert); // one odd system certificate must not stop the rest
-            }
-            if roots.is_empty() {
-                bail!("no system CA certificates found for the https:// --webhook-url; name the CA with --webhook-ca-file");
-            }
-        }
+        None => crate::tls::client_config(None, "--webhook-ca-file"),
     }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .context("TLS protocol versions")?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Ok(Arc::new(config))
 }
 
 /// ureq's TLS hook over a rustls client configuration.

@@ -1,7 +1,8 @@
 //! The delivery thread: takes events from the master's loop (a bounded channel), writes them
 //! to the spool in segments of at most `batch_events` events and `batch_bytes` bytes, and
-//! POSTs the oldest segment until the backend answers 2xx, then removes it. 5xx, 408, 429, a
-//! refused connection or a timeout are retried after 0.1 s, doubling to 5 s; any other 4xx
+//! POSTs the oldest segments that fit those limits together until the backend answers 2xx,
+//! then removes them. 5xx, 408, 429, a refused connection or a timeout are retried after
+//! 0.1 s, doubling to 5 s; any other 4xx
 //! means the backend will never take that batch: it is dropped, logged and counted
 //! (`outcome="rejected"`). It runs on its own thread so a slow backend never holds up the
 //! master's event loop.
@@ -130,9 +131,10 @@ pub fn run(rx: Receiver<String>, mut spool: Spool, s: Settings, stats: Arc<Stats
         if Instant::now() < next_attempt {
             continue;
         }
-        let Some((seg, body)) = spool.oldest() else {
+        let Some((run, body)) = spool.oldest_run(s.batch_events as u64, s.batch_bytes) else {
             continue;
         };
+        let events: u64 = run.iter().map(|seg| seg.events).sum();
         let agent = if stop_by.is_some() {
             &final_agent
         } else {
@@ -144,17 +146,21 @@ pub fn run(rx: Receiver<String>, mut spool: Spool, s: Settings, stats: Arc<Stats
         match outcome {
             Outcome::Ok => {
                 stats.record(took, "ok");
-                spool.remove(&seg.name);
+                for seg in &run {
+                    spool.remove(&seg.name);
+                }
                 failures = 0;
                 next_attempt = Instant::now();
             }
             Outcome::Rejected(status) => {
                 stats.record(took, "rejected");
-                spool.remove(&seg.name);
-                stats.rejected.fetch_add(seg.events, Ordering::Relaxed);
+                for seg in &run {
+                    spool.remove(&seg.name);
+                }
+                stats.rejected.fetch_add(events, Ordering::Relaxed);
                 tracing::error!(
                     status,
-                    events = seg.events,
+                    events,
                     "webhook batch refused by the backend (4xx): dropped, not retried"
                 );
                 failures = 0;

@@ -166,6 +166,43 @@ impl Spool {
         }
     }
 
+    /// The oldest segments that fit one POST together (at most `max_events` events and
+    /// `max_bytes` bytes, always at least the oldest one), as one `{"events":[…]}` body: a
+    /// trickle of events writes many small segments, and one POST per segment would leave the
+    /// spool growing behind a backend that takes 100 ms per request.
+    pub fn oldest_run(
+        &mut self,
+        max_events: u64,
+        max_bytes: usize,
+    ) -> Option<(Vec<Segment>, Vec<u8>)> {
+        let (first, body) = self.oldest()?;
+        let Some(mut events) = events_of(&body).map(<[u8]>::to_vec) else {
+            return Some((vec![first], body)); // not this writer's shape: it goes alone
+        };
+        let mut count = first.events;
+        let mut run = vec![first];
+        let next: Vec<Segment> = self.segments.values().skip(1).cloned().collect();
+        for seg in next {
+            if count + seg.events > max_events || events.len() + seg.bytes as usize > max_bytes {
+                break;
+            }
+            let Ok(body) = std::fs::read(self.dir.join(&seg.name)) else {
+                break; // gone (another master sent it): the next call forgets it
+            };
+            let Some(more) = events_of(&body) else {
+                break;
+            };
+            events.push(b',');
+            events.extend_from_slice(more);
+            count += seg.events;
+            run.push(seg);
+        }
+        let mut merged = b"{\"events\":[".to_vec();
+        merged.extend_from_slice(&events);
+        merged.extend_from_slice(b"]}\n");
+        Some((run, merged))
+    }
+
     fn forget(&mut self, name: &str) {
         if let Some(seg) = self.segments.remove(name) {
             self.bytes -= seg.bytes;
@@ -202,6 +239,12 @@ impl Spool {
 }
 
 /// The event count a segment's name ends with (`None`: not a segment).
+/// The comma-separated events inside a segment body `{"events":[…]}`, as `append` writes it.
+fn events_of(body: &[u8]) -> Option<&[u8]> {
+    let inner = body.strip_prefix(b"{\"events\":[")?.strip_suffix(b"]}\n")?;
+    (!inner.is_empty()).then_some(inner)
+}
+
 fn events_in_name(name: &str) -> Option<u64> {
     let stem = name.strip_suffix(".json")?;
     let mut parts = stem.split('-');
@@ -248,6 +291,33 @@ mod tests {
         s.remove(&seg.name);
         assert!(s.oldest().is_none());
         assert_eq!(s.bytes(), 0);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn small_segments_go_out_together_within_the_batch_limits() {
+        let d = dir("run");
+        let mut spool = Spool::open(&d).unwrap();
+        for i in 0..5 {
+            spool.append(&[format!("{{\"n\":{i}}}")]).unwrap();
+        }
+        let (run, body) = spool.oldest_run(3, 1 << 20).unwrap();
+        assert_eq!(run.len(), 3, "at most 3 events per POST");
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            v["events"],
+            serde_json::json!([{"n": 0}, {"n": 1}, {"n": 2}])
+        );
+        for seg in &run {
+            spool.remove(&seg.name);
+        }
+        let (run, body) = spool.oldest_run(100, 1 << 20).unwrap();
+        assert_eq!(run.len(), 2);
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["events"], serde_json::json!([{"n": 3}, {"n": 4}]));
+        // A byte limit below two segments still sends the oldest one alone.
+        let (run, _) = spool.oldest_run(100, 1).unwrap();
+        assert_eq!(run.len(), 1);
         let _ = std::fs::remove_dir_all(&d);
     }
 

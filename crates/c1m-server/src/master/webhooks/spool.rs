@@ -114,14 +114,14 @@ impl Spool {
 
     /// Writes one segment holding `events` (each a JSON object).
     pub fn append(&mut self, events: &[String]) -> io::Result<()> {
-        let mut body = String::from("{\"events\":[");
+        let mut body = String::from(BODY_HEAD);
         for (i, e) in events.iter().enumerate() {
             if i > 0 {
                 body.push(',');
             }
             body.push_str(e);
         }
-        body.push_str("]}\n");
+        body.push_str(BODY_TAIL);
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
@@ -181,7 +181,11 @@ impl Spool {
         };
         let mut count = first.events;
         let mut run = vec![first];
-        let next: Vec<Segment> = self.segments.values().skip(1).cloned().collect();
+        // Each segment holds at least one event, so no more than `max_events` can join.
+        let next: Vec<Segment> = (self.segments.values().skip(1))
+            .take(max_events as usize)
+            .cloned()
+            .collect();
         for seg in next {
             if count + seg.events > max_events || events.len() + seg.bytes as usize > max_bytes {
                 break;
@@ -197,9 +201,9 @@ impl Spool {
             count += seg.events;
             run.push(seg);
         }
-        let mut merged = b"{\"events\":[".to_vec();
+        let mut merged = BODY_HEAD.as_bytes().to_vec();
         merged.extend_from_slice(&events);
-        merged.extend_from_slice(b"]}\n");
+        merged.extend_from_slice(BODY_TAIL.as_bytes());
         Some((run, merged))
     }
 
@@ -238,13 +242,19 @@ impl Spool {
     }
 }
 
-/// The event count a segment's name ends with (`None`: not a segment).
-/// The comma-separated events inside a segment body `{"events":[…]}`, as `append` writes it.
+/// A segment body is `BODY_HEAD`, the events separated by commas, `BODY_TAIL`.
+const BODY_HEAD: &str = "{\"events\":[";
+const BODY_TAIL: &str = "]}\n";
+
+/// The comma-separated events inside a segment body, as `append` writes it.
 fn events_of(body: &[u8]) -> Option<&[u8]> {
-    let inner = body.strip_prefix(b"{\"events\":[")?.strip_suffix(b"]}\n")?;
+    let inner = body
+        .strip_prefix(BODY_HEAD.as_bytes())?
+        .strip_suffix(BODY_TAIL.as_bytes())?;
     (!inner.is_empty()).then_some(inner)
 }
 
+/// The event count a segment's name ends with (`None`: not a segment).
 fn events_in_name(name: &str) -> Option<u64> {
     let stem = name.strip_suffix(".json")?;
     let mut parts = stem.split('-');

@@ -183,7 +183,8 @@ fn behind_sentinel_control_and_presence_cross_nodes() {
 
 /// A call the master cannot answer within 3 s (Redis stopped mid-call, so `history` waits on
 /// it) gets the API's JSON error shape with 503 and `Retry-After`, and is counted as
-/// `refused.api_timeouts`; once Redis is back, the same call answers.
+/// `refused.api_timeouts`; once Redis is back, the same call answers, and the first call's
+/// answer, which came after the 503, is counted `late` rather than `ok`.
 #[test]
 fn a_call_not_answered_in_3s_is_a_json_503() {
     let Some(redis) = Redis::start(&[]) else {
@@ -221,4 +222,12 @@ fn a_call_not_answered_in_3s_is_a_json_503() {
         |v| v["result"]["messages"][0]["data"] == "one",
     );
     assert_eq!(h["result"]["messages"].as_array().unwrap().len(), 1, "{h}");
+    let metrics = a.metrics();
+    let count = |outcome: &str| {
+        let series = format!("c1m_api_calls_total{{call=\"history\",outcome=\"{outcome}\"}} ");
+        let line = metrics.lines().find(|l| l.starts_with(&series));
+        line.unwrap_or_else(|| panic!("no {series} in {metrics}"))[series.len()..].to_string()
+    };
+    assert_eq!(count("late"), "1");
+    assert_ne!(count("ok"), "0");
 }

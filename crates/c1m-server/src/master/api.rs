@@ -12,7 +12,7 @@
 //! (a bad item gets its error in its result, the others are published).
 
 use super::Master;
-use crate::api::{error_body, label, CALLS};
+use crate::api::{error_body, label, CALLS, CALL_TIMEOUT};
 use crate::broker::{HistoryPage, Req};
 use crate::conn_id::ConnId;
 use crate::ipc::{Action, Target, ToWorker, UserAct};
@@ -49,6 +49,29 @@ fn bad(message: impl Into<String>) -> ApiError {
     ApiError {
         status: 400,
         message: message.into(),
+    }
+}
+
+/// How a call ended, the `outcome` label of `c1m_api_calls_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Outcome {
+    /// Answered 200 in time.
+    Ok,
+    /// Answered with an error status in time.
+    Error,
+    /// Answered after the worker had given up and told the client 503 (`refused.api_timeouts`).
+    Late,
+}
+
+impl Outcome {
+    const ALL: [Outcome; 3] = [Outcome::Ok, Outcome::Error, Outcome::Late];
+
+    fn label(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Error => "error",
+            Outcome::Late => "late",
+        }
     }
 }
 
@@ -95,8 +118,11 @@ enum Op {
 pub struct Api {
     next_op: u64,
     ops: HashMap<u64, Op>,
-    /// Calls answered, by (call, ok).
-    counted: BTreeMap<(&'static str, bool), u64>,
+    /// Calls answered, by (call, outcome).
+    counted: BTreeMap<(&'static str, Outcome), u64>,
+    /// When each call a worker waits for arrived, by (worker, token): an answer past
+    /// [`CALL_TIMEOUT`] is counted `late`, since the worker has already answered 503.
+    started: HashMap<(usize, u64), Instant>,
     /// This node's name in `info` and in control messages.
     pub node: String,
 }
@@ -110,6 +136,7 @@ impl Api {
             next_op: 1,
             ops: HashMap::new(),
             counted: BTreeMap::new(),
+            started: HashMap::new(),
             node: format!("{host}:{}", std::process::id()),
         }
     }
@@ -120,8 +147,8 @@ impl Api {
         op
     }
 
-    pub fn count(&mut self, call: &str, ok: bool) {
-        *self.counted.entry((label(call), ok)).or_default() += 1;
+    pub fn count(&mut self, call: &str, outcome: Outcome) {
+        *self.counted.entry((label(call), outcome)).or_default() += 1;
     }
 
     /// `c1m_api_calls_total` for `/metrics`: every call with both outcomes, so a rate over
@@ -132,8 +159,9 @@ impl Api {
              # TYPE c1m_api_calls_total counter\n",
         );
         for call in CALLS.iter().copied().chain(["unknown"]) {
-            for (ok, outcome) in [(true, "ok"), (false, "error")] {
-                let n = self.counted.get(&(call, ok)).copied().unwrap_or(0);
+            for outcome in Outcome::ALL {
+                let n = self.counted.get(&(call, outcome)).copied().unwrap_or(0);
+                let outcome = outcome.label();
                 out.push_str(&format!(
                     "c1m_api_calls_total{{call=\"{call}\",outcome=\"{outcome}\"}} {n}\n"
                 ));
@@ -313,6 +341,7 @@ impl Master {
     pub(super) fn on_api(&mut self, i: usize, token: u64, call: &str, body: &[u8], ndjson: bool) {
         let req = Req { worker: i, token };
         let call = label(call);
+        self.api.started.insert((i, token), Instant::now());
         if let Err(e) = self.api_start(req, call, body, ndjson) {
             self.api_answer(req, call, Err(e));
         }
@@ -324,7 +353,13 @@ impl Master {
             Ok(v) => (200, json!({ "result": v }).to_string()),
             Err(e) => (e.status, error_body(e.status, &e.message)),
         };
-        self.api.count(call, status == 200);
+        let started = self.api.started.remove(&(req.worker, req.token));
+        let outcome = match started {
+            Some(t) if t.elapsed() >= CALL_TIMEOUT => Outcome::Late,
+            _ if status == 200 => Outcome::Ok,
+            _ => Outcome::Error,
+        };
+        self.api.count(call, outcome);
         if req.worker < self.slots.len() {
             let answer = ToWorker::ApiAnswer {
                 req: req.token,
@@ -715,6 +750,13 @@ impl Master {
         for op in due {
             self.api_finish(op);
         }
+    }
+
+    /// Once a second: a call whose answer never comes (its broker request lost with a dead
+    /// link) must not keep its start time for ever; long past the worker's 503 nobody reads it.
+    pub(super) fn api_forget_stale(&mut self, now: Instant) {
+        let forget = now.checked_sub(CALL_TIMEOUT * 20).unwrap_or(now);
+        self.api.started.retain(|_, t| *t > forget);
     }
 
     /// Answers call `op` with what it has.

@@ -117,6 +117,7 @@ impl Master {
             self.resync_presence();
         }
         self.pump();
+        self.api_forget_stale(now);
         if let Some(w) = &mut self.webhooks {
             w.tick(now);
         }

@@ -209,7 +209,7 @@ impl Master {
                 body,
                 ndjson,
             } => self.on_api(i, req, &call, &body, ndjson),
-            ToMaster::ApiRefused { call } => self.api.count(&call, false),
+            ToMaster::ApiRefused { call } => self.api.count(&call, super::api::Outcome::Error),
             ToMaster::ApiActed { op, count } => self.api_acted(i, op, count),
             ToMaster::StatusQuery { req, metrics } => {
                 let report = status::Report::gather(self);

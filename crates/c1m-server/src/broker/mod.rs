@@ -134,6 +134,10 @@ pub struct BrokerStats {
     /// Pub/sub connections dropped because they went silent (a PING unanswered for 5 s after
     /// 2 s of silence): a Redis that vanished without closing the socket.
     pub pubsub_dead_links: u64,
+    /// Messages from other nodes this build could not read (channel messages, join/leave
+    /// events, control messages): a node of another c1m version, or another program
+    /// publishing on c1m's names. Each is logged (rate-limited) and ignored.
+    pub unreadable_messages: u64,
     /// Channels subscribed again after their live subscription was lost (pub/sub connection
     /// lost or dead, or under Redis Cluster their slot moved), each caught up from history.
     pub resubscribes: u64,

@@ -125,6 +125,10 @@ pub struct Api {
     started: HashMap<(usize, u64), Instant>,
     /// This node's name in `info` and in control messages.
     pub node: String,
+    /// Control messages from other nodes this build could not read (counted with the
+    /// broker's unreadable messages).
+    pub unreadable_control: u64,
+    unreadable_log: crate::log::Limited,
 }
 
 impl Api {
@@ -137,6 +141,8 @@ impl Api {
             ops: HashMap::new(),
             counted: BTreeMap::new(),
             started: HashMap::new(),
+            unreadable_control: 0,
+            unreadable_log: crate::log::Limited::every(crate::log::REFUSAL_SUMMARY_EVERY),
             node: format!("{host}:{}", std::process::id()),
         }
     }
@@ -928,18 +934,23 @@ impl Master {
     /// A control message from another node: an act to carry out here, a question to answer,
     /// or an answer to one of this node's questions.
     pub(super) fn api_control(&mut self, message: &str) {
-        let Ok(msg) = serde_json::from_str::<Value>(message) else {
-            tracing::warn!("server API control message that is not JSON ignored");
-            return;
-        };
+        if let Err(why) = self.api_control_read(message) {
+            self.api.unreadable_control += 1;
+            if let Some(held_back) = self.api.unreadable_log.allow(Instant::now()) {
+                tracing::warn!(held_back, "server API control message from another node ignored: {why} (a node of another c1m version?)");
+            }
+        }
+    }
+
+    /// Carries out a control message; Err names what this build could not read.
+    fn api_control_read(&mut self, message: &str) -> Result<(), &'static str> {
+        let msg = serde_json::from_str::<Value>(message).map_err(|_| "not JSON")?;
         if msg["from"].as_str() == Some(self.api.node.as_str()) {
-            return; // our own, echoed by the broker
+            return Ok(()); // our own, echoed by the broker
         }
         match msg["kind"].as_str() {
             Some("act") => {
-                let Some(user) = msg["user"].as_str() else {
-                    return;
-                };
+                let user = msg["user"].as_str().ok_or("an act without a user")?;
                 let channel = msg["channel"].as_str().map(str::to_string);
                 let (call, action) = match (msg["call"].as_str(), channel) {
                     (Some("disconnect"), _) => (
@@ -954,7 +965,7 @@ impl Master {
                     (Some("subscribe"), Some(channel)) => {
                         ("subscribe", Action::Subscribe { channel })
                     }
-                    _ => return,
+                    _ => return Err("an act this build does not know"),
                 };
                 let act = UserAct {
                     target: Target::User(user.to_string()),
@@ -974,7 +985,7 @@ impl Master {
                             limit.min(MAX_LIMIT),
                         )
                     }
-                    _ => return,
+                    _ => return Err("a question this build does not know"),
                 };
                 let reply = json!({
                     "kind": "answer", "from": self.api.node, "to": msg["from"],
@@ -983,15 +994,15 @@ impl Master {
                 self.broker.control(reply.to_string());
             }
             Some("answer") if msg["to"].as_str() == Some(self.api.node.as_str()) => {
-                let Some(op) = msg["op"].as_u64() else {
-                    return;
-                };
+                let op = msg["op"].as_u64().ok_or("an answer without an op")?;
                 if let Some(Op::Gather { answers, .. }) = self.api.ops.get_mut(&op) {
                     answers.push(msg["answer"].clone());
                 }
             }
-            _ => {}
+            Some("answer") => {} // another node's
+            _ => return Err("a kind of message this build does not know"),
         }
+        Ok(())
     }
 }
 

@@ -97,7 +97,11 @@ impl Report {
             history_bytes: 0,
             presence: m.presence.totals(),
             presence_counters: m.presence.counters,
-            broker: m.broker.stats(),
+            broker: {
+                let mut b = m.broker.stats();
+                b.unreadable_messages += m.api.unreadable_control;
+                b
+            },
             upgrades: m.upgrades,
             tls: m.cfg.tls_cert.is_some().then(TlsStats::default),
             h2: crate::ipc::H2Stats::default(),
@@ -270,6 +274,7 @@ impl Report {
                 "auth_failures": self.broker.auth_failures,
                 "idempotent_replays": self.broker.idempotent_replays,
                 "pubsub_dead_links": self.broker.pubsub_dead_links,
+                "unreadable_messages": self.broker.unreadable_messages,
                 "resubscribes": self.broker.resubscribes,
             },
             "subscribes": self.subscribes,
@@ -476,6 +481,14 @@ impl Report {
             "Broker pub/sub connections dropped because they went silent (PING unanswered): \
              each is made again and its channels caught up.",
             &[("", b.pubsub_dead_links)],
+        );
+        metric(
+            "broker_unreadable_messages_total",
+            "counter",
+            "Messages from other nodes this build could not read (channel messages, join/leave \
+             events, control messages), logged and ignored: a node of another c1m version or \
+             another program publishing on c1m's names.",
+            &[("", b.unreadable_messages)],
         );
         metric(
             "broker_resubscribes_total",

@@ -347,9 +347,17 @@ impl Worker {
         }
     }
 
-    /// Shutdown: GOAWAY(NO_ERROR); open streams get their own goodbye, and the connection
-    /// closes when the last one is gone.
+    /// Shutdown: each open stream its own goodbye (an SSE stream the `shutdown` event, a
+    /// WebSocket close 1001), then GOAWAY(NO_ERROR); the connection closes when the last
+    /// stream is gone. Goodbyes first, because a client may stop reading its streams at a
+    /// GOAWAY (python-h2 refuses every frame after one), and then never learns why they ended.
     pub(super) fn h2_goodbye(&mut self, idx: usize) {
+        let token = self.conns.token(idx);
+        for child in self.conns.h2.children_of(token) {
+            if let Some((cidx, _)) = self.conns.by_token(child) {
+                self.goodbye(cidx);
+            }
+        }
         self.h2_goaway(idx, b"server shutting down");
     }
 

@@ -1,10 +1,12 @@
 //! WebSocket over HTTP/2 (RFC 8441 extended CONNECT) against the real binary, driven by an
 //! independent client: python-h2 for the HTTP/2 frames and wsproto's frame codec for the
-//! WebSocket frames in them (tests/http2/websocket.py over a loopback socket, h2c).
+//! WebSocket frames in them (tests/http2/websocket.py over a loopback socket, h2c), and by
+//! headless Chromium over TLS.
 
 use crate::auth::{now, Keys};
 use crate::common::Server;
 use crate::serve_http2::{metric, PyClient};
+use crate::tls_support::{read_until, TestPki, TlsServer};
 use serde_json::json;
 use std::time::Duration;
 
@@ -258,4 +260,39 @@ fn shutdown_closes_a_websocket_stream_with_1001_then_goaway() {
     assert_eq!(v["ended"], true, "the stream was not ended: {v}");
     assert_eq!(v["goaway"], 0, "expected GOAWAY(NO_ERROR): {v}");
     srv.wait_exit(Duration::from_secs(10));
+}
+
+/// Headless Chromium over TLS (the test CA in its NSS database) loads the server's /demo page
+/// over HTTP/2; the page opens a same-origin `new WebSocket('wss://…')` and an EventSource, and
+/// reports what both received. Chromium sends the WebSocket as an extended CONNECT on the
+/// page's HTTP/2 connection once the server advertises ENABLE_CONNECT_PROTOCOL (seen with
+/// Debian's Chromium 156, no flags): one HTTP/2 connection carries the page, the EventSource and
+/// the WebSocket, and no HTTP/1.1 upgrade is made.
+#[test]
+fn chromium_opens_a_same_origin_websocket_over_the_pages_http2_connection() {
+    let pki = TestPki::new("h2ws-browser");
+    let leaf = pki.leaf("c1m-h2ws");
+    let srv = TlsServer::start(&leaf, &pki, &["--workers", "1"]);
+    let mut report = pki.connect(srv.http);
+    std::io::Write::write_all(
+        &mut report,
+        b"GET /sub/h2ws-report HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n",
+    )
+    .unwrap();
+    read_until(&mut report, "\r\n\r\n");
+    let url = format!("https://{}/demo?channel=h2ws&report=h2ws-report", srv.http);
+    let _browser = crate::browser::Browser::open_with(&url, "h2ws", &[], Some(&pki.ca_pem));
+    // The page's WebSocket and EventSource, and this test's report stream (HTTP/1.1).
+    let s = srv.wait_status(&pki, |s| {
+        s["connections"]["websocket"] == 1 && s["connections"]["sse"] == 2
+    });
+    assert_eq!(s["http2"]["connections"], 1, "{s}");
+    assert_eq!(
+        s["http2"]["websocket_streams_open"], 1,
+        "the WebSocket did not come over HTTP/2: {s}"
+    );
+    assert_eq!(s["http2"]["websocket_streams"], 1, "{s}");
+    srv.publish(&pki, "h2ws", b"over h2");
+    let got = read_until(&mut report, "sse=over h2");
+    assert!(got.contains("data: ws=over h2 sse=over h2"), "{got}");
 }

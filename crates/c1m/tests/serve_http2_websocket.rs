@@ -227,6 +227,24 @@ fn a_websocket_stream_publishes_only_with_the_key_and_resumes_from_last_id() {
 }
 
 #[test]
+fn a_websocket_stream_sending_a_message_over_the_limit_is_closed_with_1009_and_counted() {
+    let srv = Server::start(&["--workers", "1", "--ws-max-message", "64"]);
+    let mut big = spec("/sub/big", &[]);
+    big["send"] = json!("x".repeat(200));
+    let specs = json!([big, spec("/sub/calm", &[])]);
+    let mut py = websocket_py(srv.http.port(), &["open", &specs.to_string()]);
+    py.ready();
+    srv.publish("calm", b"unbothered");
+    let v = py.result();
+    let streams = v["streams"].as_array().unwrap();
+    assert_eq!(streams[0]["close"][0], 1009, "{v}");
+    assert!(streams[1]["close"].is_null(), "the sibling was closed: {v}");
+    assert_eq!(streams[1]["texts"].as_array().map(Vec::len), Some(1), "{v}");
+    let s = srv.wait_status(|s| s["refused"]["ws_protocol"] == 1);
+    assert_eq!(s["http2"]["stream_errors"], 0, "{s}");
+}
+
+#[test]
 fn a_websocket_stream_whose_window_stays_shut_is_closed_while_its_sibling_keeps_receiving() {
     let srv = Server::start(&["--workers", "1"]);
     let mut py = websocket_py(srv.http.port(), &["stall", "40"]);

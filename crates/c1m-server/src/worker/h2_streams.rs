@@ -35,7 +35,9 @@
 //! Cost per WebSocket stream: nothing beyond an SSE stream's (a 32-byte slot, the 40-byte
 //! [`Child`], the codec's 32-byte stream and a (id, token) pair): the `websocket` mark fits in
 //! the bridge's padding, and the frame decoder's state is kept in the slot's side box only while
-//! a client message is half-read, as on HTTP/1.1.
+//! a client message is half-read, as on HTTP/1.1. Measured with bench/h2-memory.sh's method
+//! (serve's PSS, streams held by python-h2, 500 connections × 1 and × 20 idle streams): 223-227
+//! bytes per further WebSocket stream, 204 per further SSE stream in the same runs.
 
 use super::conn::Sent;
 use c1m_proto::h2::{self, ErrorCode, SendError};

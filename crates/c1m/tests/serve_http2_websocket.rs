@@ -245,6 +245,45 @@ fn a_websocket_stream_sending_a_message_over_the_limit_is_closed_with_1009_and_c
 }
 
 #[test]
+fn frames_past_the_input_limit_while_the_connect_proxy_is_pending_close_with_1008() {
+    // A backend that accepts the proxy's call and never answers: the WebSocket (already
+    // answered 200, as an upgrade gets its 101 first) waits, and its frames wait with it.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let backend = format!("http://{}/connect", silent.local_addr().unwrap());
+    // Input limit: an 8 KiB head plus a 1000-byte body's chunked wire size, about 25 KiB.
+    let srv = Server::start(&[
+        "--workers",
+        "1",
+        "--max-payload",
+        "1000",
+        "--api-max-body",
+        "1000",
+        "--proxy-connect-url",
+        &backend,
+        "--proxy-timeout",
+        "10s",
+    ]);
+    let mut flood = spec("/sub/held", &[]);
+    flood["send"] = json!("x".repeat(40_000));
+    let specs = json!([flood]);
+    let mut py = websocket_py(srv.http.port(), &["open", &specs.to_string()]);
+    py.ready();
+    let v = py.result();
+    let stream = &v["streams"][0];
+    assert_eq!(stream["status"], "200", "{v}");
+    assert_eq!(stream["close"][0], 1008, "{v}");
+    assert!(
+        stream["close"][1]
+            .as_str()
+            .unwrap()
+            .contains("before the subscription"),
+        "{v}"
+    );
+    let s = srv.wait_status(|s| s["refused"]["bad_request"] == 1);
+    assert_eq!(s["connections"]["websocket"], 0, "{s}");
+}
+
+#[test]
 fn a_websocket_stream_whose_window_stays_shut_is_closed_while_its_sibling_keeps_receiving() {
     let srv = Server::start(&["--workers", "1"]);
     let mut py = websocket_py(srv.http.port(), &["stall", "40"]);

@@ -156,7 +156,11 @@ class Streams:
             self.goaway = int(ev.error_code)
 
     def send_ws(self, sock, sid, data):
-        self.conn.send_data(sid, data)
+        """Sends WebSocket bytes as DATA frames of at most the peer's frame size (the server's
+        windows are opened as it reads, so 64 KiB at most is sent here without waiting)."""
+        step = self.conn.max_outbound_frame_size
+        for i in range(0, len(data), step):
+            self.conn.send_data(sid, data[i:i + step])
         sock.sendall(self.conn.data_to_send())
 
     def data(self, sid):

@@ -46,6 +46,7 @@ mod serve_heartbeat_skip;
 mod serve_heartbeat_sweep;
 mod serve_history_memory;
 mod serve_http2;
+mod serve_http2_websocket;
 mod serve_http_framing;
 mod serve_identity;
 mod serve_io_uring;

@@ -54,6 +54,7 @@ mod serve_js_client;
 mod serve_lifecycle;
 mod serve_limits;
 mod serve_logs;
+mod serve_many_channels;
 mod serve_metrics;
 mod serve_metrics_tls;
 mod serve_namespaces;

@@ -860,20 +860,26 @@ impl Master {
     }
 
     /// This node's channels with local subscribers, by name after `cursor`, at most `limit`
-    /// (and whether there are more).
+    /// (and whether there are more): a range of the ordered counts, so a page costs its own
+    /// length, however many channels the node has.
     fn api_local_channels(&self, prefix: &str, cursor: &str, limit: usize) -> Value {
-        let mut names: Vec<&String> = self
+        use std::ops::Bound;
+        let start = if cursor >= prefix {
+            Bound::Excluded(cursor)
+        } else {
+            Bound::Included(prefix)
+        };
+        let mut names = self
             .counts
-            .keys()
-            .filter(|c| c.starts_with(prefix) && c.as_str() > cursor)
-            .collect();
-        names.sort_unstable();
-        let more = names.len() > limit;
+            .range::<str, _>((start, Bound::Unbounded))
+            .map(|(c, _)| c)
+            .take_while(|c| c.starts_with(prefix));
         let channels: Vec<Value> = names
-            .into_iter()
+            .by_ref()
             .take(limit)
             .map(|c| json!({"name": c, "subscribers": self.local_count(c)}))
             .collect();
+        let more = names.next().is_some();
         json!({"channels": channels, "more": more})
     }
 

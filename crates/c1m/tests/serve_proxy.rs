@@ -3,7 +3,8 @@
 //! and per request as each test says (allow, deny, a rewrite, or a sleep past the proxy
 //! timeout). For every kind: allow, deny, timeout, the backend down (a loopback port nothing
 //! listens on), and the per-worker in-flight bound (the excess refused at once: 503 / close
-//! 1013 / `ERR`), each checked on the wire and in /metrics.
+//! 1013 / `ERR`), each checked on the wire and in /metrics. Then calls waiting for a free
+//! proxy thread.
 
 use crate::common::{c1m, raw_exchange, status_code, Server, Sse};
 use serde_json::{json, Value};
@@ -699,4 +700,53 @@ fn refresh_proxy_busy_is_a_failed_call_retried_later() {
     metric_when(&server, &calls("refresh", "allow"), |v| v == 1);
     server.publish("r", b"alive");
     assert_eq!(r.next().data, "alive");
+}
+
+/// A worker makes at most 32 calls at once; past them, calls wait for a free thread. One whose
+/// client left meanwhile is never made (the backend hears of no one who is gone), and the
+/// others are made, in order, as threads free up.
+#[test]
+fn a_subscribe_closed_while_its_call_waits_for_a_thread_is_never_asked_about() {
+    let backend = Backend::start(|_, body| match body["channels"][0].as_str() {
+        Some("hold") => slow(Duration::from_secs(3)),
+        _ => allow(json!({})),
+    });
+    let url = backend.url("/connect");
+    let server = start(&[
+        "--proxy-connect-url",
+        &url,
+        "--proxy-timeout",
+        "20s",
+        "--proxy-max-in-flight",
+        "100",
+    ]);
+    let held: Vec<TcpStream> = (0..32)
+        .map(|_| send_subscribe(&server, "/sub/hold"))
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while backend.seen("/connect").len() < 32 {
+        assert!(
+            Instant::now() < deadline,
+            "the 32 calls were never all made"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut kept = send_subscribe(&server, "/sub/after");
+    let gone = send_subscribe(&server, "/sub/gone");
+    let gone_addr = gone.local_addr().unwrap().to_string();
+    metric_when(&server, "c1m_proxy_in_flight", |v| v == 34);
+    drop(gone);
+    server.wait_status(|s| s["connections"]["sse"] == 33);
+    for mut s in held {
+        assert!(status_line(&mut s).starts_with("HTTP/1.1 200"));
+    }
+    assert!(status_line(&mut kept).starts_with("HTTP/1.1 200"));
+    let asked = backend.seen("/connect");
+    assert!(
+        !asked.iter().any(|b| b["remote"] == gone_addr.as_str()),
+        "the backend was asked about a client that had left: {asked:?}"
+    );
+    assert_eq!(asked.len(), 33, "{asked:?}");
+    assert_eq!(asked[32]["channels"], json!(["after"]));
+    assert_metric(&server, "c1m_proxy_in_flight", 0);
 }

@@ -188,13 +188,13 @@ fn curl_over_tls_negotiates_h2_and_receives_live_messages() {
 }
 
 /// python-h2 (Debian python3-h2) running tests/http2/client.py against the server.
-struct PyClient {
+pub(crate) struct PyClient {
     child: Child,
     out: BufReader<ChildStdout>,
 }
 
 impl PyClient {
-    fn start(port: u16, args: &[&str]) -> PyClient {
+    pub(crate) fn start(port: u16, args: &[&str]) -> PyClient {
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/http2/client.py");
         // Debian's interpreter: python3-h2 installs into its dist-packages.
         let mut child = Command::new("/usr/bin/python3")
@@ -216,11 +216,11 @@ impl PyClient {
         l.trim_end().to_string()
     }
 
-    fn ready(&mut self) {
+    pub(crate) fn ready(&mut self) {
         assert_eq!(self.line(), "ready");
     }
 
-    fn result(mut self) -> serde_json::Value {
+    pub(crate) fn result(mut self) -> serde_json::Value {
         let v = serde_json::from_str(&self.line()).unwrap();
         let _ = self.child.wait();
         v

@@ -64,6 +64,9 @@ pub struct Proxies {
     waiting: VecDeque<Waiting>,
     /// The message of each WebSocket publish in `waiting` (it goes with the call once made).
     publishes: HashMap<u64, Box<(String, Vec<u8>)>>,
+    /// Calls that could not be made (a reload took their URL away), answered next turn: not
+    /// at once, so one answer's follow-up call cannot recurse through the whole queue.
+    unmade: Vec<Done>,
     /// `Waiting::asked_ms` counts from here.
     epoch: Instant,
     /// Expiring streams whose refresh call failed, with how many times in a row.
@@ -79,6 +82,7 @@ impl Proxies {
             parked: HashMap::new(),
             waiting: VecDeque::new(),
             publishes: HashMap::new(),
+            unmade: Vec::new(),
             epoch: Instant::now(),
             refresh_failures: HashMap::new(),
             stats: ProxyStats::default(),
@@ -88,7 +92,7 @@ impl Proxies {
 
     /// Calls asked for and not answered yet: made, or waiting for a thread.
     pub fn in_flight(&self) -> usize {
-        self.pool.in_flight() + self.waiting.len()
+        self.pool.in_flight() + self.waiting.len() + self.unmade.len()
     }
 
     /// Milliseconds since `epoch`, wrapping (only differences are used, each far below 49 days).
@@ -483,7 +487,6 @@ impl Worker {
     /// Hands waiting calls to the pool, oldest first, while a thread is free for them; each
     /// one's URL and body are built now. A call whose connection is gone is dropped unmade.
     fn proxy_dispatch(&mut self) {
-        let mut unmade = Vec::new();
         while self.proxies.pool.has_room() {
             let Some(w) = self.proxies.waiting.pop_front() else {
                 break;
@@ -511,7 +514,7 @@ impl Worker {
             };
             let Some(url) = url.clone() else {
                 // A reload took the URL away while the call waited.
-                unmade.push(Done {
+                self.proxies.unmade.push(Done {
                     kind: w.kind,
                     token: w.token,
                     answer: Answer::Failed(format!(
@@ -532,9 +535,6 @@ impl Worker {
                 submitted: asked,
                 publish,
             });
-        }
-        for done in unmade {
-            self.proxy_answer(done);
         }
     }
 
@@ -599,7 +599,8 @@ impl Worker {
         if self.handover.frozen || self.proxies.in_flight() == 0 {
             return;
         }
-        let mut answers = self.proxies.pool.take_done();
+        let mut answers = std::mem::take(&mut self.proxies.unmade);
+        answers.extend(self.proxies.pool.take_done());
         answers.extend(self.proxies.expired_waits(self.cfg.proxy_timeout));
         for done in answers {
             self.proxy_answer(done);

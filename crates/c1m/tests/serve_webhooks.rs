@@ -353,12 +353,14 @@ fn a_backend_answering_500_gets_every_event_on_retry() {
     let _ = std::fs::remove_dir_all(&spool);
 }
 
-/// A backend taking 100 ms per POST while events trickle in (200 subscribers opened and closed
-/// again over 2 s): every event arrives, in far fewer POSTs than events (each POST takes the
-/// spool segments written while the one before was out), and none is dropped.
+/// A backend taking 100 ms per POST, and refusing the first five (so the delivery thread backs
+/// off for ~3 s), while events trickle in (200 subscribers opened and closed again over 2 s):
+/// during the back-off each arrival is spooled as its own small segment, yet every event
+/// arrives in far fewer POSTs than events (a POST takes the oldest segments that fit one
+/// batch, not one segment), and none is dropped.
 #[test]
 fn a_slow_backend_gets_a_trickle_of_events_in_merged_posts() {
-    let backend = Backend::start("127.0.0.1:0", &[]);
+    let backend = Backend::start("127.0.0.1:0", &[503; 5]);
     backend.seen.lock().unwrap().delay = Duration::from_millis(100);
     let spool = spool_dir("trickle");
     let server = serve(&backend.url(), &spool, &["--workers", "1"]);
@@ -373,7 +375,7 @@ fn a_slow_backend_gets_a_trickle_of_events_in_merged_posts() {
     let events = backend.wait_for(Duration::from_secs(60), |e| {
         count(e, "connect") == 200 && count(e, "disconnect") == 200
     });
-    let posts = backend.seen.lock().unwrap().accepted.len();
+    let posts = backend.seen.lock().unwrap().answered.len();
     let all = backend.events().len();
     eprintln!(
         "{} unique events ({all} with repeats) in {posts} POSTs",

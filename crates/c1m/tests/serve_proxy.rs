@@ -753,6 +753,32 @@ fn a_subscribe_closed_while_its_call_waits_for_a_thread_is_never_asked_about() {
     assert_metric(&server, "c1m_proxy_in_flight", 0);
 }
 
+/// Calls that wait for a thread past their deadline (every thread held by a backend slower
+/// than the timeout) are answered like the ones out: each subscribe gets its 504, none hangs.
+#[test]
+fn calls_that_wait_for_a_thread_past_their_deadline_time_out_too() {
+    let backend = Backend::start(|_, _| slow(Duration::from_secs(4)));
+    let url = backend.url("/connect");
+    let server = start(&[
+        "--proxy-connect-url",
+        &url,
+        "--proxy-timeout",
+        "1s",
+        "--proxy-max-in-flight",
+        "100",
+    ]);
+    let waiting: Vec<TcpStream> = (0..40)
+        .map(|_| send_subscribe(&server, "/sub/late"))
+        .collect();
+    for mut s in waiting {
+        let line = status_line(&mut s);
+        assert!(line.starts_with("HTTP/1.1 504"), "{line}");
+    }
+    assert_metric(&server, &calls("connect", "timeout"), 40);
+    assert_metric(&server, "c1m_proxy_in_flight", 0);
+    assert!(backend.seen("/connect").len() <= 40);
+}
+
 /// Two nodes on one Redis, each with connect, subscribe and publish proxies to the same
 /// backend: what the proxies let through crosses the nodes, rewritten where the backend says,
 /// and what they refuse stays out.

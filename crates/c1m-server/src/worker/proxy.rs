@@ -17,10 +17,11 @@
 //!   the answer extends it or ends it; a failed call is retried after [`REFRESH_RETRY`], and
 //!   the stream ends after [`REFRESH_TRIES`] failures in a row.
 //!
-//! A call no proxy thread is free for waits in the worker as a 16-byte [`Waiting`] entry
-//! (token, kind, when asked); its URL and JSON body are built from the connection's state only
-//! when a thread is free ([`Worker::proxy_dispatch`]), so ten thousand connections waiting on
-//! a slow backend hold ten thousand small entries, not ten thousand request bodies. An entry
+//! A call no proxy thread is free for waits in the worker as a 48-byte [`Waiting`] entry
+//! (token, kind, when asked, and a subscribe's parked record, moved there from the map); its
+//! URL and JSON body are built from the connection's state only when a thread is free
+//! ([`Worker::proxy_dispatch`]), so ten thousand connections waiting on a slow backend hold
+//! ten thousand queue entries, not ten thousand map entries and request bodies. An entry
 //! whose deadline passes before a thread is free is answered as a timeout.
 //!
 //! Every refusal answers in the transport's own way, is counted in `refused` and in the
@@ -58,7 +59,8 @@ const MAX_CLOSE_REASON: usize = 123;
 /// The worker's proxy state.
 pub struct Proxies {
     pool: Pool,
-    /// Subscribes waiting for a connect or subscribe answer, by connection token.
+    /// Subscribes whose connect or subscribe call a proxy thread is making, by connection
+    /// token (one waiting for a thread keeps its record in its `waiting` entry).
     parked: HashMap<u64, Parked>,
     /// Calls asked for that no proxy thread has room for yet, oldest first.
     waiting: VecDeque<Waiting>,
@@ -117,12 +119,18 @@ impl Proxies {
     fn expired_waits(&mut self, timeout: Duration) -> Vec<Done> {
         let now = self.now_ms();
         let mut out = Vec::new();
-        while let Some(w) = self.waiting.front().copied() {
-            let waited = Duration::from_millis(u64::from(now.wrapping_sub(w.asked_ms)));
+        while let Some(asked_ms) = self.waiting.front().map(|w| w.asked_ms) {
+            let waited = Duration::from_millis(u64::from(now.wrapping_sub(asked_ms)));
             if waited < timeout {
                 break;
             }
-            self.waiting.pop_front();
+            let Some(w) = self.waiting.pop_front() else {
+                break;
+            };
+            // Where the answer looks for it (and drops it, when the connection is gone).
+            if let Some(p) = w.parked {
+                self.parked.insert(w.token, p);
+            }
             let publish = match w.kind {
                 Ask::Publish => self.publishes.remove(&w.token),
                 _ => None,
@@ -167,18 +175,20 @@ impl Proxies {
 }
 
 /// A call asked for and not handed to a proxy thread yet; what it sends is built from the
-/// connection's state when a thread is free.
-#[derive(Clone, Copy)]
+/// connection's state when a thread is free. A connect or subscribe call carries its parked
+/// record here (not in the parked map) until then: a connection waiting for a thread is its
+/// slot and this entry, nothing else.
 struct Waiting {
     token: u64,
     /// When it was asked for ([`Proxies::now_ms`]): its deadline and latency count from here.
     asked_ms: u32,
     kind: Ask,
+    parked: Option<Parked>,
 }
 
 // A connection waiting for a thread costs this much in the queue (BENCHMARKS.md "Backend
 // proxies" counts on it).
-const _: () = assert!(std::mem::size_of::<Waiting>() == 16);
+const _: () = assert!(std::mem::size_of::<Waiting>() == 48);
 
 /// A subscribe waiting for the backend. The usual case (a connect call out for channels named
 /// in 24 bytes or less, no resume position, no identity yet, no forwarded header) is these
@@ -402,7 +412,7 @@ impl Worker {
         let Some(transport) = transport_of(self.conns[idx].kind) else {
             return;
         };
-        let Some(p) = self.proxies.parked.get_mut(&token) else {
+        let Some(mut p) = self.proxies.parked.remove(&token) else {
             return;
         };
         let ask = if !p.connected() {
@@ -422,11 +432,9 @@ impl Worker {
             }
         };
         let Some(ask) = ask else {
-            let p = self.proxies.parked.remove(&token).expect("parked above");
             return self.proxied_subscribe(idx, transport, p);
         };
-        if !self.proxy_call(ask, token) {
-            self.proxies.parked.remove(&token);
+        if !self.proxy_call(ask, token, Some(p)) {
             self.proxy_refuse(idx, transport, Refusal::Busy, "");
         }
     }
@@ -469,7 +477,7 @@ impl Worker {
     /// Asks for a call (made as soon as a proxy thread is free, built then from the
     /// connection's state); false (counted as busy) when this worker already has
     /// `proxy_max_in_flight` calls unanswered.
-    fn proxy_call(&mut self, ask: Ask, token: u64) -> bool {
+    fn proxy_call(&mut self, ask: Ask, token: u64, parked: Option<Parked>) -> bool {
         if self.proxies.in_flight() >= self.cfg.proxy_max_in_flight as usize {
             self.proxies.count(ask, "busy");
             return false;
@@ -479,6 +487,7 @@ impl Worker {
             token,
             asked_ms,
             kind: ask,
+            parked,
         });
         self.proxy_dispatch();
         true
@@ -488,9 +497,21 @@ impl Worker {
     /// one's URL and body are built now. A call whose connection is gone is dropped unmade.
     fn proxy_dispatch(&mut self) {
         while self.proxies.pool.has_room() {
-            let Some(w) = self.proxies.waiting.pop_front() else {
+            let Some(mut w) = self.proxies.waiting.pop_front() else {
                 break;
             };
+            if let Some(p) = w.parked.take() {
+                // Back where the answer looks for it, unless its connection is gone.
+                let (idx, generation) = super::conn_table::slot_of(w.token);
+                if self
+                    .conns
+                    .get(idx)
+                    .is_none_or(|c| c.generation != generation)
+                {
+                    continue;
+                }
+                self.proxies.parked.insert(w.token, p);
+            }
             let waited = self.proxies.now_ms().wrapping_sub(w.asked_ms);
             let now = Instant::now();
             let asked = now
@@ -504,6 +525,9 @@ impl Worker {
                 _ => None,
             };
             let Some(body) = self.proxy_body(w.kind, w.token, publish.as_deref()) else {
+                if matches!(w.kind, Ask::Connect | Ask::Subscribe) {
+                    self.proxies.parked.remove(&w.token);
+                }
                 continue;
             };
             let url = match w.kind {
@@ -746,7 +770,7 @@ impl Worker {
         self.proxies.publishes.insert(token, message);
         // Set first: a call made at once is answered on a later turn, never within this one.
         self.conns.at(idx).edge |= PROXY_PENDING;
-        if !self.proxy_call(Ask::Publish, token) {
+        if !self.proxy_call(Ask::Publish, token, None) {
             self.proxies.publishes.remove(&token);
             self.conns.at(idx).edge &= !PROXY_PENDING;
             self.proxy_refuse(idx, Transport::Ws, Refusal::Busy, "");
@@ -814,7 +838,7 @@ impl Worker {
             return false;
         }
         let token = self.conns.token(idx);
-        if self.proxy_call(Ask::Refresh, token) {
+        if self.proxy_call(Ask::Refresh, token, None) {
             return true;
         }
         self.refresh_failed(idx, token)
@@ -892,7 +916,8 @@ mod tests {
     use super::*;
 
     /// What a connection waiting on the backend costs beyond its slot: the usual parked
-    /// subscribe is 32 bytes with no heap block, a call waiting for a thread 16 bytes.
+    /// subscribe is 32 bytes with no heap block, carried in its 48-byte queue entry while it
+    /// waits for a thread.
     #[test]
     fn the_usual_parked_subscribe_owns_no_heap_block() {
         let p = Parked::new(&["room"]);
@@ -907,7 +932,7 @@ mod tests {
         assert!(!p.channels.is_heap_allocated() && p.more.is_none());
         assert_eq!(p.count(), 3);
         assert_eq!(std::mem::size_of::<Parked>(), 32);
-        assert_eq!(std::mem::size_of::<Waiting>(), 16);
+        assert_eq!(std::mem::size_of::<Waiting>(), 48);
     }
 
     #[test]

@@ -30,8 +30,10 @@ needed+=(redis-sentinel)
 # prometheus: its promtool checks the real /metrics body in crates/c1m/tests/serve_metrics.rs.
 needed+=(prometheus)
 # python3-h2: an independent HTTP/2 client (into Debian's /usr/bin/python3) that
-# crates/c1m-proto/tests/h2_python.rs drives against the HTTP/2 codec over pipes.
-needed+=(python3-h2)
+# crates/c1m-proto/tests/h2_python.rs drives against the HTTP/2 codec over pipes, and
+# crates/c1m/tests/http2/*.py against the server; python3-wsproto: the WebSocket frame codec
+# of tests/http2/websocket.py (WebSocket over HTTP/2, serve_http2_websocket.rs).
+needed+=(python3-h2 python3-wsproto)
 missing=()
 for pkg in "${needed[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

@@ -33,6 +33,10 @@ pub fn error_body(code: u16, message: &str) -> String {
     serde_json::json!({"error": {"code": code, "message": message}}).to_string()
 }
 
+/// How long a worker waits for the master's answer to a call before it answers 503 itself; the
+/// master counts an answer that comes later as `late`, not `ok` (the client never saw it).
+pub const CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// Default `--api-max-body`: the largest request body a call takes.
 pub const DEFAULT_MAX_BODY: usize = 1024 * 1024;
 

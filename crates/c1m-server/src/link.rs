@@ -50,17 +50,34 @@ impl Link {
     /// frame), or at once past [`FLUSH_AT`] queued bytes. Fails when the peer is stuck (the
     /// backlog passed [`STUCK`]) or the socket broke.
     pub fn send(&mut self, frame: Vec<u8>) -> io::Result<()> {
+        self.check_stuck()?;
+        if self.outbuf.is_empty() {
+            self.outbuf = frame;
+        } else {
+            self.outbuf.extend_from_slice(&frame);
+        }
+        self.flush_when_full()
+    }
+
+    /// As [`Link::send`], for a frame that goes to several links (copied into the queue, no
+    /// clone of the frame per link).
+    pub fn send_slice(&mut self, frame: &[u8]) -> io::Result<()> {
+        self.check_stuck()?;
+        self.outbuf.extend_from_slice(frame);
+        self.flush_when_full()
+    }
+
+    fn check_stuck(&self) -> io::Result<()> {
         if self.backlog() > STUCK {
             return Err(io::Error::other(format!(
                 "peer stuck: {} bytes unread on the link",
                 self.backlog()
             )));
         }
-        if self.outbuf.is_empty() {
-            self.outbuf = frame;
-        } else {
-            self.outbuf.extend_from_slice(&frame);
-        }
+        Ok(())
+    }
+
+    fn flush_when_full(&mut self) -> io::Result<()> {
         if self.backlog() >= FLUSH_AT {
             self.flush()?;
         }

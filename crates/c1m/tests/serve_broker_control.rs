@@ -183,7 +183,8 @@ fn behind_sentinel_control_and_presence_cross_nodes() {
 
 /// A call the master cannot answer within 3 s (Redis stopped mid-call, so `history` waits on
 /// it) gets the API's JSON error shape with 503 and `Retry-After`, and is counted as
-/// `refused.api_timeouts`; once Redis is back, the same call answers.
+/// `refused.api_timeouts`; once Redis is back, the same call answers, and the first call's
+/// answer, which came after the 503, is counted `late` rather than `ok`.
 #[test]
 fn a_call_not_answered_in_3s_is_a_json_503() {
     let Some(redis) = Redis::start(&[]) else {
@@ -221,4 +222,52 @@ fn a_call_not_answered_in_3s_is_a_json_503() {
         |v| v["result"]["messages"][0]["data"] == "one",
     );
     assert_eq!(h["result"]["messages"].as_array().unwrap().len(), 1, "{h}");
+    let metrics = a.metrics();
+    let count = |outcome: &str| {
+        let series = format!("c1m_api_calls_total{{call=\"history\",outcome=\"{outcome}\"}} ");
+        let line = metrics.lines().find(|l| l.starts_with(&series));
+        line.unwrap_or_else(|| panic!("no {series} in {metrics}"))[series.len()..].to_string()
+    };
+    assert_eq!(count("late"), "1");
+    assert_ne!(count("ok"), "0");
+}
+
+/// Messages on c1m's pub/sub names that this build cannot read (a node of another version
+/// during a rolling upgrade, or another program publishing there) are counted in
+/// `broker.unreadable_messages` and ignored, never dropped silently; the node goes on
+/// delivering what it can read.
+#[test]
+fn unreadable_messages_from_other_nodes_are_counted_not_dropped_silently() {
+    let Some(redis) = Redis::start(&[]) else {
+        return;
+    };
+    let keys = Keys::new("broker-control-unreadable");
+    let a = node(&keys, &format!("redis://{}", redis.addr()));
+    let mut sse = Sse::connect(a.http, "/sub/news", "");
+    a.wait_status(|s| s["connections"]["sse"] == 1);
+    let garbage = [
+        ("c1m:0:control", "not json"),
+        (
+            "c1m:0:control",
+            r#"{"kind":"a-kind-from-a-newer-build","from":"x"}"#,
+        ),
+        (
+            "c1m:0:control",
+            r#"{"kind":"act","from":"x","call":"disconnect"}"#,
+        ),
+        ("c1m:0:presence", "X\nnode\nroom\n{}"),
+        ("c1m:0:p:news", "no id line"),
+    ];
+    for (name, message) in garbage {
+        redis.cli(&[], &["PUBLISH", name, message]);
+    }
+    let status = a.wait_status(|s| s["broker"]["unreadable_messages"] == garbage.len());
+    assert_eq!(status["broker"]["connected"], true, "{status}");
+    let metrics = a.metrics();
+    assert!(
+        metrics.contains("c1m_broker_unreadable_messages_total 5\n"),
+        "{metrics}"
+    );
+    a.publish("news", b"still delivered");
+    assert_eq!(sse.next().data, "still delivered");
 }

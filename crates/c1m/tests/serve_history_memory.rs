@@ -89,3 +89,51 @@ fn many_tiny_channels_keep_the_master_within_the_history_bound() {
         "master RSS grew {growth} B under a {BOUND} B history bound"
     );
 }
+
+/// Bytes a record of a freed channel's loss is charged (the hub's `RECORD_COST`).
+const RECORD_COST: u64 = 64;
+
+/// A channel whose history all expired is freed: nobody subscribed and nothing held, it
+/// leaves only a small record of what it lost, and the master gives the memory of a mass of
+/// such channels back to the kernel.
+#[test]
+fn channels_whose_history_expired_are_freed() {
+    let server = Server::start(&[
+        "--workers",
+        "1",
+        "--history-age",
+        "1s",
+        "--history-max-bytes",
+        "536870912",
+    ]);
+    let master = server.child.id();
+    publish_all(&server, (0..2_000).map(|i| format!("warm{i}")));
+    let before = rss(master);
+    publish_all(&server, (0..CHANNELS).map(|i| format!("gone{i:07}")));
+    let peak = rss(master);
+    // The once-a-second expiry pass empties every channel (figures every 250 ms).
+    let status = server.wait_status(|s| s["channels"] == 0);
+    let held = status["history_bytes"].as_u64().unwrap();
+    // Memory goes back to the allocator in the pass that freed it; read it after the next.
+    std::thread::sleep(Duration::from_millis(1_500));
+    let after = rss(master);
+    eprintln!(
+        "{CHANNELS} channels expired: history_bytes {held}, master RSS before {before}, \
+         peak {peak}, after {after}"
+    );
+    let total = (CHANNELS + 2_000) as u64;
+    assert!(
+        held <= total * RECORD_COST,
+        "history_bytes {held} after every channel expired: more than {RECORD_COST} B for \
+         each of {total} freed channels"
+    );
+    // What stays is the records (charged above) and the allocator's slack: at most twice
+    // the records' charge. (A freed channel that kept its name and map entry costs about
+    // four times a record.)
+    let kept = after.saturating_sub(before) as u64;
+    assert!(
+        kept <= 2 * total * RECORD_COST,
+        "master RSS {after} B after expiry, {before} B before publishing ({peak} B at the \
+         peak): {kept} B kept for {total} freed channels"
+    );
+}

@@ -27,7 +27,7 @@ fn wait_line(lines: &mut impl Iterator<Item = std::io::Result<String>>, want: &s
     seen
 }
 
-fn metric(body: &str, line_start: &str) -> u64 {
+pub(crate) fn metric(body: &str, line_start: &str) -> u64 {
     body.lines()
         .find_map(|l| l.strip_prefix(line_start)?.trim().parse().ok())
         .unwrap_or_else(|| panic!("no {line_start} in /metrics"))
@@ -187,7 +187,8 @@ fn curl_over_tls_negotiates_h2_and_receives_live_messages() {
     assert!(s["http2"]["connections"].as_u64() >= Some(2), "{s}");
 }
 
-/// python-h2 (Debian python3-h2) running tests/http2/client.py against the server.
+/// python-h2 (Debian python3-h2) running tests/http2/client.py (or another script there)
+/// against the server.
 pub(crate) struct PyClient {
     child: Child,
     out: BufReader<ChildStdout>,
@@ -195,7 +196,12 @@ pub(crate) struct PyClient {
 
 impl PyClient {
     pub(crate) fn start(port: u16, args: &[&str]) -> PyClient {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/http2/client.py");
+        PyClient::script("client.py", port, args)
+    }
+
+    /// tests/http2/`name` with its mode (`args[0]`), the port, then the mode's arguments.
+    pub(crate) fn script(name: &str, port: u16, args: &[&str]) -> PyClient {
+        let script = format!("{}/tests/http2/{name}", env!("CARGO_MANIFEST_DIR"));
         // Debian's interpreter: python3-h2 installs into its dist-packages.
         let mut child = Command::new("/usr/bin/python3")
             .arg(script)

@@ -122,6 +122,7 @@ impl Broker for MemoryBroker {
             kind: "memory",
             channels: self.hub.channel_count(),
             history_bytes: self.hub.history_bytes(),
+            history_freed_bytes: self.hub.freed_bytes(),
             connected: true,
             idempotent_replays: self.idempotent_replays,
             ..Default::default()

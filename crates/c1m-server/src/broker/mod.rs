@@ -111,6 +111,9 @@ pub struct BrokerStats {
     pub channels: usize,
     /// Bytes of history held in this process (0 for an external broker).
     pub history_bytes: usize,
+    /// Bytes of history this process has freed since it started (expired, evicted, channels
+    /// freed), as charged: the master hands freed heap back to the kernel after a large drop.
+    pub history_freed_bytes: u64,
     /// The broker can be reached now (always true for memory).
     pub connected: bool,
     /// Times the connection to the broker was (re)established after the first.
@@ -134,6 +137,10 @@ pub struct BrokerStats {
     /// Pub/sub connections dropped because they went silent (a PING unanswered for 5 s after
     /// 2 s of silence): a Redis that vanished without closing the socket.
     pub pubsub_dead_links: u64,
+    /// Messages from other nodes this build could not read (channel messages, join/leave
+    /// events, control messages): a node of another c1m version, or another program
+    /// publishing on c1m's names. Each is logged (rate-limited) and ignored.
+    pub unreadable_messages: u64,
     /// Channels subscribed again after their live subscription was lost (pub/sub connection
     /// lost or dead, or under Redis Cluster their slot moved), each caught up from history.
     pub resubscribes: u64,
@@ -289,7 +296,8 @@ pub struct HistoryExport {
     pub last_id: u64,
     /// The hub's first id minus one: ids up to here come from an earlier run.
     pub forgotten_through: u64,
-    /// Every channel the hub tracks, with its history (empty for a channel that lost all).
+    /// Every channel the hub tracks, with its history, and the records of channels freed when
+    /// they lost all (no messages; see the hub's doc for how a record is named).
     pub channels: Vec<c1m_proto::handover::ChannelHistory>,
     /// (bucket, highest id) of the buckets of forgotten channels that are not 0.
     pub lost_buckets: Vec<(u32, u64)>,

@@ -10,11 +10,13 @@
 //! channels are bounded as well as a few large ones.
 //!
 //! A gap is reported only for messages the hub had and no longer holds (`gap_through`, the
-//! one rule every broker uses): a channel that lost all its history keeps a small record of what
-//! it lost until the byte bound needs the room; then what it lost is folded into one of
-//! [`LOST_BUCKETS`] buckets by a hash of its name, so a channel the hub no longer tracks is told
-//! about a gap when its bucket says it may have lost something (never a silent loss; rarely a
-//! false gap, and only under memory pressure).
+//! one rule every broker uses). A channel that lost all its history (by age, or to the byte
+//! bound) is freed at once, name and all: what it lost stays behind as a 16-byte record keyed
+//! by a 64-bit hash of its name ([`RECORD_COST`] charged) until the byte bound needs the
+//! room; then what it lost is folded into one of [`LOST_BUCKETS`] buckets by the same hash, so
+//! a channel the hub no longer tracks is told about a gap when its bucket says it may have
+//! lost something (never a silent loss; rarely a false gap, and only under memory pressure or
+//! when two names share a hash).
 //! A resume is answered in chunks of a byte budget (`ReplayChunk::more`), so no replay makes
 //! an ipc frame or a socket queue larger than one chunk.
 //!
@@ -22,6 +24,26 @@
 //! docs/PROTOCOL.md): monotonic per channel, and never reused across restarts, so a client that
 //! resumes against a restarted server is told about a gap instead of being replayed the wrong
 //! messages.
+//!
+//! # What one channel costs in the master
+//!
+//! (64-bit build; measured by `tests::measure_channel_cost`, and charged against
+//! `--history-max-bytes` by the same constants.)
+//! - **With history** of N messages of S bytes: `CHANNEL_OVERHEAD + name + N × (S +
+//!   STORED_OVERHEAD)`, i.e. 224 + name + N × (S + 64) bytes (the map entry, the name's `Rc`,
+//!   the ring, each message's `Rc` and its place in the eviction queue).
+//! - **Without history** (every message expired or evicted): the channel is freed; a record
+//!   of what it lost costs [`RECORD_COST`] (64 B: a hash-map slot and an eviction-queue entry),
+//!   whatever its name, until the byte bound folds it into its bucket (then 0).
+//! - **Never published**: nothing here, whoever subscribes.
+//! - **Subscribers** cost the master nothing in this store; the master's routing keeps, per
+//!   channel with subscribers on this node, the workers that have them and their counts (two
+//!   map entries of about 120 B each with the name), freed when the last subscriber leaves.
+//!   Each worker's own cost per channel is in the worker's `channels` module.
+//!
+//! Maps and queues give memory back: once they hold under a quarter of their capacity (after
+//! a mass expiry, say), the expiry pass shrinks them, so a million channels that came and went
+//! do not keep a million channels' tables.
 
 use crate::broker::Replay;
 use crate::broker::{gap_through, HistoryExport, ReplayChunk};
@@ -44,17 +66,54 @@ pub const STORED_OVERHEAD: usize = 64;
 /// the name 12 B, so 205 B are the channel's (140 B just before the growth); rounded up.
 pub const CHANNEL_OVERHEAD: usize = 224;
 
+/// Bytes charged per record of a freed channel's loss: its slot in the record map (hash and
+/// id, 16 B, plus a control byte, at a load factor as low as 7/16 just after a growth) and its
+/// entry in the eviction queue (16 B, up to twice that in the queue's slack).
+pub const RECORD_COST: usize = 64;
+
 /// How many buckets remember what forgotten channels lost (8 bytes each).
 pub const LOST_BUCKETS: usize = 4096;
 
-/// The bucket of a channel name: FNV-1a, stable across builds so a live upgrade keeps it.
-fn lost_bucket(name: &str) -> usize {
+/// A record's name in a live upgrade's export: the record has no name any more, only its
+/// hash, written in hex after this prefix. No channel name can hold a NUL, so it names no
+/// channel; an older binary that takes it keeps it as a channel that lost everything, which
+/// nothing can publish to or resume.
+const RECORD_EXPORT_PREFIX: &str = "\0record:";
+
+/// A 64-bit FNV-1a hash of a channel name, stable across builds so a live upgrade keeps what
+/// records and buckets mean.
+fn name_hash(name: &str) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in name.bytes() {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
-    (h % LOST_BUCKETS as u64) as usize
+    h
+}
+
+/// The bucket of a channel name's hash.
+fn lost_bucket_of(hash: u64) -> usize {
+    (hash % LOST_BUCKETS as u64) as usize
+}
+
+/// The bucket of a channel name.
+#[cfg(test)]
+fn lost_bucket(name: &str) -> usize {
+    lost_bucket_of(name_hash(name))
+}
+
+/// Gives a map's memory back once it holds under a quarter of its capacity (the floor keeps
+/// small maps from being resized back and forth).
+fn shrink_map<K: std::hash::Hash + Eq, V>(map: &mut HashMap<K, V>) {
+    if map.capacity() > 4 * map.len().max(1024) {
+        map.shrink_to(2 * map.len());
+    }
+}
+
+fn shrink_queue<T>(queue: &mut VecDeque<T>) {
+    if queue.capacity() > 4 * queue.len().max(1024) {
+        queue.shrink_to(2 * queue.len());
+    }
 }
 
 struct Stored {
@@ -63,6 +122,7 @@ struct Stored {
     payload: Rc<[u8]>,
 }
 
+/// A channel with history (one whose history empties is freed and leaves a record).
 struct Channel {
     history: VecDeque<Stored>,
     /// Highest id of this channel that history no longer holds (0: none lost).
@@ -75,26 +135,51 @@ struct Channel {
     ns: u16,
 }
 
-/// The byte count and the records of channels whose history is empty.
+/// The byte count and the records of freed channels.
 #[derive(Default)]
 struct Books {
     bytes: usize,
+    /// Bytes freed so far (as charged), for the master's trim of the heap.
+    freed: u64,
     stored: usize,
-    /// Channels whose history is empty (kept only to report what they lost).
-    records: usize,
-    /// (channel, its lost-through) as each became a record, oldest first; an entry whose
-    /// channel got history again or was dropped is skipped when it reaches the front.
-    emptied: VecDeque<(Rc<str>, u64)>,
+    /// Name hash → highest id lost, for channels freed when their history emptied.
+    records: HashMap<u64, u64>,
+    /// (name hash, its lost-through) as each record was made, oldest first; an entry whose
+    /// record was taken back by a publish, or replaced, is skipped when it reaches the front.
+    emptied: VecDeque<(u64, u64)>,
 }
 
+impl Books {
+    /// Frees-side bookkeeping of a channel whose history emptied: its cost goes, a record of
+    /// what it lost comes.
+    fn forget(&mut self, name: &str, lost: u64) {
+        self.bytes -= MemoryHub::channel_cost(name);
+        self.freed += MemoryHub::channel_cost(name) as u64;
+        let hash = name_hash(name);
+        let slot = self.records.entry(hash).or_insert_with(|| {
+            self.bytes += RECORD_COST;
+            0
+        });
+        *slot = (*slot).max(lost);
+        self.emptied.push_back((hash, *slot));
+    }
+
+    /// Takes back the record of a channel that is made again: what it had lost.
+    fn take_record(&mut self, name: &str) -> Option<u64> {
+        let lost = self.records.remove(&name_hash(name))?;
+        self.bytes -= RECORD_COST;
+        Some(lost)
+    }
+}
 /// The in-process hub used by the master.
 pub struct MemoryHub {
+    /// Channels with history; a channel whose history empties is removed (a record stays).
     channels: HashMap<Rc<str>, Channel>,
     /// Every stored message in publish order, for eviction by bytes. Entries whose message
     /// already left by count or age are skipped when they reach the front.
     order: VecDeque<(Rc<str>, u64)>,
     books: Books,
-    /// What channels no longer tracked lost, by [`lost_bucket`] of their name.
+    /// What channels no longer tracked lost, by [`lost_bucket_of`] of their name's hash.
     lost: Box<[u64]>,
     last_id: u64,
     /// The first id of this hub (kept across live upgrades).
@@ -135,9 +220,10 @@ impl MemoryHub {
     }
 
     /// Ids and history for a live upgrade: each message with its age, so the new process
-    /// expires it when this one would have.
+    /// expires it when this one would have. Records go as channels without messages, named
+    /// by [`RECORD_EXPORT_PREFIX`] and their hash.
     pub fn export(&self, now: Instant) -> HistoryExport {
-        let channels = self
+        let mut channels: Vec<_> = self
             .channels
             .iter()
             .map(|(name, ch)| c1m_proto::handover::ChannelHistory {
@@ -153,6 +239,13 @@ impl MemoryHub {
                     .collect(),
             })
             .collect();
+        channels.extend(self.books.records.iter().map(|(hash, &lost)| {
+            c1m_proto::handover::ChannelHistory {
+                name: format!("{RECORD_EXPORT_PREFIX}{hash:016x}"),
+                forgotten_through: lost,
+                messages: Vec::new(),
+            }
+        }));
         let lost_buckets = self
             .lost
             .iter()
@@ -169,7 +262,8 @@ impl MemoryHub {
     }
 
     /// Rebuilds what [`MemoryHub::export`] gave (the new process of a live upgrade); ids go on
-    /// from `last_id`, and the bounds of this hub apply from here on.
+    /// from `last_id`, and the bounds of this hub apply from here on. A channel without
+    /// messages (a record, or an older binary's channel that lost everything) becomes a record.
     pub fn import(&mut self, history: HistoryExport, now: Instant) {
         self.channels.clear();
         self.order.clear();
@@ -185,6 +279,20 @@ impl MemoryHub {
         let mut order = Vec::new();
         let mut emptied = Vec::new();
         for ch in history.channels {
+            if ch.messages.is_empty() {
+                let hash = ch
+                    .name
+                    .strip_prefix(RECORD_EXPORT_PREFIX)
+                    .and_then(|hex| u64::from_str_radix(hex, 16).ok())
+                    .unwrap_or_else(|| name_hash(&ch.name));
+                let slot = self.books.records.entry(hash).or_insert_with(|| {
+                    self.books.bytes += RECORD_COST;
+                    0
+                });
+                *slot = (*slot).max(ch.forgotten_through);
+                emptied.push((*slot, hash));
+                continue;
+            }
             let name: Rc<str> = Rc::from(ch.name.as_str());
             self.books.bytes += MemoryHub::channel_cost(&name);
             let mut history = VecDeque::with_capacity(ch.messages.len());
@@ -203,10 +311,6 @@ impl MemoryHub {
                     payload: Rc::from(payload),
                 });
             }
-            if history.is_empty() {
-                self.books.records += 1;
-                emptied.push((ch.forgotten_through, name.clone()));
-            }
             let ns = self.ns.index_of(&name);
             self.channels.insert(
                 name,
@@ -221,7 +325,7 @@ impl MemoryHub {
         order.sort_unstable_by_key(|(id, _)| *id);
         self.order = order.into_iter().map(|(id, name)| (name, id)).collect();
         emptied.sort_unstable_by_key(|(id, _)| *id);
-        self.books.emptied = emptied.into_iter().map(|(id, name)| (name, id)).collect();
+        self.books.emptied = emptied.into_iter().map(|(id, hash)| (hash, id)).collect();
         self.evict_to_budget();
     }
 
@@ -245,20 +349,21 @@ impl MemoryHub {
         self.max_bytes = max_bytes;
         for (name, ch) in self.channels.iter_mut() {
             ch.ns = self.ns.index_of(name);
-            MemoryHub::trim(name, ch, &self.ns, &mut self.books);
+            MemoryHub::trim(ch, &self.ns, &mut self.books);
         }
         self.evict_to_budget();
     }
 
     /// Drops a channel's oldest messages past its namespace's count and byte bounds; the
-    /// newest message always stays (checks make every byte bound hold one message).
-    fn trim(name: &Rc<str>, ch: &mut Channel, ns: &Namespaces, books: &mut Books) {
+    /// newest message always stays (checks make every byte bound hold one message), so the
+    /// channel keeps history.
+    fn trim(ch: &mut Channel, ns: &Namespaces, books: &mut Books) {
         let limits = ns.get(ch.ns);
         let max_count = limits.history_size.max(1);
         while ch.history.len() > max_count
             || (ch.history.len() > 1 && ch.bytes > limits.history_max_bytes)
         {
-            MemoryHub::pop_oldest(name, ch, books);
+            MemoryHub::pop_oldest(ch, books);
         }
     }
 
@@ -271,41 +376,38 @@ impl MemoryHub {
         name.len() + CHANNEL_OVERHEAD
     }
 
-    /// Drops the oldest message of `ch`, remembering that ids up to it are gone; a channel
-    /// left without history becomes a record (its buffer freed).
-    fn pop_oldest(name: &Rc<str>, ch: &mut Channel, books: &mut Books) {
+    /// Drops the oldest message of `ch`, remembering that ids up to it are gone. A channel
+    /// left without history must then be freed by the caller ([`Books::forget`]).
+    fn pop_oldest(ch: &mut Channel, books: &mut Books) {
         if let Some(old) = ch.history.pop_front() {
             ch.lost_through = old.id;
             ch.bytes -= MemoryHub::cost(&old.payload);
             books.bytes -= MemoryHub::cost(&old.payload);
+            books.freed += MemoryHub::cost(&old.payload) as u64;
             books.stored -= 1;
-            if ch.history.is_empty() {
-                ch.history = VecDeque::new();
-                books.records += 1;
-                books.emptied.push_back((name.clone(), old.id));
-            }
         }
     }
 
-    fn expire_channel(
-        name: &Rc<str>,
-        ch: &mut Channel,
-        now: Instant,
-        ns: &Namespaces,
-        books: &mut Books,
-    ) {
+    /// Drops the channel's messages older than its namespace's age bound; true when none is
+    /// left (the caller frees the channel).
+    fn expire_channel(ch: &mut Channel, now: Instant, ns: &Namespaces, books: &mut Books) -> bool {
         let max_age = ns.get(ch.ns).history_age;
         while let Some(front) = ch.history.front() {
             if now.duration_since(front.at) < max_age {
                 break;
             }
-            MemoryHub::pop_oldest(name, ch, books);
+            MemoryHub::pop_oldest(ch, books);
         }
+        ch.history.is_empty()
     }
 
-    /// What a channel the hub does not track may have lost.
+    /// What a channel the hub does not track may have lost: its record, else its bucket.
     fn lost_of_unknown(&self, name: &str) -> u64 {
-        self.lost[lost_bucket(name)]
+        let hash = name_hash(name);
+        match self.books.records.get(&hash) {
+            Some(&lost) => lost,
+            None => self.lost[lost_bucket_of(hash)],
+        }
     }
 
     /// Drops the oldest information until history fits its byte bound: the oldest message
@@ -321,34 +423,34 @@ impl MemoryHub {
                     let Some((name, id)) = self.order.pop_front() else {
                         break;
                     };
-                    if let Some((key, ch)) = self.channels.get_key_value(&name) {
-                        let key = key.clone();
-                        if ch.history.front().is_some_and(|s| s.id == id) {
-                            let ch = self.channels.get_mut(&name).expect("just found");
-                            MemoryHub::pop_oldest(&key, ch, &mut self.books);
+                    let Some(ch) = self.channels.get_mut(&name) else {
+                        continue;
+                    };
+                    if ch.history.front().is_some_and(|s| s.id == id) {
+                        MemoryHub::pop_oldest(ch, &mut self.books);
+                        if ch.history.is_empty() {
+                            let lost = ch.lost_through;
+                            self.channels.remove(&name);
+                            self.books.forget(&name, lost);
                         }
                     }
                 }
                 _ => {
-                    let Some((name, lost)) = self.books.emptied.pop_front() else {
+                    let Some((hash, lost)) = self.books.emptied.pop_front() else {
                         break;
                     };
-                    let is_record = self
-                        .channels
-                        .get(&name)
-                        .is_some_and(|ch| ch.history.is_empty() && ch.lost_through == lost);
-                    if is_record {
-                        self.channels.remove(&name);
-                        self.books.records -= 1;
-                        self.books.bytes -= MemoryHub::channel_cost(&name);
-                        let bucket = &mut self.lost[lost_bucket(&name)];
+                    if self.books.records.get(&hash) == Some(&lost) {
+                        self.books.records.remove(&hash);
+                        self.books.bytes -= RECORD_COST;
+                        self.books.freed += RECORD_COST as u64;
+                        let bucket = &mut self.lost[lost_bucket_of(hash)];
                         *bucket = (*bucket).max(lost);
                     }
                 }
             }
         }
         // Entries of messages that left by count or age would otherwise pile up in `order`,
-        // and entries of records that got history again in `emptied`.
+        // and entries of records taken back or replaced in `emptied`.
         if self.order.len() > 2 * self.books.stored + 1024 {
             let channels = &self.channels;
             self.order.retain(|(name, id)| {
@@ -357,13 +459,11 @@ impl MemoryHub {
                     .is_some_and(|ch| ch.history.front().is_some_and(|s| s.id <= *id))
             });
         }
-        if self.books.emptied.len() > 2 * self.books.records + 1024 {
-            let channels = &self.channels;
-            self.books.emptied.retain(|(name, lost)| {
-                channels
-                    .get(name)
-                    .is_some_and(|ch| ch.history.is_empty() && ch.lost_through == *lost)
-            });
+        if self.books.emptied.len() > 2 * self.books.records.len() + 1024 {
+            let records = &self.books.records;
+            self.books
+                .emptied
+                .retain(|(hash, lost)| records.get(hash) == Some(lost));
         }
     }
 
@@ -372,17 +472,14 @@ impl MemoryHub {
         self.last_id += 1;
         let id = self.last_id;
         let name: Rc<str> = match self.channels.get_key_value(channel) {
-            Some((name, ch)) => {
-                if ch.history.is_empty() {
-                    // A record gets history again.
-                    self.books.records -= 1;
-                }
-                name.clone()
-            }
+            Some((name, _)) => name.clone(),
             None => {
-                // A channel met for the first time (or again after its record was dropped):
-                // it may have lost what its bucket says.
-                let lost_through = self.lost_of_unknown(channel);
+                // A channel met for the first time (or again after it was freed): it may have
+                // lost what its record, or else its bucket, says.
+                let lost_through = self
+                    .books
+                    .take_record(channel)
+                    .unwrap_or_else(|| self.lost[lost_bucket_of(name_hash(channel))]);
                 let name: Rc<str> = Rc::from(channel);
                 self.books.bytes += MemoryHub::channel_cost(&name);
                 self.channels.insert(
@@ -407,8 +504,8 @@ impl MemoryHub {
             at: now,
             payload,
         });
-        // After the push, so the count and byte bounds never empty the channel into a record.
-        MemoryHub::trim(&name, ch, &self.ns, &mut self.books);
+        // After the push, so the count and byte bounds never empty the channel.
+        MemoryHub::trim(ch, &self.ns, &mut self.books);
         self.order.push_back((name, id));
         self.evict_to_budget();
         id
@@ -427,12 +524,15 @@ impl MemoryHub {
         let mut out = Vec::new();
         let mut messages: Vec<(u64, &str, &Rc<[u8]>)> = Vec::new();
         for name in channels {
-            let lost = match self.channels.get_key_value(name.as_str()) {
-                Some((key, _)) => {
-                    let key = key.clone();
-                    let ch = self.channels.get_mut(&key).expect("just found");
-                    MemoryHub::expire_channel(&key, ch, now, &self.ns, &mut self.books);
-                    ch.lost_through
+            let lost = match self.channels.get_mut(name.as_str()) {
+                Some(ch) => {
+                    let emptied = MemoryHub::expire_channel(ch, now, &self.ns, &mut self.books);
+                    let lost = ch.lost_through;
+                    if emptied {
+                        self.channels.remove(name.as_str());
+                        self.books.forget(name, lost);
+                    }
+                    lost
                 }
                 None => self.lost_of_unknown(name),
             };
@@ -482,20 +582,42 @@ impl MemoryHub {
         self.last_id
     }
 
-    /// Drops history older than the age bound.
+    /// Drops history older than the age bound, frees the channels it emptied, and gives
+    /// memory back from tables that emptied out.
     pub fn expire(&mut self, now: Instant) {
-        for (name, ch) in self.channels.iter_mut() {
-            MemoryHub::expire_channel(name, ch, now, &self.ns, &mut self.books);
-        }
+        let (ns, books) = (&self.ns, &mut self.books);
+        self.channels.retain(|name, ch| {
+            if MemoryHub::expire_channel(ch, now, ns, books) {
+                books.forget(name, ch.lost_through);
+                return false;
+            }
+            true
+        });
         self.evict_to_budget();
+        shrink_map(&mut self.channels);
+        shrink_map(&mut self.books.records);
+        shrink_queue(&mut self.order);
+        shrink_queue(&mut self.books.emptied);
     }
 
     /// Channels with history held.
     pub fn channel_count(&self) -> usize {
-        self.channels.len() - self.books.records
+        self.channels.len()
     }
 
-    /// Bytes of history held: payloads, a fixed cost per message and a cost per channel.
+    /// Records of freed channels' losses held (not yet folded into buckets).
+    #[cfg(test)]
+    pub fn record_count(&self) -> usize {
+        self.books.records.len()
+    }
+
+    /// Bytes of history freed since the hub started, as charged.
+    pub fn freed_bytes(&self) -> u64 {
+        self.books.freed
+    }
+
+    /// Bytes of history held: payloads, a fixed cost per message and per channel, and the
+    /// records of freed channels.
     pub fn history_bytes(&self) -> usize {
         self.books.bytes
     }

@@ -279,8 +279,10 @@ fn channels_that_lost_everything_are_records_until_the_bound_needs_the_room() {
     h.publish("gone", Rc::from(&b"x"[..]), now); // 100
     h.expire(t1);
     assert_eq!(h.channel_count(), 0);
-    // The record still says what was lost; it costs its channel's bytes.
-    assert_eq!(h.history_bytes(), MemoryHub::channel_cost("gone"));
+    // The channel is freed; its record still says what was lost, for a fixed cost.
+    assert_eq!(h.channels.len(), 0);
+    assert_eq!(h.record_count(), 1);
+    assert_eq!(h.history_bytes(), RECORD_COST);
     assert!(matches!(
         h.replay(&["gone".into()], 0, ALL, t1).items[0],
         Replay::Gap { through: 100, .. }
@@ -310,7 +312,7 @@ fn channels_that_lost_everything_are_records_until_the_bound_needs_the_room() {
         .unwrap();
     assert!(small.replay(&[untouched], 0, ALL, now).items.is_empty());
     // Records and their queue stay bounded too.
-    assert!(small.books.emptied.len() <= 2 * small.books.records + 1024 + 1);
+    assert!(small.books.emptied.len() <= 2 * small.books.records.len() + 1024 + 1);
 
     // A live upgrade keeps records and buckets.
     let mut next = MemoryHub::starting_at(1, 10, Duration::from_secs(60), 10 * each);
@@ -321,6 +323,104 @@ fn channels_that_lost_everything_are_records_until_the_bound_needs_the_room() {
         next.replay(&["c00000".into()], 0, ALL, now).items[0],
         small.replay(&["c00000".into()], 0, ALL, now).items[0]
     );
+}
+
+/// A channel whose history all expired is freed, name and all, whether or not anyone
+/// resumes it, and the tables that held a mass of such channels give their memory back.
+#[test]
+fn channels_whose_history_expired_are_freed_and_their_tables_shrink() {
+    let now = Instant::now();
+    let later = now + Duration::from_secs(2);
+    let mut h = MemoryHub::starting_at(100, 10, Duration::from_secs(1), usize::MAX);
+    let n = 50_000;
+    for i in 0..n {
+        h.publish(&format!("chan{i:06}"), Rc::from(&b"x"[..]), now);
+    }
+    let peak = h.channels.capacity();
+    assert!(peak >= n);
+    h.expire(later);
+    assert_eq!(h.channel_count(), 0);
+    assert_eq!(h.record_count(), n);
+    assert_eq!(h.history_bytes(), n * RECORD_COST);
+    assert!(h.channels.capacity() < 4096, "{}", h.channels.capacity());
+    assert!(h.order.capacity() < 4096, "{}", h.order.capacity());
+    // Each freed channel still reports exactly what it lost, and no more.
+    let last = 100 + n as u64 - 1;
+    let r = h.replay(&["chan049999".into()], last, ALL, later).items;
+    assert!(r.is_empty(), "{r:?}");
+    let r = h.replay(&["chan049999".into()], last - 1, ALL, later).items;
+    assert!(
+        matches!(r[0], Replay::Gap { through, .. } if through == last),
+        "{r:?}"
+    );
+    // Published again, a freed channel takes its record back.
+    h.publish("chan000000", Rc::from(&b"y"[..]), later);
+    assert_eq!(h.record_count(), n - 1);
+    // Under a smaller byte bound the records fold into their buckets, and the record map
+    // shrinks with them.
+    let bound = 100 * RECORD_COST + 4096;
+    h.set_limits(10, Duration::from_secs(1), bound);
+    assert!(h.history_bytes() <= bound);
+    assert!(
+        h.record_count() <= bound / RECORD_COST,
+        "{}",
+        h.record_count()
+    );
+    h.expire(later);
+    assert!(
+        h.books.records.capacity() < 4096,
+        "{}",
+        h.books.records.capacity()
+    );
+    assert!(
+        h.books.emptied.capacity() < 8192,
+        "{}",
+        h.books.emptied.capacity()
+    );
+    let r = h.replay(&["chan000001".into()], 100, ALL, later).items;
+    assert!(matches!(r[0], Replay::Gap { .. }), "{r:?}");
+}
+
+/// A live upgrade carries records, both to a binary that knows them and from an older one
+/// that exported a channel without messages by its name.
+#[test]
+fn records_survive_a_live_upgrade() {
+    let now = Instant::now();
+    let later = now + Duration::from_secs(2);
+    let mut old = MemoryHub::starting_at(100, 10, Duration::from_secs(1), usize::MAX);
+    old.publish("a", Rc::from(&b"x"[..]), now); // 100
+    old.publish("b", Rc::from(&b"x"[..]), now); // 101
+    old.expire(later);
+    old.publish("c", Rc::from(&b"x"[..]), later); // 102
+    let export = old.export(later);
+    let mut new = MemoryHub::starting_at(1, 10, Duration::from_secs(1), usize::MAX);
+    new.import(export.clone(), later);
+    assert_eq!(new.record_count(), 2);
+    assert_eq!(new.history_bytes(), old.history_bytes());
+    for (ch, after) in [("a", 99), ("a", 100), ("b", 100), ("b", 101), ("c", 0)] {
+        let names = [ch.to_string()];
+        assert_eq!(
+            new.replay(&names, after, ALL, later),
+            old.replay(&names, after, ALL, later),
+            "{ch} after {after}"
+        );
+    }
+    // An older binary's export names the channel that lost everything.
+    let mut older = export;
+    older
+        .channels
+        .retain(|c| !c.name.starts_with(RECORD_EXPORT_PREFIX));
+    older.channels.push(c1m_proto::handover::ChannelHistory {
+        name: "a".into(),
+        forgotten_through: 100,
+        messages: Vec::new(),
+    });
+    let mut new = MemoryHub::starting_at(1, 10, Duration::from_secs(1), usize::MAX);
+    new.import(older, later);
+    assert_eq!(new.channel_count(), 1);
+    assert_eq!(new.record_count(), 1);
+    let r = new.replay(&["a".into()], 99, ALL, later).items;
+    assert!(matches!(r[0], Replay::Gap { through: 100, .. }), "{r:?}");
 }
 
 /// How [`CHANNEL_OVERHEAD`] was measured: the RSS growth of many one-message channels.

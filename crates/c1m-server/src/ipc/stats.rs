@@ -140,6 +140,8 @@ wire_struct! {
         pub conns_other: u64,
         /// Connections whose token named a user (`sub`), of the ones above.
         pub conns_with_user: u64,
+        /// WebSocket streams over HTTP/2 open now, of `conns_ws`.
+        pub conns_ws_http2: u64,
         pub delivered: u64,
         pub dropped: u64,
         /// WebSocket client data messages ignored (client publish off).
@@ -205,6 +207,11 @@ counters! {
         pub streams: u64,
         /// Streams reset because their DATA could not be queued (a slow consumer).
         pub slow_streams: u64,
+        /// WebSocket streams opened by an extended CONNECT (RFC 8441).
+        pub websocket_streams: u64,
+        /// CONNECT requests refused (no `:protocol`, another protocol, a path with no
+        /// WebSocket).
+        pub connect_refused: u64,
         /// GOAWAY(ENHANCE_YOUR_CALM): too many peer resets per second (rapid reset).
         pub rapid_reset: u64,
         /// GOAWAY(ENHANCE_YOUR_CALM): a header block over the byte or CONTINUATION cap.

@@ -140,6 +140,14 @@ pub enum ToWorker {
 }
 
 impl ToWorker {
+    /// A `Message` frame from borrowed parts: the master encodes each message once, straight
+    /// from the broker's shared payload, for every worker it goes to.
+    pub fn message_frame(channel: &str, id: u64, payload: &[u8], published_us: u64) -> Vec<u8> {
+        frame(Tag::Message as u8, |w| {
+            w.str(channel).u64(id).bytes(payload).u64(published_us);
+        })
+    }
+
     /// The whole frame: length prefix, tag, fields.
     pub fn encode(&self) -> Vec<u8> {
         match self {
@@ -148,9 +156,7 @@ impl ToWorker {
                 id,
                 payload,
                 published_us,
-            } => frame(Tag::Message as u8, |w| {
-                w.str(channel).u64(*id).bytes(payload).u64(*published_us);
-            }),
+            } => ToWorker::message_frame(channel, *id, payload, *published_us),
             ToWorker::Published { req, channel, id } => frame(Tag::Published as u8, |w| {
                 w.u64(*req).str(channel).u64(*id);
             }),

@@ -12,7 +12,7 @@
 //! (a bad item gets its error in its result, the others are published).
 
 use super::Master;
-use crate::api::{error_body, label, CALLS};
+use crate::api::{error_body, label, CALLS, CALL_TIMEOUT};
 use crate::broker::{HistoryPage, Req};
 use crate::conn_id::ConnId;
 use crate::ipc::{Action, Target, ToWorker, UserAct};
@@ -49,6 +49,29 @@ fn bad(message: impl Into<String>) -> ApiError {
     ApiError {
         status: 400,
         message: message.into(),
+    }
+}
+
+/// How a call ended, the `outcome` label of `c1m_api_calls_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Outcome {
+    /// Answered 200 in time.
+    Ok,
+    /// Answered with an error status in time.
+    Error,
+    /// Answered after the worker had given up and told the client 503 (`refused.api_timeouts`).
+    Late,
+}
+
+impl Outcome {
+    const ALL: [Outcome; 3] = [Outcome::Ok, Outcome::Error, Outcome::Late];
+
+    fn label(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Error => "error",
+            Outcome::Late => "late",
+        }
     }
 }
 
@@ -95,10 +118,17 @@ enum Op {
 pub struct Api {
     next_op: u64,
     ops: HashMap<u64, Op>,
-    /// Calls answered, by (call, ok).
-    counted: BTreeMap<(&'static str, bool), u64>,
+    /// Calls answered, by (call, outcome).
+    counted: BTreeMap<(&'static str, Outcome), u64>,
+    /// When each call a worker waits for arrived, by (worker, token): an answer past
+    /// [`CALL_TIMEOUT`] is counted `late`, since the worker has already answered 503.
+    started: HashMap<(usize, u64), Instant>,
     /// This node's name in `info` and in control messages.
     pub node: String,
+    /// Control messages from other nodes this build could not read (counted with the
+    /// broker's unreadable messages).
+    pub unreadable_control: u64,
+    unreadable_log: crate::log::Limited,
 }
 
 impl Api {
@@ -110,6 +140,9 @@ impl Api {
             next_op: 1,
             ops: HashMap::new(),
             counted: BTreeMap::new(),
+            started: HashMap::new(),
+            unreadable_control: 0,
+            unreadable_log: crate::log::Limited::every(crate::log::REFUSAL_SUMMARY_EVERY),
             node: format!("{host}:{}", std::process::id()),
         }
     }
@@ -120,8 +153,8 @@ impl Api {
         op
     }
 
-    pub fn count(&mut self, call: &str, ok: bool) {
-        *self.counted.entry((label(call), ok)).or_default() += 1;
+    pub fn count(&mut self, call: &str, outcome: Outcome) {
+        *self.counted.entry((label(call), outcome)).or_default() += 1;
     }
 
     /// `c1m_api_calls_total` for `/metrics`: every call with both outcomes, so a rate over
@@ -132,8 +165,9 @@ impl Api {
              # TYPE c1m_api_calls_total counter\n",
         );
         for call in CALLS.iter().copied().chain(["unknown"]) {
-            for (ok, outcome) in [(true, "ok"), (false, "error")] {
-                let n = self.counted.get(&(call, ok)).copied().unwrap_or(0);
+            for outcome in Outcome::ALL {
+                let n = self.counted.get(&(call, outcome)).copied().unwrap_or(0);
+                let outcome = outcome.label();
                 out.push_str(&format!(
                     "c1m_api_calls_total{{call=\"{call}\",outcome=\"{outcome}\"}} {n}\n"
                 ));
@@ -313,6 +347,7 @@ impl Master {
     pub(super) fn on_api(&mut self, i: usize, token: u64, call: &str, body: &[u8], ndjson: bool) {
         let req = Req { worker: i, token };
         let call = label(call);
+        self.api.started.insert((i, token), Instant::now());
         if let Err(e) = self.api_start(req, call, body, ndjson) {
             self.api_answer(req, call, Err(e));
         }
@@ -324,7 +359,13 @@ impl Master {
             Ok(v) => (200, json!({ "result": v }).to_string()),
             Err(e) => (e.status, error_body(e.status, &e.message)),
         };
-        self.api.count(call, status == 200);
+        let started = self.api.started.remove(&(req.worker, req.token));
+        let outcome = match started {
+            Some(t) if t.elapsed() >= CALL_TIMEOUT => Outcome::Late,
+            _ if status == 200 => Outcome::Ok,
+            _ => Outcome::Error,
+        };
+        self.api.count(call, outcome);
         if req.worker < self.slots.len() {
             let answer = ToWorker::ApiAnswer {
                 req: req.token,
@@ -717,6 +758,13 @@ impl Master {
         }
     }
 
+    /// Once a second: a call whose answer never comes (its broker request lost with a dead
+    /// link) must not keep its start time for ever; long past the worker's 503 nobody reads it.
+    pub(super) fn api_forget_stale(&mut self, now: Instant) {
+        let forget = now.checked_sub(CALL_TIMEOUT * 20).unwrap_or(now);
+        self.api.started.retain(|_, t| *t > forget);
+    }
+
     /// Answers call `op` with what it has.
     fn api_finish(&mut self, op: u64) {
         let Some(done) = self.api.ops.remove(&op) else {
@@ -812,20 +860,26 @@ impl Master {
     }
 
     /// This node's channels with local subscribers, by name after `cursor`, at most `limit`
-    /// (and whether there are more).
+    /// (and whether there are more): a range of the ordered counts, so a page costs its own
+    /// length, however many channels the node has.
     fn api_local_channels(&self, prefix: &str, cursor: &str, limit: usize) -> Value {
-        let mut names: Vec<&String> = self
+        use std::ops::Bound;
+        let start = if cursor >= prefix {
+            Bound::Excluded(cursor)
+        } else {
+            Bound::Included(prefix)
+        };
+        let mut names = self
             .counts
-            .keys()
-            .filter(|c| c.starts_with(prefix) && c.as_str() > cursor)
-            .collect();
-        names.sort_unstable();
-        let more = names.len() > limit;
+            .range::<str, _>((start, Bound::Unbounded))
+            .map(|(c, _)| c)
+            .take_while(|c| c.starts_with(prefix));
         let channels: Vec<Value> = names
-            .into_iter()
+            .by_ref()
             .take(limit)
             .map(|c| json!({"name": c, "subscribers": self.local_count(c)}))
             .collect();
+        let more = names.next().is_some();
         json!({"channels": channels, "more": more})
     }
 
@@ -886,18 +940,23 @@ impl Master {
     /// A control message from another node: an act to carry out here, a question to answer,
     /// or an answer to one of this node's questions.
     pub(super) fn api_control(&mut self, message: &str) {
-        let Ok(msg) = serde_json::from_str::<Value>(message) else {
-            tracing::warn!("server API control message that is not JSON ignored");
-            return;
-        };
+        if let Err(why) = self.api_control_read(message) {
+            self.api.unreadable_control += 1;
+            if let Some(held_back) = self.api.unreadable_log.allow(Instant::now()) {
+                tracing::warn!(held_back, "server API control message from another node ignored: {why} (a node of another c1m version?)");
+            }
+        }
+    }
+
+    /// Carries out a control message; Err names what this build could not read.
+    fn api_control_read(&mut self, message: &str) -> Result<(), &'static str> {
+        let msg = serde_json::from_str::<Value>(message).map_err(|_| "not JSON")?;
         if msg["from"].as_str() == Some(self.api.node.as_str()) {
-            return; // our own, echoed by the broker
+            return Ok(()); // our own, echoed by the broker
         }
         match msg["kind"].as_str() {
             Some("act") => {
-                let Some(user) = msg["user"].as_str() else {
-                    return;
-                };
+                let user = msg["user"].as_str().ok_or("an act without a user")?;
                 let channel = msg["channel"].as_str().map(str::to_string);
                 let (call, action) = match (msg["call"].as_str(), channel) {
                     (Some("disconnect"), _) => (
@@ -912,7 +971,7 @@ impl Master {
                     (Some("subscribe"), Some(channel)) => {
                         ("subscribe", Action::Subscribe { channel })
                     }
-                    _ => return,
+                    _ => return Err("an act this build does not know"),
                 };
                 let act = UserAct {
                     target: Target::User(user.to_string()),
@@ -932,7 +991,7 @@ impl Master {
                             limit.min(MAX_LIMIT),
                         )
                     }
-                    _ => return,
+                    _ => return Err("a question this build does not know"),
                 };
                 let reply = json!({
                     "kind": "answer", "from": self.api.node, "to": msg["from"],
@@ -941,15 +1000,15 @@ impl Master {
                 self.broker.control(reply.to_string());
             }
             Some("answer") if msg["to"].as_str() == Some(self.api.node.as_str()) => {
-                let Some(op) = msg["op"].as_u64() else {
-                    return;
-                };
+                let op = msg["op"].as_u64().ok_or("an answer without an op")?;
                 if let Some(Op::Gather { answers, .. }) = self.api.ops.get_mut(&op) {
                     answers.push(msg["answer"].clone());
                 }
             }
-            _ => {}
+            Some("answer") => {} // another node's
+            _ => return Err("a kind of message this build does not know"),
         }
+        Ok(())
     }
 }
 

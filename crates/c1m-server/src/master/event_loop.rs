@@ -14,6 +14,8 @@ pub(super) const BROKER: Token = Token(usize::MAX - 1);
 /// The longest the loop sleeps: the tick, restarts and upgrade steps need it to turn.
 const POLL_TIMEOUT: Duration = Duration::from_millis(100);
 const TICK: Duration = Duration::from_secs(1);
+/// Least history freed (as charged) that hands freed heap back to the kernel.
+const TRIM_AFTER_FREED: u64 = 8 << 20;
 
 impl Master {
     /// Runs until every worker has stopped after SIGTERM/SIGINT (or a committed upgrade).
@@ -113,16 +115,38 @@ impl Master {
     fn tick(&mut self, now: Instant) {
         self.reap();
         self.broker.tick(now);
+        self.give_back_history_memory();
+        // A mass of channels that lost their last subscriber leaves the table behind.
+        if self.interest.capacity() > 4 * self.interest.len().max(1024) {
+            self.interest.shrink_to(2 * self.interest.len());
+        }
         if self.broker.take_presence_resync() {
             self.resync_presence();
         }
         self.pump();
+        self.api_forget_stale(now);
         if let Some(w) = &mut self.webhooks {
             w.tick(now);
         }
         let refused = status::refused_totals(self);
         self.refusal_log.tick(now, &refused.fields());
         self.push_dashboard();
+    }
+
+    /// Hands freed heap pages back to the kernel once the hub freed a good part of what it
+    /// holds (a mass of channels expired or was evicted): the hub frees their channels and
+    /// shrinks its tables, but glibc keeps freed small blocks resident until `malloc_trim`.
+    /// Checked once a tick; under steady churn the trim runs about once per quarter of the
+    /// history turned over, so its walk of the free lists and the page faults after it stay
+    /// rare.
+    fn give_back_history_memory(&mut self) {
+        let stats = self.broker.stats();
+        let freed = stats.history_freed_bytes.saturating_sub(self.freed_at_trim);
+        let held = stats.history_bytes as u64;
+        if freed >= TRIM_AFTER_FREED && freed >= held / 4 {
+            c1m_sys::mem::trim_heap();
+            self.freed_at_trim = stats.history_freed_bytes;
+        }
     }
 
     /// Shutting down: true once every worker is gone, or killed at the deadline.

@@ -33,7 +33,7 @@ use anyhow::Context;
 use mio::Poll;
 pub use plan::{plan, reserved_fds, Plan, SPREAD_SLACK_PCT};
 pub use plan_reason::{capacity_shortfall, workers_reason};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::process::Child;
 use std::time::Instant;
 pub use upgrade::{take_over, ENV_UPGRADE_FD};
@@ -71,10 +71,13 @@ pub struct Master {
     broker: Box<dyn Broker>,
     /// Scratch for draining the broker (kept to reuse its allocation).
     events: Vec<Event>,
+    /// The broker's `history_freed_bytes` when freed heap was last handed back to the kernel.
+    freed_at_trim: u64,
     /// Channel → indices of workers with subscribers on it.
     interest: HashMap<String, Vec<usize>>,
-    /// Channel → (worker, subscribers there), as the workers last reported.
-    counts: HashMap<String, Vec<(usize, u32)>>,
+    /// Channel → (worker, subscribers there), as the workers last reported; ordered, so a
+    /// `channels` page is a range, not a sort of every channel.
+    counts: BTreeMap<String, Vec<(usize, u32)>>,
     /// The node's presence member sets (`--presence`).
     presence: presence::Presence,
     slots: Vec<Slot>,
@@ -166,8 +169,9 @@ impl Master {
             poll,
             broker,
             events: Vec::new(),
+            freed_at_trim: 0,
             interest: HashMap::new(),
-            counts: HashMap::new(),
+            counts: BTreeMap::new(),
             slots: Vec::new(),
             published: 0,
             publish_refused: 0,

@@ -74,15 +74,21 @@ impl Master {
     /// The loop's flush phase: every frame queued this turn goes out, one write per link.
     pub(super) fn flush_links(&mut self) {
         for i in 0..self.slots.len() {
-            let failed = self.slots[i]
-                .link
-                .as_mut()
-                .is_some_and(|link| link.backlog() > 0 && link.flush().is_err());
-            if failed {
-                tracing::error!(worker = i, "worker link failed; restarting the worker");
-                self.worker_gone(i);
+            let Some(link) = self.slots[i].link.as_mut() else {
+                continue;
+            };
+            if link.backlog() > 0 {
+                if let Err(e) = link.flush() {
+                    self.link_failed(i, &e);
+                }
             }
         }
+    }
+
+    /// Worker `i`'s link broke (or its worker stopped reading): the worker is restarted.
+    fn link_failed(&mut self, i: usize, e: &std::io::Error) {
+        tracing::error!(worker = i, error = %e, "worker link failed; restarting the worker");
+        self.worker_gone(i);
     }
 
     pub(super) fn send(&mut self, i: usize, frame: Vec<u8>) {
@@ -90,8 +96,28 @@ impl Master {
             return;
         };
         if let Err(e) = link.send(frame) {
-            tracing::error!(worker = i, error = %e, "worker link failed; restarting the worker");
-            self.worker_gone(i);
+            self.link_failed(i, &e);
+        }
+    }
+
+    /// Queues `frame` on the link of every worker with subscribers on `channel`: one encoded
+    /// frame copied into each queue. A link that fails restarts its worker after the loop
+    /// (the interest map cannot change under it).
+    pub(super) fn send_to_interested(&mut self, channel: &str, frame: &[u8]) {
+        let Some(targets) = self.interest.get(channel) else {
+            return;
+        };
+        let mut failed = Vec::new();
+        for &w in targets {
+            let Some(link) = self.slots[w].link.as_mut() else {
+                continue;
+            };
+            if let Err(e) = link.send_slice(frame) {
+                failed.push((w, e));
+            }
+        }
+        for (w, e) in failed {
+            self.link_failed(w, &e);
         }
     }
 
@@ -209,7 +235,7 @@ impl Master {
                 body,
                 ndjson,
             } => self.on_api(i, req, &call, &body, ndjson),
-            ToMaster::ApiRefused { call } => self.api.count(&call, false),
+            ToMaster::ApiRefused { call } => self.api.count(&call, super::api::Outcome::Error),
             ToMaster::ApiActed { op, count } => self.api_acted(i, op, count),
             ToMaster::StatusQuery { req, metrics } => {
                 let report = status::Report::gather(self);
@@ -322,21 +348,11 @@ impl Master {
                     id,
                     payload,
                 } => {
-                    let Some(targets) = self.interest.get(&channel).cloned() else {
-                        continue;
-                    };
                     // Publish-to-write latency starts here: when this node's master hands the
                     // message out (for the in-process hub, right after the publish arrived).
-                    let frame = ToWorker::Message {
-                        channel,
-                        id,
-                        payload: payload.to_vec(),
-                        published_us: c1m_sys::shm::monotonic_micros(),
-                    }
-                    .encode();
-                    for w in targets {
-                        self.send(w, frame.clone());
-                    }
+                    let now_us = c1m_sys::shm::monotonic_micros();
+                    let frame = ToWorker::message_frame(&channel, id, &payload, now_us);
+                    self.send_to_interested(&channel, &frame);
                 }
                 Event::ChannelInfo {
                     req,
@@ -377,18 +393,16 @@ impl Master {
                     after,
                     through,
                 } => {
-                    let Some(targets) = self.interest.get(&channel).cloned() else {
+                    if !self.interest.contains_key(&channel) {
                         continue;
-                    };
+                    }
                     let frame = ToWorker::Gap {
-                        channel,
+                        channel: channel.clone(),
                         after,
                         through,
                     }
                     .encode();
-                    for w in targets {
-                        self.send(w, frame.clone());
-                    }
+                    self.send_to_interested(&channel, &frame);
                 }
             }
         }

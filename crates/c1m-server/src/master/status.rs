@@ -54,6 +54,8 @@ pub struct Report {
     presence_counters: super::presence::Counters,
     tls: Option<TlsStats>,
     h2: crate::ipc::H2Stats,
+    /// WebSocket streams over HTTP/2 open now (a gauge, beside the `h2` counters).
+    ws_http2: u64,
     proxy: crate::ipc::ProxyStats,
     proxy_in_flight: u64,
     broker: BrokerStats,
@@ -97,10 +99,15 @@ impl Report {
             history_bytes: 0,
             presence: m.presence.totals(),
             presence_counters: m.presence.counters,
-            broker: m.broker.stats(),
+            broker: {
+                let mut b = m.broker.stats();
+                b.unreadable_messages += m.api.unreadable_control;
+                b
+            },
             upgrades: m.upgrades,
             tls: m.cfg.tls_cert.is_some().then(TlsStats::default),
             h2: crate::ipc::H2Stats::default(),
+            ws_http2: 0,
             proxy: crate::ipc::ProxyStats::default(),
             proxy_in_flight: 0,
             latency: Latencies::default(),
@@ -135,6 +142,7 @@ impl Report {
             r.heartbeats_skipped += s.heartbeats_skipped + slot.retired.heartbeats_skipped;
             r.sse += s.conns_sse;
             r.ws += s.conns_ws;
+            r.ws_http2 += s.conns_ws_http2;
             r.longpoll += s.conns_longpoll;
             r.tcp += s.conns_tcp;
             r.other += s.conns_other;
@@ -165,6 +173,18 @@ impl Report {
 
     pub(super) fn total(&self) -> u64 {
         self.sse + self.ws + self.longpoll + self.tcp + self.other
+    }
+
+    /// `/status` `http2`: the counters, and the WebSocket streams open now.
+    fn http2_json(&self) -> serde_json::Value {
+        let mut map: serde_json::Map<String, serde_json::Value> = self
+            .h2
+            .fields()
+            .iter()
+            .map(|(k, v)| (k.to_string(), json!(v)))
+            .collect();
+        map.insert("websocket_streams_open".into(), json!(self.ws_http2));
+        serde_json::Value::Object(map)
     }
 
     /// `/status` `tls`: the counters and the mean handshake time; null when TLS is off.
@@ -259,7 +279,7 @@ impl Report {
                 "in_flight": self.proxy_in_flight,
                 "calls": self.proxy.fields().iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
             },
-            "http2": self.h2.fields().iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
+            "http2": self.http2_json(),
             "broker": {
                 "kind": self.broker.kind, "connected": self.broker.connected,
                 "reconnects": self.broker.reconnects,
@@ -270,6 +290,7 @@ impl Report {
                 "auth_failures": self.broker.auth_failures,
                 "idempotent_replays": self.broker.idempotent_replays,
                 "pubsub_dead_links": self.broker.pubsub_dead_links,
+                "unreadable_messages": self.broker.unreadable_messages,
                 "resubscribes": self.broker.resubscribes,
             },
             "subscribes": self.subscribes,
@@ -478,6 +499,14 @@ impl Report {
             &[("", b.pubsub_dead_links)],
         );
         metric(
+            "broker_unreadable_messages_total",
+            "counter",
+            "Messages from other nodes this build could not read (channel messages, join/leave \
+             events, control messages), logged and ignored: a node of another c1m version or \
+             another program publishing on c1m's names.",
+            &[("", b.unreadable_messages)],
+        );
+        metric(
             "broker_resubscribes_total",
             "counter",
             "Channels subscribed again on the broker after their live subscription was lost \
@@ -626,6 +655,16 @@ impl Report {
                 h.slow_streams,
             ),
             (
+                "http2_websocket_streams_total",
+                "WebSocket streams opened over HTTP/2 (extended CONNECT, RFC 8441).",
+                h.websocket_streams,
+            ),
+            (
+                "http2_connect_refused_total",
+                "HTTP/2 CONNECT requests refused (no :protocol, not websocket, or no WebSocket on the path).",
+                h.connect_refused,
+            ),
+            (
                 "http2_output_full_total",
                 "HTTP/2 sends refused because the connection's output bound was reached.",
                 h.output_full,
@@ -633,6 +672,12 @@ impl Report {
         ] {
             metric(name, "counter", help, &[("", value)]);
         }
+        metric(
+            "http2_websocket_streams",
+            "gauge",
+            "WebSocket streams over HTTP/2 open now (also counted in connections{proto=\"websocket\"}).",
+            &[("", self.ws_http2)],
+        );
         metric(
             "http2_connection_errors_total",
             "counter",

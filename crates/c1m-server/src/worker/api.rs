@@ -97,7 +97,7 @@ impl Worker {
         conn.kind = Kind::Status;
         conn.edge |= API_CALL;
         let token = super::token_of(idx, conn.generation);
-        self.arm_timer(idx, super::health::STATUS_TIMEOUT);
+        self.arm_timer(idx, crate::api::CALL_TIMEOUT);
         self.send_to_master(ToMaster::Api {
             req: token,
             call: call.into(),

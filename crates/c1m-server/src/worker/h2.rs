@@ -3,12 +3,13 @@
 //! connection's reads and writes, each request stream given a slot of its own and handed to the
 //! same request code as HTTP/1.1 (see `h2_streams` for why), and the per-turn work: slots whose
 //! answer is complete are removed, codec output is written, rate windows start over each
-//! second. `--no-http2` turns both ways in off.
+//! second. `--no-http2` turns both ways in off. An extended CONNECT (RFC 8441) opens a
+//! WebSocket on its stream (`h2_streams` says how); any other CONNECT is refused.
 
-use super::conn::{self, Conn, Kind, H2_STREAM};
-use super::h2_streams::{request_bytes, request_head};
+use super::conn::{self, Conn, Kind, H2_STREAM, PROXY_PENDING};
+use super::h2_streams::{request_bytes, request_head, websocket_request};
 use super::{token_of, Worker};
-use c1m_proto::h2::{frame::PREFACE, ErrorCode, Event, Scope};
+use c1m_proto::h2::{frame::PREFACE, ErrorCode, Event, Request, Scope};
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
@@ -95,11 +96,14 @@ impl Worker {
                 request,
                 end_stream,
             } => {
+                if request.method == "CONNECT" {
+                    return self.h2_connect(idx, token, stream, &request, end_stream);
+                }
                 let mut head = request_head(&request);
                 let has_body = matches!(request.method.as_str(), "POST" | "PUT" | "PATCH");
                 if end_stream {
                     let bytes = request_bytes(head, &[], has_body);
-                    return self.h2_dispatch(idx, token, stream, bytes);
+                    return self.h2_dispatch(idx, token, stream, bytes, false);
                 }
                 if let Some(n) = request
                     .content_length
@@ -108,7 +112,7 @@ impl Worker {
                     // A declared length over the limit is refused (413) now, as HTTP/1.1
                     // refuses it at the head, before the client sends any of the body.
                     head.extend_from_slice(format!("content-length: {n}\r\n\r\n").as_bytes());
-                    return self.h2_dispatch(idx, token, stream, head);
+                    return self.h2_dispatch(idx, token, stream, head, false);
                 }
                 if let Some(p) = self.conns.h2.parents.get_mut(&token) {
                     p.bodies.push((stream, head, Vec::new()));
@@ -124,6 +128,11 @@ impl Worker {
                     return;
                 };
                 let Some(i) = p.bodies.iter().position(|b| b.0 == stream) else {
+                    if let Some(child) = self.conns.h2.child_of(token, stream) {
+                        if self.conns.h2.is_websocket(child) {
+                            return self.h2_ws_data(child, &data, end_stream);
+                        }
+                    }
                     return; // answered early (413) and reset: in flight before the client saw it
                 };
                 p.bodies[i].2.extend_from_slice(&data);
@@ -132,7 +141,7 @@ impl Worker {
                 if end_stream || p.bodies[i].2.len() > max {
                     let (_, head, body) = p.bodies.swap_remove(i);
                     let bytes = request_bytes(head, &body, true);
-                    self.h2_dispatch(idx, token, stream, bytes);
+                    self.h2_dispatch(idx, token, stream, bytes, false);
                 }
             }
             Event::Reset { stream, .. }
@@ -160,9 +169,117 @@ impl Worker {
         }
     }
 
+    /// A CONNECT: with `:protocol websocket` on a `/sub/` path, a WebSocket on this stream
+    /// (RFC 8441), judged by the HTTP/1.1 upgrade path; anything else is answered with 405
+    /// (plain CONNECT: no proxy here), 400 (another protocol) or 404 (no WebSocket on that
+    /// path), counted, and the stream ends.
+    fn h2_connect(
+        &mut self,
+        idx: usize,
+        token: u64,
+        stream: u32,
+        request: &Request,
+        end_stream: bool,
+    ) {
+        let route = request
+            .path
+            .as_deref()
+            .unwrap_or("")
+            .split('?')
+            .next()
+            .unwrap_or("");
+        let refusal = match request.protocol.as_deref() {
+            None => Some((
+                405,
+                "CONNECT: this server is not a proxy; a WebSocket over HTTP/2 is an extended CONNECT with :protocol websocket",
+            )),
+            Some(p) if !p.eq_ignore_ascii_case("websocket") => Some((
+                400,
+                "extended CONNECT: the only :protocol served is websocket",
+            )),
+            Some(_) if !route.starts_with("/sub/") => Some((
+                404,
+                "extended CONNECT: WebSocket is served on /sub/{channel}[,{channel}...] only",
+            )),
+            Some(_) if end_stream => Some((
+                400,
+                "extended CONNECT: the request ended its stream, so no WebSocket can follow",
+            )),
+            Some(_) => None,
+        };
+        let Some((status, why)) = refusal else {
+            return self.h2_dispatch(idx, token, stream, websocket_request(request), true);
+        };
+        self.conns.h2.counters.connect_refused += 1;
+        let r = &mut self.counters.refused;
+        match status {
+            405 => r.method += 1,
+            404 => r.not_found += 1,
+            _ => r.bad_request += 1,
+        }
+        let Some(p) = self.conns.h2.parents.get_mut(&token) else {
+            return;
+        };
+        let body = format!("{why}\n");
+        let length = body.len().to_string();
+        let mut fields: Vec<(&str, &[u8])> = vec![
+            ("content-type", b"text/plain; charset=utf-8"),
+            ("content-length", length.as_bytes()),
+        ];
+        if status == 405 {
+            fields.push(("allow", b"GET, POST, OPTIONS"));
+        }
+        let answered = p.conn.send_headers(stream, status, &fields, false).is_ok()
+            && p.conn.send_data(stream, body.as_bytes(), true).is_ok();
+        if !answered {
+            p.conn.reset(stream, ErrorCode::REFUSED_STREAM);
+        }
+    }
+
+    /// DATA on a WebSocket stream: frames for the slot's WebSocket, decoded as a socket's
+    /// reads are. Frames that come while it cannot take them (its subscription or a publish
+    /// still pending) wait in the slot, up to the input limit of a request; a client that sends
+    /// more meanwhile is closed with 1008, since its stream's window is not held back as TCP's
+    /// would be. END_STREAM is the client's end-of-file: the stream ends.
+    fn h2_ws_data(&mut self, child: u64, data: &[u8], end_stream: bool) {
+        let Some((cidx, mut c)) = self.conns.by_token(child) else {
+            return;
+        };
+        let mut buf = c.take_inbuf().unwrap_or_default();
+        buf.extend_from_slice(data);
+        if c.kind == Kind::Ws && c.edge & PROXY_PENDING == 0 {
+            let used = self.ws_input(cidx, &mut buf);
+            buf.drain(..used);
+        }
+        let limit = super::requests::input_limit(&self.cfg);
+        match self.conns.get_mut(cidx) {
+            Some(c) if c.kind == Kind::Closing || buf.is_empty() => {}
+            Some(_) if buf.len() > limit => {
+                self.counters.refused.bad_request += 1;
+                self.ws_close(
+                    cidx,
+                    c1m_proto::ws::close::POLICY_VIOLATION,
+                    "too many frames sent before the subscription (or a publish) was answered",
+                );
+            }
+            Some(mut c) => c.set_inbuf(&buf),
+            None => return,
+        }
+        if end_stream && self.conns.contains(cidx) {
+            self.close(cidx);
+        }
+    }
+
     /// A whole request (as HTTP/1.1 bytes): a slot for its stream, then the HTTP/1.1 request
-    /// path.
-    fn h2_dispatch(&mut self, idx: usize, token: u64, stream: u32, bytes: Vec<u8>) {
+    /// path. `websocket`: the request is an extended CONNECT's upgrade.
+    fn h2_dispatch(
+        &mut self,
+        idx: usize,
+        token: u64,
+        stream: u32,
+        bytes: Vec<u8>,
+        websocket: bool,
+    ) {
         let parent = &self.conns[idx];
         let edge = H2_STREAM | (parent.edge & conn::ADMIN);
         let sock = match parent.stream.as_fd().try_clone_to_owned() {
@@ -183,7 +300,7 @@ impl Worker {
         c.edge = edge;
         let cidx = self.conns.insert(c);
         let child = token_of(cidx, generation);
-        self.conns.h2.add_child(child, token, stream);
+        self.conns.h2.add_child(child, token, stream, websocket);
         self.process_input(cidx, &bytes);
         // A request that neither answered nor waits for anything (cannot happen for a whole
         // request, but a slot must never be left behind).
@@ -230,9 +347,17 @@ impl Worker {
         }
     }
 
-    /// Shutdown: GOAWAY(NO_ERROR); open streams get their own goodbye, and the connection
-    /// closes when the last one is gone.
+    /// Shutdown: each open stream its own goodbye (an SSE stream the `shutdown` event, a
+    /// WebSocket close 1001), then GOAWAY(NO_ERROR); the connection closes when the last
+    /// stream is gone. Goodbyes first, because a client may stop reading its streams at a
+    /// GOAWAY (python-h2 refuses every frame after one), and then never learns why they ended.
     pub(super) fn h2_goodbye(&mut self, idx: usize) {
+        let token = self.conns.token(idx);
+        for child in self.conns.h2.children_of(token) {
+            if let Some((cidx, _)) = self.conns.by_token(child) {
+                self.goodbye(cidx);
+            }
+        }
         self.h2_goaway(idx, b"server shutting down");
     }
 

@@ -68,10 +68,13 @@ impl Worker {
         let api = conn.edge & API_CALL != 0;
         conn.edge &= !API_CALL;
         if api {
-            // The same shape as every other API error; the master still counts the call when
-            // its late answer comes (that answer finds no one waiting).
+            // The same shape as every other API error; the master counts the call as `late`
+            // when its answer comes (that answer finds no one waiting).
             self.counters.refused.api_timeouts += 1;
-            let why = format!("the call was not answered within {STATUS_TIMEOUT:?}; retry later");
+            let why = format!(
+                "the call was not answered within {:?}; retry later",
+                crate::api::CALL_TIMEOUT
+            );
             let body = crate::api::error_body(503, &why);
             self.respond(
                 idx,

@@ -147,9 +147,15 @@ impl Worker {
             let _ = self.poll.registry().deregister(&mut l);
         }
         let idxs = self.conns.slots();
-        for idx in idxs {
+        for &idx in &idxs {
             self.note_close_reason(idx, CloseReason::ServerShutdown);
-            self.goodbye(idx);
+        }
+        // An HTTP/2 connection says goodbye for its streams (before its GOAWAY), which may
+        // remove their slots before the loop reaches them.
+        for idx in idxs {
+            if self.conns.contains(idx) {
+                self.goodbye(idx);
+            }
         }
     }
 }

@@ -37,7 +37,12 @@ fn figures(conns: &ConnTable, counters: &Counters) -> WorkerStats {
         s.unsent_bytes += conn.unsent_bytes() as u64;
         match conn.kind.protocol() {
             Protocol::Sse => s.conns_sse += 1,
-            Protocol::WebSocket => s.conns_ws += 1,
+            Protocol::WebSocket => {
+                s.conns_ws += 1;
+                if conn.edge & super::conn::H2_STREAM != 0 {
+                    s.conns_ws_http2 += 1;
+                }
+            }
             Protocol::LongPoll => s.conns_longpoll += 1,
             Protocol::Tcp => s.conns_tcp += 1,
             Protocol::Other => s.conns_other += 1,

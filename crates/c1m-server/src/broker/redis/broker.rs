@@ -614,6 +614,7 @@ impl Broker for RedisBroker {
             connect_failures: self.shared.connect_failures.load(Ordering::Relaxed),
             auth_failures: self.shared.auth_failures.load(Ordering::Relaxed),
             pubsub_dead_links: self.shared.dead_links.load(Ordering::Relaxed),
+            unreadable_messages: self.shared.unreadable.load(Ordering::Relaxed),
             ..self.stats.clone()
         }
     }

@@ -254,7 +254,7 @@ impl Owner for NodeLink {
                 tracing::warn!(node = %self.addr, error = %error, "redis cluster refused a subscription; subscribing this node's channels again");
                 subs.lose_all(&self.addr)
             }
-            Push::Other => true,
+            Push::Unreadable(_) | Push::Other => true,
         }
     }
 

@@ -57,6 +57,9 @@ pub enum Push {
     Refused(String),
     /// A server API control message (control link only).
     Control(Vec<u8>),
+    /// A message on one of c1m's own names that this build cannot read (another c1m version
+    /// during a rolling upgrade, or another program publishing there): counted and logged.
+    Unreadable(&'static str),
     /// Anything else (a PING's answer, another program's channel).
     Other,
 }
@@ -128,7 +131,7 @@ impl Kind {
                             from: from.to_string(),
                             json: json.to_string(),
                         },
-                        None => Push::Other,
+                        None => Push::Unreadable("join/leave event"),
                     };
                 }
             }
@@ -144,7 +147,7 @@ impl Kind {
                     id,
                     payload: payload.to_vec(),
                 },
-                None => Push::Other,
+                None => Push::Unreadable("channel message"),
             },
             (k, _) if k == subscribe => Push::Subscribed(channel),
             (k, _) if k == unsubscribe => Push::Unsubscribed(channel),
@@ -224,7 +227,14 @@ fn read(conn: &mut Conn, owner: &impl Owner) -> bool {
             }
             Next::Closed => return true,
         };
-        if !owner.push(kind.parse(value)) {
+        let push = match kind.parse(value) {
+            Push::Unreadable(what) => {
+                owner.shared().unreadable(owner.shown(), what);
+                continue;
+            }
+            push => push,
+        };
+        if !owner.push(push) {
             return false;
         }
     }
@@ -385,10 +395,15 @@ mod tests {
                 json: "{}".into()
             }
         );
-        // An event on a channel's own name is not one (events have their own name).
+        // An event on a channel's own name is not one (events have their own name): it is an
+        // unreadable channel message, and so is an unreadable event.
         assert_eq!(
             plain.parse(push(&[b"message", name.as_bytes(), b"L\nn1\nroom\n{}"])),
-            Push::Other
+            Push::Unreadable("channel message")
+        );
+        assert_eq!(
+            plain.parse(push(&[b"message", events.as_bytes(), b"X\nn1"])),
+            Push::Unreadable("join/leave event")
         );
         let sharded = Kind::Sharded;
         let name = sharded.name("news");

@@ -36,6 +36,9 @@ pub struct Shared {
     pub auth_failures: AtomicU64,
     /// Pub/sub connections dropped because they went silent (not even a PING answered).
     pub dead_links: AtomicU64,
+    /// Messages on c1m's own pub/sub names this build could not read (see `Push::Unreadable`).
+    pub unreadable: AtomicU64,
+    unreadable_log: Mutex<crate::log::Limited>,
     /// The newest error Redis answered a request with (e.g. `OOM command not allowed …`),
     /// named in the 503 of a publish it refused.
     last_refusal: Mutex<String>,
@@ -53,6 +56,10 @@ impl Shared {
             connect_failures: AtomicU64::new(0),
             auth_failures: AtomicU64::new(0),
             dead_links: AtomicU64::new(0),
+            unreadable: AtomicU64::new(0),
+            unreadable_log: Mutex::new(crate::log::Limited::every(
+                crate::log::REFUSAL_SUMMARY_EVERY,
+            )),
             last_refusal: Mutex::new(String::new()),
             refusal_log: Mutex::new(crate::log::Limited::every(
                 crate::log::REFUSAL_SUMMARY_EVERY,
@@ -97,6 +104,20 @@ impl Shared {
     pub fn dead_link(&self, shown: &str) {
         self.dead_links.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(redis = %shown, "pub/sub connection silent, PING unanswered; reconnecting");
+    }
+
+    /// Counts a message this build could not read, logged at most once per 10 s with the
+    /// count held back: a node of another version publishes many.
+    pub fn unreadable(&self, shown: &str, what: &str) {
+        self.unreadable.fetch_add(1, Ordering::Relaxed);
+        let allowed = self
+            .unreadable_log
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .allow(std::time::Instant::now());
+        if let Some(held_back) = allowed {
+            tracing::warn!(redis = %shown, what, held_back, "unreadable {what} from the broker ignored (a node of another c1m version, or another program publishing on c1m's names?)");
+        }
     }
 
     /// Counts a failed connection attempt.

@@ -9,8 +9,8 @@
 #  2. Memory per connection waiting on a slow proxy: W SSE subscribes whose connect call the
 #     backend holds for SLOW seconds (proxy timeout above it, --proxy-max-in-flight above W);
 #     the serve processes' PSS with them waiting, minus before, over W. A waiting connection
-#     is its slot, a parked record and, for calls no proxy thread has taken yet, the queued
-#     JSON body.
+#     is its slot and a parked record, which for calls no proxy thread has taken yet sits in
+#     the worker's 48-byte queue entry (the call's body is built when a thread takes it).
 #
 # Usage: bench/hooks.sh [N] [W]   (defaults 20000 and 10000)
 # Env: PORT (18390), WORKERS (serve --workers, 2), SLOW (120), C1M.

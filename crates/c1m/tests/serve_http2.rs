@@ -195,7 +195,7 @@ pub(crate) struct PyClient {
 }
 
 impl PyClient {
-    fn start(port: u16, args: &[&str]) -> PyClient {
+    pub(crate) fn start(port: u16, args: &[&str]) -> PyClient {
         PyClient::script("client.py", port, args)
     }
 

@@ -3,7 +3,10 @@
 //! and per request as each test says (allow, deny, a rewrite, or a sleep past the proxy
 //! timeout). For every kind: allow, deny, timeout, the backend down (a loopback port nothing
 //! listens on), and the per-worker in-flight bound (the excess refused at once: 503 / close
-//! 1013 / `ERR`), each checked on the wire and in /metrics.
+//! 1013 / `ERR`), each checked on the wire and in /metrics. Then the proxies where they meet
+//! the rest of the server: calls waiting for a free proxy thread, two nodes on one Redis
+//! (redis-server from Debian; skipped loudly without it, as the broker tests are), a live
+//! upgrade while a subscribe waits, and HTTP/2 streams (python-h2, as in serve_http2.rs).
 
 use crate::common::{c1m, raw_exchange, status_code, Server, Sse};
 use serde_json::{json, Value};
@@ -699,4 +702,248 @@ fn refresh_proxy_busy_is_a_failed_call_retried_later() {
     metric_when(&server, &calls("refresh", "allow"), |v| v == 1);
     server.publish("r", b"alive");
     assert_eq!(r.next().data, "alive");
+}
+
+/// A worker makes at most 32 calls at once; past them, calls wait for a free thread. One whose
+/// client left meanwhile is never made (the backend hears of no one who is gone), and the
+/// others are made, in order, as threads free up.
+#[test]
+fn a_subscribe_closed_while_its_call_waits_for_a_thread_is_never_asked_about() {
+    let backend = Backend::start(|_, body| match body["channels"][0].as_str() {
+        Some("hold") => slow(Duration::from_secs(3)),
+        _ => allow(json!({})),
+    });
+    let url = backend.url("/connect");
+    let server = start(&[
+        "--proxy-connect-url",
+        &url,
+        "--proxy-timeout",
+        "20s",
+        "--proxy-max-in-flight",
+        "100",
+    ]);
+    let held: Vec<TcpStream> = (0..32)
+        .map(|_| send_subscribe(&server, "/sub/hold"))
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while backend.seen("/connect").len() < 32 {
+        assert!(
+            Instant::now() < deadline,
+            "the 32 calls were never all made"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut kept = send_subscribe(&server, "/sub/after");
+    let gone = send_subscribe(&server, "/sub/gone");
+    let gone_addr = gone.local_addr().unwrap().to_string();
+    metric_when(&server, "c1m_proxy_in_flight", |v| v == 34);
+    drop(gone);
+    server.wait_status(|s| s["connections"]["sse"] == 33);
+    for mut s in held {
+        assert!(status_line(&mut s).starts_with("HTTP/1.1 200"));
+    }
+    assert!(status_line(&mut kept).starts_with("HTTP/1.1 200"));
+    let asked = backend.seen("/connect");
+    assert!(
+        !asked.iter().any(|b| b["remote"] == gone_addr.as_str()),
+        "the backend was asked about a client that had left: {asked:?}"
+    );
+    assert_eq!(asked.len(), 33, "{asked:?}");
+    assert_eq!(asked[32]["channels"], json!(["after"]));
+    assert_metric(&server, "c1m_proxy_in_flight", 0);
+}
+
+/// Calls that wait for a thread past their deadline (every thread held by a backend slower
+/// than the timeout) are answered like the ones out: each subscribe gets its 504, none hangs.
+#[test]
+fn calls_that_wait_for_a_thread_past_their_deadline_time_out_too() {
+    let backend = Backend::start(|_, _| slow(Duration::from_secs(4)));
+    let url = backend.url("/connect");
+    let server = start(&[
+        "--proxy-connect-url",
+        &url,
+        "--proxy-timeout",
+        "1s",
+        "--proxy-max-in-flight",
+        "100",
+    ]);
+    let waiting: Vec<TcpStream> = (0..40)
+        .map(|_| send_subscribe(&server, "/sub/late"))
+        .collect();
+    for mut s in waiting {
+        let line = status_line(&mut s);
+        assert!(line.starts_with("HTTP/1.1 504"), "{line}");
+    }
+    assert_metric(&server, &calls("connect", "timeout"), 40);
+    assert_metric(&server, "c1m_proxy_in_flight", 0);
+    assert!(backend.seen("/connect").len() <= 40);
+}
+
+/// Two nodes on one Redis, each with connect, subscribe and publish proxies to the same
+/// backend: what the proxies let through crosses the nodes, rewritten where the backend says,
+/// and what they refuse stays out.
+#[test]
+fn two_broker_nodes_ask_their_proxies_and_cross_messages() {
+    let Some(redis) = crate::redis_support::Redis::start(&[]) else {
+        return;
+    };
+    let broker = format!("redis://{}", redis.addr());
+    let backend = Backend::start(|path, body| match path {
+        "/subscribe" if body["channel"] == "secret" => deny("members only"),
+        "/publish" => allow(json!({
+            "data": format!("{} (checked)", body["data"].as_str().unwrap_or(""))
+        })),
+        _ => allow(json!({})),
+    });
+    let (connect, subscribe, publish) = (
+        backend.url("/connect"),
+        backend.url("/subscribe"),
+        backend.url("/publish"),
+    );
+    let node = || {
+        let server = Server::start(&[
+            "--workers",
+            "1",
+            "--broker",
+            &broker,
+            "--ws-client-publish",
+            "--proxy-connect-url",
+            &connect,
+            "--proxy-subscribe-url",
+            &subscribe,
+            "--proxy-publish-url",
+            &publish,
+        ]);
+        server.wait_status(|s| s["broker"]["connected"] == true);
+        server
+    };
+    let (a, b) = (node(), node());
+    let mut on_a = Sse::connect(a.http, "/sub/room", "");
+    on_a.stream
+        .set_read_timeout(Some(Duration::from_secs(15)))
+        .unwrap();
+    b.publish("room", b"from B");
+    assert_eq!(on_a.next().data, "from B");
+    // A client publish on B goes through B's publish proxy, and A's subscriber gets the
+    // backend's version.
+    let mut writer = ws(&b, "/sub/room");
+    writer.send(Message::text("hello")).unwrap();
+    assert_eq!(on_a.next().data, "hello (checked)");
+    assert_eq!(message_of(&mut writer).1, "hello (checked)");
+    let (status, answer) = sse_refusal(&b, "/sub/secret");
+    assert_eq!(status, 403, "{answer}");
+    assert!(answer.contains("members only"), "{answer}");
+    // Each node asked for its own clients.
+    let connects = backend.seen("/connect");
+    assert!(
+        connects
+            .iter()
+            .any(|c| c["transport"] == "sse" && c["channels"] == json!(["room"])),
+        "{connects:?}"
+    );
+    assert!(
+        connects.iter().any(|c| c["transport"] == "websocket"),
+        "{connects:?}"
+    );
+    assert_eq!(backend.seen("/publish").len(), 1);
+    assert_metric(&a, &calls("connect", "allow"), 1);
+    assert_metric(&b, &calls("subscribe", "deny"), 1);
+    assert_metric(&b, &calls("publish", "allow"), 1);
+}
+
+/// A live upgrade while subscribes wait on the connect proxy: the calls' answers would go to
+/// the old process, so the new one tells each client to retry (503 with Retry-After, close
+/// 1013) and counts it; none is left hanging.
+#[test]
+fn a_subscribe_parked_on_the_backend_during_a_live_upgrade_is_told_to_retry() {
+    let backend = Backend::start(|_, _| slow(Duration::from_secs(8)));
+    let url = backend.url("/connect");
+    let scratch = crate::serve_upgrade::Scratch::new("proxy-parked");
+    let mut cmd = std::process::Command::new(scratch.exe());
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--workers", "1"])
+        .args(["--upgrade-timeout", "15s", "--proxy-timeout", "30s"])
+        .args(["--proxy-connect-url", &url]);
+    let (mut server, _logs) = Server::spawn_capturing_stderr(cmd);
+    let mut sse = send_subscribe(&server, "/sub/news");
+    let mut socket = ws(&server, "/sub/news");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while backend.seen("/connect").len() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the connect calls were never made"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let old_master = server.child.id();
+    server.signal(libc::SIGUSR2);
+    assert!(server.wait_exit(Duration::from_secs(30)).success());
+    let s = server.wait_status(|s| s["pid"].as_u64() != Some(u64::from(old_master)));
+    let _new = crate::serve_upgrade::KillOnDrop(s["pid"].as_u64().unwrap() as u32);
+    assert_eq!(s["upgrades"]["completed"], 1, "{s}");
+    let mut answer = String::new();
+    sse.read_to_string(&mut answer).unwrap();
+    assert_eq!(status_code(&answer), 503, "{answer}");
+    assert!(answer.contains("Retry-After: 1"), "{answer}");
+    let (code, reason) = close_of(&mut socket);
+    assert_eq!(code, 1013, "{reason}");
+    metric_when(&server, "c1m_refused_total{reason=\"busy\"}", |v| v >= 2);
+}
+
+/// HTTP/2 streams wait on the connect and subscribe proxies like HTTP/1.1 requests: one held
+/// by a slow backend answers once allowed, one refused gets its 403, and the connection's
+/// other streams are not held up or touched by either.
+#[test]
+fn http2_streams_wait_on_the_proxies_and_a_denied_one_leaves_its_siblings() {
+    let backend = Backend::start(|path, body| {
+        let channel = match path {
+            "/connect" => body["channels"][0].as_str().unwrap_or(""),
+            _ => body["channel"].as_str().unwrap_or(""),
+        };
+        match (path, channel) {
+            ("/connect", "slow") => Reply {
+                delay: Duration::from_millis(1500),
+                ..allow(json!({}))
+            },
+            ("/subscribe", "deny") => deny("not this one"),
+            _ => allow(json!({})),
+        }
+    });
+    let (connect, subscribe) = (backend.url("/connect"), backend.url("/subscribe"));
+    let server = start(&[
+        "--proxy-connect-url",
+        &connect,
+        "--proxy-subscribe-url",
+        &subscribe,
+        "--proxy-timeout",
+        "10s",
+    ]);
+    let mut py = crate::serve_http2::PyClient::start(server.http.port(), &["gated"]);
+    py.ready();
+    server.wait_status(|s| s["connections"]["sse"] == 2);
+    server.publish("slow", b"to slow");
+    server.publish("live", b"to live");
+    let v = py.result();
+    assert_eq!(v["complete"], true, "{v}");
+    assert_eq!(v["status"]["slow"], "200", "{v}");
+    assert_eq!(v["status"]["live"], "200", "{v}");
+    assert_eq!(v["status"]["deny"], "403", "{v}");
+    assert!(
+        v["deny_body"].as_str().unwrap().contains("not this one"),
+        "{v}"
+    );
+    // The slow stream's wait held no sibling back.
+    assert_eq!(
+        v["order"].as_array().unwrap().last().unwrap(),
+        "slow",
+        "{v}"
+    );
+    assert_eq!(v["data"]["slow"], json!(["to slow"]), "{v}");
+    assert_eq!(v["data"]["live"], json!(["to live"]), "{v}");
+    assert!(
+        v["resets"].get("slow").is_none() && v["resets"].get("live").is_none(),
+        "{v}"
+    );
+    assert_metric(&server, &calls("connect", "allow"), 3);
+    assert_metric(&server, &calls("subscribe", "deny"), 1);
+    assert_metric(&server, &calls("subscribe", "allow"), 2);
 }

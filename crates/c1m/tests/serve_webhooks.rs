@@ -353,6 +353,44 @@ fn a_backend_answering_500_gets_every_event_on_retry() {
     let _ = std::fs::remove_dir_all(&spool);
 }
 
+/// A backend taking 100 ms per POST, and refusing the first five (so the delivery thread backs
+/// off for ~3 s), while events trickle in (200 subscribers opened and closed again over 2 s):
+/// during the back-off each arrival is spooled as its own small segment, yet every event
+/// arrives in far fewer POSTs than events (a POST takes the oldest segments that fit one
+/// batch, not one segment), and none is dropped.
+#[test]
+fn a_slow_backend_gets_a_trickle_of_events_in_merged_posts() {
+    let backend = Backend::start("127.0.0.1:0", &[503; 5]);
+    backend.seen.lock().unwrap().delay = Duration::from_millis(100);
+    let spool = spool_dir("trickle");
+    let server = serve(&backend.url(), &spool, &["--workers", "1"]);
+    let start = Instant::now();
+    for i in 1..=200u64 {
+        drop(Sse::connect(server.http, "/sub/trickle", ""));
+        let due = start + Duration::from_millis(10 * i);
+        if let Some(left) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(left);
+        }
+    }
+    let events = backend.wait_for(Duration::from_secs(60), |e| {
+        count(e, "connect") == 200 && count(e, "disconnect") == 200
+    });
+    let posts = backend.seen.lock().unwrap().answered.len();
+    let all = backend.events().len();
+    eprintln!(
+        "{} unique events ({all} with repeats) in {posts} POSTs",
+        events.len()
+    );
+    assert!(
+        posts * 5 <= events.len(),
+        "{posts} POSTs for {} events: batches were not merged",
+        events.len()
+    );
+    let metrics = server.metrics();
+    assert_eq!(metric(&metrics, "c1m_webhook_spool_dropped_total"), 0);
+    let _ = std::fs::remove_dir_all(&spool);
+}
+
 fn metric(text: &str, name: &str) -> u64 {
     text.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())

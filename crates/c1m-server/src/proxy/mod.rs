@@ -6,8 +6,9 @@
 //! [`pool`] of threads that make the calls; the worker (`worker/proxy.rs`) owns the waiting
 //! connections, the refusals and the counters.
 //!
-//! Must not touch: sockets of clients, the worker's tables. A call carries its JSON body and
-//! comes back as a [`Done`]; nothing else crosses.
+//! Must not touch: sockets of clients, the worker's tables. A call carries its JSON body
+//! (built by the worker when a thread is free for it) and comes back as a [`Done`]; nothing
+//! else crosses.
 
 pub mod pool;
 
@@ -76,7 +77,8 @@ pub struct Call {
     pub url: String,
     pub body: Vec<u8>,
     pub deadline: Instant,
-    /// When it was handed to the pool (the latency histogram's start).
+    /// When the worker asked for it (the latency histogram's start: the wait for a free
+    /// thread is part of the call's time, as it is part of its deadline).
     pub submitted: Instant,
     /// A publish's channel and data, handed back with the answer.
     pub publish: Option<Box<(String, Vec<u8>)>>,

@@ -4,9 +4,10 @@
 //! calls), and the answer comes back through a channel plus a [`mio::Waker`] (an eventfd the
 //! loop polls like any socket). Why threads and not an HTTP client inside the loop: the loop
 //! would then own a second kind of socket with its own partial reads, timeouts and pooling,
-//! while a call's cost is dominated by the backend anyway; a waiting *connection* costs no
-//! thread (it is only a slot and a small record in the worker), a waiting *call* costs a
-//! queue entry until a thread is free.
+//! while a call's cost is dominated by the backend anyway. A waiting *connection* costs no
+//! thread: the worker keeps the calls no thread can take yet as small queue entries of its
+//! own and hands one over, its URL and JSON body built only then, when [`Pool::has_room`]
+//! (so at most [`MAX_THREADS`] built calls exist per worker, however many connections wait).
 //!
 //! Threads start when calls are queued and none is idle, up to [`MAX_THREADS`] (small stacks:
 //! they only build a request and read a bounded answer). The deadline covers the wait in the
@@ -73,6 +74,12 @@ impl Pool {
     /// Calls handed over whose answers the loop has not taken yet.
     pub fn in_flight(&self) -> usize {
         self.in_flight
+    }
+
+    /// Whether a call handed over now is taken by a thread at once (one is idle, or another
+    /// may start), rather than waiting built in the pool's queue.
+    pub fn has_room(&self) -> bool {
+        self.in_flight < MAX_THREADS
     }
 
     /// Hands a call to the threads (starting one when every thread is busy). The caller has

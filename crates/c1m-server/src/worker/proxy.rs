@@ -3,9 +3,10 @@
 //! `crate::proxy::pool`, off the loop).
 //!
 //! - **connect** and **subscribe** gate a subscribe. The connection is parked in a
-//!   `*Proxying` kind (its slot, plus one [`Parked`] record: the channels, the resume position,
-//!   the identity so far, the forwarded headers), with no timer: the call's own deadline
-//!   bounds the wait, and its answer always comes back (allow, deny, timeout or failure). The
+//!   `*Proxying` kind (its slot, plus one 32-byte [`Parked`] record: the channels inline, and
+//!   only when there are any, a box with the resume position, the identity so far and the
+//!   forwarded headers), with no timer: the call's own deadline bounds the wait, and its
+//!   answer always comes back (allow, deny, timeout or failure). The
 //!   connect call goes first; then one subscribe call per channel the client asked for whose
 //!   namespace has `proxy_subscribe` on, in order (channels the connect proxy added were
 //!   chosen by the backend and are not asked about). Then the subscribe goes on as if nothing
@@ -15,6 +16,13 @@
 //! - **refresh** takes the place of a held stream's expiry: the stream goes on while asked;
 //!   the answer extends it or ends it; a failed call is retried after [`REFRESH_RETRY`], and
 //!   the stream ends after [`REFRESH_TRIES`] failures in a row.
+//!
+//! A call no proxy thread is free for waits in the worker as a 48-byte [`Waiting`] entry
+//! (token, kind, when asked, and a subscribe's parked record, moved there from the map); its
+//! URL and JSON body are built from the connection's state only when a thread is free
+//! ([`Worker::proxy_dispatch`]), so ten thousand connections waiting on a slow backend hold
+//! ten thousand queue entries, not ten thousand map entries and request bodies. An entry
+//! whose deadline passes before a thread is free is answered as a timeout.
 //!
 //! Every refusal answers in the transport's own way, is counted in `refused` and in the
 //! per-kind proxy counters, and is the same whatever the reason: 403 / close 4403 / `ERR`
@@ -31,7 +39,8 @@ use crate::proxy::{Allow, Answer, Call, Done, Kind as Ask};
 use c1m_proto::http::Request;
 use c1m_proto::line;
 use c1m_proto::ws::close;
-use std::collections::HashMap;
+use compact_str::CompactString;
+use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 /// WebSocket close code for a connection or publish the backend refused (4000 + HTTP 403,
@@ -50,8 +59,18 @@ const MAX_CLOSE_REASON: usize = 123;
 /// The worker's proxy state.
 pub struct Proxies {
     pool: Pool,
-    /// Subscribes waiting for a connect or subscribe answer, by connection token.
-    parked: HashMap<u64, Box<Parked>>,
+    /// Subscribes whose connect or subscribe call a proxy thread is making, by connection
+    /// token (one waiting for a thread keeps its record in its `waiting` entry).
+    parked: HashMap<u64, Parked>,
+    /// Calls asked for that no proxy thread has room for yet, oldest first.
+    waiting: VecDeque<Waiting>,
+    /// The message of each WebSocket publish in `waiting` (it goes with the call once made).
+    publishes: HashMap<u64, Box<(String, Vec<u8>)>>,
+    /// Calls that could not be made (a reload took their URL away), answered next turn: not
+    /// at once, so one answer's follow-up call cannot recurse through the whole queue.
+    unmade: Vec<Done>,
+    /// `Waiting::asked_ms` counts from here.
+    epoch: Instant,
     /// Expiring streams whose refresh call failed, with how many times in a row.
     refresh_failures: HashMap<u64, u8>,
     pub stats: ProxyStats,
@@ -63,14 +82,24 @@ impl Proxies {
         Proxies {
             pool: Pool::new(waker),
             parked: HashMap::new(),
+            waiting: VecDeque::new(),
+            publishes: HashMap::new(),
+            unmade: Vec::new(),
+            epoch: Instant::now(),
             refresh_failures: HashMap::new(),
             stats: ProxyStats::default(),
             errors: crate::log::Limited::every(Duration::from_secs(10)),
         }
     }
 
+    /// Calls asked for and not answered yet: made, or waiting for a thread.
     pub fn in_flight(&self) -> usize {
-        self.pool.in_flight()
+        self.pool.in_flight() + self.waiting.len() + self.unmade.len()
+    }
+
+    /// Milliseconds since `epoch`, wrapping (only differences are used, each far below 49 days).
+    fn now_ms(&self) -> u32 {
+        self.epoch.elapsed().as_millis() as u32
     }
 
     /// Drops what is kept about a connection that closed.
@@ -81,6 +110,40 @@ impl Proxies {
         if !self.refresh_failures.is_empty() {
             self.refresh_failures.remove(&token);
         }
+        if !self.publishes.is_empty() {
+            self.publishes.remove(&token);
+        }
+    }
+
+    /// The waiting calls whose deadline passed before a thread was free: answered `Timeout`.
+    fn expired_waits(&mut self, timeout: Duration) -> Vec<Done> {
+        let now = self.now_ms();
+        let mut out = Vec::new();
+        while let Some(asked_ms) = self.waiting.front().map(|w| w.asked_ms) {
+            let waited = Duration::from_millis(u64::from(now.wrapping_sub(asked_ms)));
+            if waited < timeout {
+                break;
+            }
+            let Some(w) = self.waiting.pop_front() else {
+                break;
+            };
+            // Where the answer looks for it (and drops it, when the connection is gone).
+            if let Some(p) = w.parked {
+                self.parked.insert(w.token, p);
+            }
+            let publish = match w.kind {
+                Ask::Publish => self.publishes.remove(&w.token),
+                _ => None,
+            };
+            out.push(Done {
+                kind: w.kind,
+                token: w.token,
+                answer: Answer::Timeout,
+                micros: waited.as_micros() as u64,
+                publish,
+            });
+        }
+        out
     }
 
     fn count(&mut self, ask: Ask, outcome: &str) {
@@ -111,21 +174,128 @@ impl Proxies {
     }
 }
 
-/// A subscribe waiting for the backend.
+/// A call asked for and not handed to a proxy thread yet; what it sends is built from the
+/// connection's state when a thread is free. A connect or subscribe call carries its parked
+/// record here (not in the parked map) until then: a connection waiting for a thread is its
+/// slot and this entry, nothing else.
+struct Waiting {
+    token: u64,
+    /// When it was asked for ([`Proxies::now_ms`]): its deadline and latency count from here.
+    asked_ms: u32,
+    kind: Ask,
+    parked: Option<Parked>,
+}
+
+// A connection waiting for a thread costs this much in the queue (BENCHMARKS.md "Backend
+// proxies" counts on it).
+const _: () = assert!(std::mem::size_of::<Waiting>() == 48);
+
+/// A subscribe waiting for the backend. The usual case (a connect call out for channels named
+/// in 24 bytes or less, no resume position, no identity yet, no forwarded header) is these
+/// 32 bytes and no heap block.
 struct Parked {
+    /// The channels, comma separated (a channel name has no comma): the client's, then the
+    /// ones the connect answer added. Inline up to 24 bytes.
+    channels: CompactString,
+    /// Everything else, only when there is any.
+    more: Option<Box<More>>,
+}
+
+const _: () = assert!(std::mem::size_of::<Parked>() == 32);
+
+/// What a parked subscribe holds besides its channels (absent: none of it, the connect call
+/// not answered yet, and every channel the client's).
+#[derive(Default)]
+struct More {
     /// The connect answer came (or no connect proxy is set).
     connected: bool,
     /// The next of the asked channels the subscribe proxy may be asked about.
     next: usize,
-    /// `channels[..asked]` are the client's; the rest came from the connect answer.
+    /// The first `asked` channels are the client's; the rest came from the connect answer.
     asked: usize,
-    channels: Vec<String>,
     last_id: Option<u64>,
     user: Option<Box<str>>,
     info: Option<Box<str>>,
     exp_ms: Option<u64>,
-    /// The `--proxy-headers` the request carried.
-    headers: Vec<(String, String)>,
+    /// The `--proxy-headers` the request carried, as the JSON object the calls send.
+    headers: Option<Box<str>>,
+}
+
+impl Parked {
+    fn new(channels: &[&str]) -> Parked {
+        let mut list = CompactString::default();
+        for (i, c) in channels.iter().enumerate() {
+            if i > 0 {
+                list.push(',');
+            }
+            list.push_str(c);
+        }
+        Parked {
+            channels: list,
+            more: None,
+        }
+    }
+
+    fn channels(&self) -> impl Iterator<Item = &str> {
+        self.channels.split(',').filter(|c| !c.is_empty())
+    }
+
+    fn channel(&self, i: usize) -> Option<&str> {
+        self.channels().nth(i)
+    }
+
+    fn count(&self) -> usize {
+        self.channels().count()
+    }
+
+    fn connected(&self) -> bool {
+        self.more.as_ref().is_some_and(|m| m.connected)
+    }
+
+    fn next(&self) -> usize {
+        self.more.as_ref().map_or(0, |m| m.next)
+    }
+
+    fn asked(&self) -> usize {
+        self.more.as_ref().map_or_else(|| self.count(), |m| m.asked)
+    }
+
+    fn user(&self) -> Option<&str> {
+        self.more.as_ref().and_then(|m| m.user.as_deref())
+    }
+
+    /// The side box, made on first need (every channel so far counts as asked).
+    fn more(&mut self) -> &mut More {
+        if self.more.is_none() {
+            let asked = self.count();
+            self.more = Some(Box::new(More {
+                asked,
+                ..More::default()
+            }));
+        }
+        self.more.as_mut().expect("just made")
+    }
+
+    /// Adds a channel the connect answer named, unless it is there already.
+    fn add_channel(&mut self, name: &str) {
+        if self.channels().any(|c| c == name) {
+            return;
+        }
+        self.more();
+        if !self.channels.is_empty() {
+            self.channels.push(',');
+        }
+        self.channels.push_str(name);
+    }
+
+    /// The headers as the calls send them (an empty object when none were kept).
+    fn headers(&self) -> serde_json::Value {
+        self.more
+            .as_ref()
+            .and_then(|m| m.headers.as_deref())
+            .and_then(|h| serde_json::from_str(h).ok())
+            .unwrap_or_else(|| serde_json::Value::Object(serde_json::Map::new()))
+    }
 }
 
 /// Why a proxied request is turned away.
@@ -197,32 +367,33 @@ impl Worker {
         {
             return;
         }
-        let (exp_ms, user, info) = match grant {
-            Grant::Anonymous => (None, None, None),
-            Grant::Until { exp_ms, user, info } => (Some(exp_ms), user, info),
-        };
-        let headers = match (req, self.cfg.proxy_headers.as_deref()) {
-            (Some(req), Some(list)) => crate::proxy::parse_header_list(list)
+        let mut parked = Parked::new(channels);
+        if !connect {
+            parked.more().connected = true;
+        }
+        if last_id.is_some() {
+            parked.more().last_id = last_id;
+        }
+        if let Grant::Until { exp_ms, user, info } = grant {
+            let more = parked.more();
+            more.exp_ms = Some(exp_ms);
+            more.user = user;
+            more.info = info;
+        }
+        if let (Some(req), Some(list)) = (req, self.cfg.proxy_headers.as_deref()) {
+            let headers: serde_json::Map<_, _> = crate::proxy::parse_header_list(list)
                 .unwrap_or_default()
                 .into_iter()
                 .filter_map(|name| {
                     let value = req.header_str(&name)?;
-                    Some((name, value.to_string()))
+                    Some((name, serde_json::Value::from(value)))
                 })
-                .collect(),
-            _ => Vec::new(),
-        };
-        let parked = Parked {
-            connected: !connect,
-            next: 0,
-            asked: channels.len(),
-            channels: channels.iter().map(|c| c.to_string()).collect(),
-            last_id,
-            user,
-            info,
-            exp_ms,
-            headers,
-        };
+                .collect();
+            if !headers.is_empty() {
+                let json = serde_json::Value::Object(headers).to_string();
+                parked.more().headers = Some(json.into_boxed_str());
+            }
+        }
         let mut conn = self.conns.at(idx);
         conn.deadline = 0;
         conn.kind = match transport {
@@ -232,7 +403,7 @@ impl Worker {
             Transport::Ws => Kind::WsProxying,
         };
         let token = self.conns.token(idx);
-        self.proxies.parked.insert(token, Box::new(parked));
+        self.proxies.parked.insert(token, parked);
         self.proxy_next(idx, token);
     }
 
@@ -244,51 +415,40 @@ impl Worker {
         let Some(mut p) = self.proxies.parked.remove(&token) else {
             return;
         };
-        let mut body = self.proxy_fields(idx, transport, p.user.as_deref());
-        let headers: serde_json::Map<_, _> = p
-            .headers
-            .iter()
-            .map(|(k, v)| (k.clone(), serde_json::Value::from(v.as_str())))
-            .collect();
-        let call = if !p.connected {
-            body.insert("channels".into(), p.channels.clone().into());
-            body.insert("headers".into(), headers.into());
-            self.cfg
-                .proxy_connect_url
-                .clone()
-                .map(|url| (Ask::Connect, url))
+        let ask = if !p.connected() {
+            self.cfg.proxy_connect_url.as_ref().map(|_| Ask::Connect)
         } else {
-            let url = self.cfg.proxy_subscribe_url.clone();
-            let next = (p.next..p.asked)
-                .find(|&i| self.namespaces.namespace_of(&p.channels[i]).proxy_subscribe);
-            match (url, next) {
-                (Some(url), Some(i)) => {
-                    p.next = i + 1;
-                    body.insert("channel".into(), p.channels[i].clone().into());
-                    body.insert("headers".into(), headers.into());
-                    Some((Ask::Subscribe, url))
+            let namespaces = &self.namespaces;
+            let next = (p.next()..p.asked()).find(|&i| {
+                p.channel(i)
+                    .is_some_and(|c| namespaces.namespace_of(c).proxy_subscribe)
+            });
+            match (&self.cfg.proxy_subscribe_url, next) {
+                (Some(_), Some(i)) => {
+                    p.more().next = i + 1;
+                    Some(Ask::Subscribe)
                 }
                 _ => None,
             }
         };
-        let Some((ask, url)) = call else {
-            return self.proxied_subscribe(idx, transport, *p);
+        let Some(ask) = ask else {
+            return self.proxied_subscribe(idx, transport, p);
         };
-        if self.proxy_call(ask, token, url, body, None) {
-            self.proxies.parked.insert(token, p);
-        } else {
+        if !self.proxy_call(ask, token, Some(p)) {
             self.proxy_refuse(idx, transport, Refusal::Busy, "");
         }
     }
 
     /// Every answer said yes: the subscribe goes on, then the identity the answers gave.
     fn proxied_subscribe(&mut self, idx: usize, transport: Transport, p: Parked) {
-        let names: Vec<&str> = p.channels.iter().map(String::as_str).collect();
-        self.subscribe(idx, &names, p.last_id, transport);
+        let Parked { channels, more } = p;
+        let more = more.map(|m| *m).unwrap_or_default();
+        let names: Vec<&str> = channels.split(',').filter(|c| !c.is_empty()).collect();
+        self.subscribe(idx, &names, more.last_id, transport);
         if !self.conns.contains(idx) {
             return;
         }
-        self.adopt_identity(idx, p.exp_ms, p.user, p.info);
+        self.adopt_identity(idx, more.exp_ms, more.user, more.info);
         // A WebSocket that went live at once: frames it sent while it waited.
         if self.conns[idx].kind == Kind::Ws {
             self.ws_resume_input(idx);
@@ -314,31 +474,147 @@ impl Worker {
         m
     }
 
-    /// Hands a call to the pool; false (counted as busy) when this worker already has
+    /// Asks for a call (made as soon as a proxy thread is free, built then from the
+    /// connection's state); false (counted as busy) when this worker already has
     /// `proxy_max_in_flight` calls unanswered.
-    fn proxy_call(
-        &mut self,
-        ask: Ask,
-        token: u64,
-        url: String,
-        body: serde_json::Map<String, serde_json::Value>,
-        publish: Option<Box<(String, Vec<u8>)>>,
-    ) -> bool {
+    fn proxy_call(&mut self, ask: Ask, token: u64, parked: Option<Parked>) -> bool {
         if self.proxies.in_flight() >= self.cfg.proxy_max_in_flight as usize {
             self.proxies.count(ask, "busy");
             return false;
         }
-        let now = Instant::now();
-        self.proxies.pool.submit(Call {
-            kind: ask,
+        let asked_ms = self.proxies.now_ms();
+        self.proxies.waiting.push_back(Waiting {
             token,
-            url,
-            body: serde_json::Value::Object(body).to_string().into_bytes(),
-            deadline: now + self.cfg.proxy_timeout,
-            submitted: now,
-            publish,
+            asked_ms,
+            kind: ask,
+            parked,
         });
+        self.proxy_dispatch();
         true
+    }
+
+    /// Hands waiting calls to the pool, oldest first, while a thread is free for them; each
+    /// one's URL and body are built now. A call whose connection is gone is dropped unmade.
+    fn proxy_dispatch(&mut self) {
+        while self.proxies.pool.has_room() {
+            let Some(mut w) = self.proxies.waiting.pop_front() else {
+                break;
+            };
+            if let Some(p) = w.parked.take() {
+                // Back where the answer looks for it, unless its connection is gone.
+                let (idx, generation) = super::conn_table::slot_of(w.token);
+                if self
+                    .conns
+                    .get(idx)
+                    .is_none_or(|c| c.generation != generation)
+                {
+                    continue;
+                }
+                self.proxies.parked.insert(w.token, p);
+            }
+            let waited = self.proxies.now_ms().wrapping_sub(w.asked_ms);
+            let now = Instant::now();
+            let asked = now
+                .checked_sub(Duration::from_millis(u64::from(waited)))
+                .unwrap_or(now);
+            let publish = match w.kind {
+                Ask::Publish => match self.proxies.publishes.remove(&w.token) {
+                    Some(p) => Some(p),
+                    None => continue,
+                },
+                _ => None,
+            };
+            let Some(body) = self.proxy_body(w.kind, w.token, publish.as_deref()) else {
+                if matches!(w.kind, Ask::Connect | Ask::Subscribe) {
+                    self.proxies.parked.remove(&w.token);
+                }
+                continue;
+            };
+            let url = match w.kind {
+                Ask::Connect => &self.cfg.proxy_connect_url,
+                Ask::Subscribe => &self.cfg.proxy_subscribe_url,
+                Ask::Publish => &self.cfg.proxy_publish_url,
+                Ask::Refresh => &self.cfg.proxy_refresh_url,
+            };
+            let Some(url) = url.clone() else {
+                // A reload took the URL away while the call waited.
+                self.proxies.unmade.push(Done {
+                    kind: w.kind,
+                    token: w.token,
+                    answer: Answer::Failed(format!(
+                        "the {} proxy URL was removed by a reload",
+                        w.kind.name()
+                    )),
+                    micros: u64::from(waited) * 1000,
+                    publish,
+                });
+                continue;
+            };
+            self.proxies.pool.submit(Call {
+                kind: w.kind,
+                token: w.token,
+                url,
+                body: serde_json::Value::Object(body).to_string().into_bytes(),
+                deadline: asked + self.cfg.proxy_timeout,
+                submitted: asked,
+                publish,
+            });
+        }
+    }
+
+    /// The JSON a call sends, from the connection's state now; None when the connection it
+    /// was for is gone or no longer waits for it (nothing is owed to anyone).
+    fn proxy_body(
+        &self,
+        ask: Ask,
+        token: u64,
+        publish: Option<&(String, Vec<u8>)>,
+    ) -> Option<serde_json::Map<String, serde_json::Value>> {
+        let (idx, generation) = super::conn_table::slot_of(token);
+        let conn = self.conns.get(idx).filter(|c| c.generation == generation)?;
+        let kind = conn.kind;
+        match ask {
+            Ask::Connect | Ask::Subscribe => {
+                let transport = transport_of(kind)?;
+                let p = self.proxies.parked.get(&token)?;
+                let mut body = self.proxy_fields(idx, transport, p.user());
+                if ask == Ask::Connect {
+                    let channels: Vec<&str> = p.channels().collect();
+                    body.insert("channels".into(), channels.into());
+                } else {
+                    let channel = p.channel(p.next().checked_sub(1)?)?;
+                    body.insert("channel".into(), channel.into());
+                }
+                body.insert("headers".into(), p.headers());
+                Some(body)
+            }
+            Ask::Publish => {
+                let (channel, payload) = publish?;
+                if kind != Kind::Ws {
+                    return None;
+                }
+                let mut body = self.proxy_fields(idx, Transport::Ws, self.conns.user_of(token));
+                body.insert("channel".into(), channel.as_str().into());
+                crate::proxy::put_data(&mut body, payload);
+                Some(body)
+            }
+            Ask::Refresh => {
+                let transport = match kind {
+                    Kind::Sse => Transport::Sse,
+                    Kind::Ws => Transport::Ws,
+                    Kind::TcpStream => Transport::Tcp,
+                    _ => return None,
+                };
+                let mut body = self.proxy_fields(idx, transport, self.conns.user_of(token));
+                let channels: Vec<String> = conn
+                    .channel_indices()
+                    .into_iter()
+                    .filter_map(|c| self.channels.get(c).map(|ch| ch.name.to_string()))
+                    .collect();
+                body.insert("channels".into(), channels.into());
+                Some(body)
+            }
+        }
     }
 
     /// Answers that came back from the proxy threads (on the waker's event, and every turn
@@ -347,25 +623,35 @@ impl Worker {
         if self.handover.frozen || self.proxies.in_flight() == 0 {
             return;
         }
-        for done in self.proxies.pool.take_done() {
-            self.counters.latency.proxy.record(done.micros);
-            let outcome = match &done.answer {
-                Answer::Allow(_) => "allow",
-                Answer::Deny(_) => "deny",
-                Answer::Timeout => "timeout",
-                Answer::Failed(why) => {
-                    if let Some(held_back) = self.proxies.errors.allow(Instant::now()) {
-                        tracing::warn!(kind = done.kind.name(), error = %why, held_back, "backend proxy call failed");
-                    }
-                    "error"
+        let mut answers = std::mem::take(&mut self.proxies.unmade);
+        answers.extend(self.proxies.pool.take_done());
+        answers.extend(self.proxies.expired_waits(self.cfg.proxy_timeout));
+        for done in answers {
+            self.proxy_answer(done);
+        }
+        // Threads the answers freed take the oldest waiting calls.
+        self.proxy_dispatch();
+    }
+
+    /// One answer: counted, then acted on by its kind.
+    fn proxy_answer(&mut self, done: Done) {
+        self.counters.latency.proxy.record(done.micros);
+        let outcome = match &done.answer {
+            Answer::Allow(_) => "allow",
+            Answer::Deny(_) => "deny",
+            Answer::Timeout => "timeout",
+            Answer::Failed(why) => {
+                if let Some(held_back) = self.proxies.errors.allow(Instant::now()) {
+                    tracing::warn!(kind = done.kind.name(), error = %why, held_back, "backend proxy call failed");
                 }
-            };
-            self.proxies.count(done.kind, outcome);
-            match done.kind {
-                Ask::Connect | Ask::Subscribe => self.on_gate_answer(done),
-                Ask::Publish => self.on_publish_answer(done),
-                Ask::Refresh => self.on_refresh_answer(done),
+                "error"
             }
+        };
+        self.proxies.count(done.kind, outcome);
+        match done.kind {
+            Ask::Connect | Ask::Subscribe => self.on_gate_answer(done),
+            Ask::Publish => self.on_publish_answer(done),
+            Ask::Refresh => self.on_refresh_answer(done),
         }
     }
 
@@ -403,27 +689,27 @@ impl Worker {
         p: &mut Parked,
         allow: Allow,
     ) -> Result<(), &'static str> {
-        p.connected = true;
+        let more = p.more();
+        more.connected = true;
         if let Some(user) = allow.user {
-            p.user = Some(user.into());
+            more.user = Some(user.into());
         }
         if let Some(info) = allow.info {
-            p.info = Some(info.into());
+            more.info = Some(info.into());
         }
         if let Some(at) = allow.expire_at {
-            p.exp_ms = Some(at.saturating_mul(1000));
+            more.exp_ms = Some(at.saturating_mul(1000));
         }
-        for c in allow.channels {
-            if !p.channels.contains(&c) {
-                p.channels.push(c);
-            }
+        for c in &allow.channels {
+            p.add_channel(c);
         }
-        if p.channels.len() > self.cfg.max_channels_per_sub {
+        let count = p.count();
+        if count > self.cfg.max_channels_per_sub {
             return Err("the connect proxy's channels make more than max_channels_per_sub");
         }
         let plain =
             self.conns[idx].kind == Kind::WsProxying && self.conns[idx].flags & WS_ENVELOPE == 0;
-        if plain && p.channels.len() > 1 {
+        if plain && count > 1 {
             return Err("format=plain takes one channel; the connect proxy added more");
         }
         Ok(())
@@ -473,21 +759,20 @@ impl Worker {
     /// with the connection's later frames held until the answer. False when the proxy does
     /// not apply (publish as usual).
     pub(super) fn publish_by_proxy(&mut self, idx: usize, channel: &str, payload: &[u8]) -> bool {
-        let Some(url) = self.cfg.proxy_publish_url.clone() else {
+        if self.cfg.proxy_publish_url.is_none() {
             return false;
-        };
+        }
         if !self.namespaces.namespace_of(channel).proxy_publish {
             return false;
         }
         let token = self.conns.token(idx);
-        let user = self.conns.user_of(token).map(str::to_string);
-        let mut body = self.proxy_fields(idx, Transport::Ws, user.as_deref());
-        body.insert("channel".into(), channel.into());
-        crate::proxy::put_data(&mut body, payload);
         let message = Box::new((channel.to_string(), payload.to_vec()));
-        if self.proxy_call(Ask::Publish, token, url, body, Some(message)) {
-            self.conns.at(idx).edge |= PROXY_PENDING;
-        } else {
+        self.proxies.publishes.insert(token, message);
+        // Set first: a call made at once is answered on a later turn, never within this one.
+        self.conns.at(idx).edge |= PROXY_PENDING;
+        if !self.proxy_call(Ask::Publish, token, None) {
+            self.proxies.publishes.remove(&token);
+            self.conns.at(idx).edge &= !PROXY_PENDING;
             self.proxy_refuse(idx, Transport::Ws, Refusal::Busy, "");
         }
         true
@@ -547,25 +832,13 @@ impl Worker {
     /// A held stream reached its expiry: with a refresh proxy it is asked (true) instead of
     /// ending.
     pub(super) fn refresh_by_proxy(&mut self, idx: usize) -> bool {
-        let Some(url) = self.cfg.proxy_refresh_url.clone() else {
+        if self.cfg.proxy_refresh_url.is_none()
+            || !matches!(self.conns[idx].kind, Kind::Sse | Kind::Ws | Kind::TcpStream)
+        {
             return false;
-        };
-        let transport = match self.conns[idx].kind {
-            Kind::Sse => Transport::Sse,
-            Kind::Ws => Transport::Ws,
-            Kind::TcpStream => Transport::Tcp,
-            _ => return false,
-        };
+        }
         let token = self.conns.token(idx);
-        let user = self.conns.user_of(token).map(str::to_string);
-        let mut body = self.proxy_fields(idx, transport, user.as_deref());
-        let channels: Vec<String> = self.conns[idx]
-            .channel_indices()
-            .into_iter()
-            .filter_map(|c| self.channels.get(c).map(|ch| ch.name.to_string()))
-            .collect();
-        body.insert("channels".into(), channels.into());
-        if self.proxy_call(Ask::Refresh, token, url, body, None) {
+        if self.proxy_call(Ask::Refresh, token, None) {
             return true;
         }
         self.refresh_failed(idx, token)
@@ -635,5 +908,44 @@ impl Worker {
         if live && edge & EXPIRES != 0 && conn.deadline == 0 {
             self.arm_timer(idx, Duration::ZERO);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a connection waiting on the backend costs beyond its slot: the usual parked
+    /// subscribe is 32 bytes with no heap block, carried in its 48-byte queue entry while it
+    /// waits for a thread.
+    #[test]
+    fn the_usual_parked_subscribe_owns_no_heap_block() {
+        let p = Parked::new(&["room"]);
+        assert!(p.more.is_none());
+        assert!(!p.channels.is_heap_allocated());
+        assert_eq!(p.channels().collect::<Vec<_>>(), ["room"]);
+        assert!(!p.connected());
+        assert_eq!((p.next(), p.asked()), (0, 1));
+        assert_eq!(p.headers(), serde_json::json!({}));
+        // Names up to 24 bytes in all stay inline.
+        let p = Parked::new(&["news", "sport", "weather.eu"]);
+        assert!(!p.channels.is_heap_allocated() && p.more.is_none());
+        assert_eq!(p.count(), 3);
+        assert_eq!(std::mem::size_of::<Parked>(), 32);
+        assert_eq!(std::mem::size_of::<Waiting>(), 48);
+    }
+
+    #[test]
+    fn channels_the_connect_answer_adds_are_not_the_clients() {
+        let mut p = Parked::new(&["a", "b"]);
+        p.add_channel("b");
+        assert!(p.more.is_none(), "nothing new, nothing kept");
+        p.add_channel("user:ann");
+        assert_eq!(p.channels().collect::<Vec<_>>(), ["a", "b", "user:ann"]);
+        assert_eq!((p.asked(), p.count()), (2, 3));
+        assert_eq!(p.channel(2), Some("user:ann"));
+        assert_eq!(p.channel(3), None);
+        p.more().headers = Some(r#"{"Cookie":"sid=1"}"#.into());
+        assert_eq!(p.headers(), serde_json::json!({"Cookie": "sid=1"}));
     }
 }

@@ -16,6 +16,10 @@ Modes:
                      and the body bytes sent.
   goaway             one SSE stream on channel `up`; ends when the server has sent GOAWAY and
                      ended or reset the stream, or closed the connection; says what came.
+  gated              SSE streams on `slow`, `deny` and `live` (the test's backend proxies hold
+                     `slow` and refuse `deny`); `ready` once each has its status; ends when
+                     `slow` and `live` have one message each. Says the statuses in the order
+                     they came, the bodies and the resets.
   stall COUNT        two SSE streams: `stall` (its window is never reopened) and `live` (read
                      normally). Ends when `live` has COUNT messages and `stall` was reset.
 """
@@ -262,6 +266,38 @@ def mode_goaway(port):
     print(json.dumps(got), flush=True)
 
 
+def mode_gated(port):
+    sock, conn = connect(port)
+    names = {}
+    for channel in ("slow", "deny", "live"):
+        names[sse(conn, channel)] = channel
+    sock.sendall(conn.data_to_send())
+    status, order, body, resets = {}, [], {sid: b"" for sid in names}, {}
+
+    def on(ev):
+        if isinstance(ev, h2.events.ResponseReceived):
+            status[ev.stream_id] = dict(ev.headers)[":status"]
+            order.append(names[ev.stream_id])
+        elif isinstance(ev, h2.events.DataReceived):
+            body[ev.stream_id] += ev.data
+            conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
+        elif isinstance(ev, h2.events.StreamReset):
+            resets[ev.stream_id] = int(ev.error_code)
+
+    ok = pump(sock, conn, lambda: len(status) == len(names), on)
+    print("ready", flush=True)
+    held = [sid for sid in names if names[sid] != "deny"]
+    ok = ok and pump(sock, conn, lambda: all(data_lines(body[s]) for s in held), on)
+    print(json.dumps({
+        "complete": ok,
+        "status": {names[s]: v for s, v in status.items()},
+        "order": order,
+        "data": {names[s]: data_lines(b) for s, b in body.items() if names[s] != "deny"},
+        "deny_body": body[min(s for s in names if names[s] == "deny")].decode(errors="replace"),
+        "resets": {names[s]: c for s, c in resets.items()},
+    }), flush=True)
+
+
 def main():
     mode, port = sys.argv[1], int(sys.argv[2])
     args = [int(a) for a in sys.argv[3:]]
@@ -271,6 +307,7 @@ def main():
         "stall": mode_stall,
         "oversize": mode_oversize,
         "goaway": mode_goaway,
+        "gated": mode_gated,
     }
     modes[mode](port, *args)
 

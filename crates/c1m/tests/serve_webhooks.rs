@@ -812,7 +812,24 @@ fn a_dead_nodes_connections_are_reported_lost_by_another_node_once() {
     let Some(redis) = crate::redis_support::Redis::start(&[]) else {
         return; // skipped loudly by redis_support (a failure under CI)
     };
-    let url = format!("redis://{}", redis.addr());
+    dead_node_reported_lost(&format!("redis://{}", redis.addr()), &redis, "c1m:wh:");
+}
+
+/// The same under Redis Cluster (3 masters): the mirror's keys share the hash tag `{wh}`, so
+/// they live on the shard that owns its slot, where the test reads them.
+#[test]
+fn under_redis_cluster_a_dead_nodes_connections_are_reported_lost_by_another_node_once() {
+    let Some(cluster) = crate::redis_support::cluster::Cluster::start(3) else {
+        return; // skipped loudly by redis_support (a failure under CI)
+    };
+    let shard = cluster.owner(cluster.keyslot("c1m:{wh}:nodes"), 0);
+    dead_node_reported_lost(&cluster.url(), &cluster.nodes[shard], "c1m:{wh}:");
+}
+
+/// Two nodes on the broker at `url` (webhooks on, one backend); `redis` holds the mirror's
+/// keys, named with `prefix`.
+fn dead_node_reported_lost(url: &str, redis: &crate::redis_support::Redis, prefix: &str) {
+    let url = url.to_string();
     let backend = Backend::start("127.0.0.1:0", &[]);
     let (spool_a, spool_b) = (spool_dir("lost-a"), spool_dir("lost-b"));
     let node =
@@ -830,7 +847,7 @@ fn a_dead_nodes_connections_are_reported_lost_by_another_node_once() {
     let b_node = node_on_port(&events, b.http.port());
     // The mirrors are written once a second.
     let mirrored = || -> usize {
-        let keys = redis.cli(&[], &["KEYS", "c1m:wh:conns:*"]);
+        let keys = redis.cli(&[], &["KEYS", &format!("{prefix}conns:*")]);
         keys.lines()
             .filter(|k| !k.trim().is_empty())
             .map(|k| {
@@ -853,7 +870,7 @@ fn a_dead_nodes_connections_are_reported_lost_by_another_node_once() {
         std::thread::sleep(Duration::from_millis(100));
     }
     let b_key = redis
-        .cli(&[], &["KEYS", &format!("c1m:wh:conns:{b_node}|*")])
+        .cli(&[], &["KEYS", &format!("{prefix}conns:{b_node}|*")])
         .trim()
         .to_string();
     let bytes: usize = redis
@@ -900,7 +917,7 @@ fn a_dead_nodes_connections_are_reported_lost_by_another_node_once() {
         "A's own connection is open"
     );
     // B's mirror is gone; A's stays.
-    let keys = redis.cli(&[], &["KEYS", "c1m:wh:conns:*"]);
+    let keys = redis.cli(&[], &["KEYS", &format!("{prefix}conns:*")]);
     assert_eq!(
         keys.lines().filter(|k| !k.trim().is_empty()).count(),
         1,

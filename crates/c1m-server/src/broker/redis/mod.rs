@@ -31,7 +31,7 @@ mod pubsub_conn;
 mod script;
 mod shared;
 mod single;
-mod slots;
+pub(crate) mod slots;
 mod target;
 
 pub use broker::RedisBroker;

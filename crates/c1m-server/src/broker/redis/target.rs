@@ -74,6 +74,40 @@ impl std::fmt::Debug for ClusterTarget {
 }
 
 impl ClusterTarget {
+    /// How to reach the master that serves `key`'s slot now, asked of the seeds in turn
+    /// (`CLUSTER SLOTS`): for a helper that keeps all its keys on one slot (a hash tag) and
+    /// asks again after any error, so a failover or a moved slot costs it one retry.
+    pub fn owner_of(&self, key: &[u8]) -> anyhow::Result<Target> {
+        let slot = super::slots::key_slot(key);
+        let mut last_error = anyhow::anyhow!("no seed node");
+        for seed in &self.seeds {
+            let owner = seed
+                .client
+                .get_connection_with_timeout(std::time::Duration::from_secs(2))
+                .and_then(|mut c| {
+                    redis::cmd("CLUSTER")
+                        .arg("SLOTS")
+                        .query::<redis::Value>(&mut c)
+                });
+            match owner {
+                Ok(v) => match super::slots::SlotMap::from_cluster_slots(&v, &seed.addr)
+                    .as_ref()
+                    .and_then(|map| map.owner(slot))
+                {
+                    Some(addr) => return self.node(addr),
+                    None => {
+                        last_error = anyhow::anyhow!("{}: slot {slot} has no master", seed.addr)
+                    }
+                },
+                Err(e) => last_error = anyhow::Error::new(e).context(seed.addr.clone()),
+            }
+        }
+        Err(last_error.context(format!(
+            "finding the master of slot {slot} in {}",
+            self.shown
+        )))
+    }
+
     /// How to reach the node `addr` (`host:port`, as `CLUSTER SLOTS` or `MOVED` named it).
     pub fn node(&self, addr: &str) -> anyhow::Result<Target> {
         from_url(

@@ -1,8 +1,8 @@
-//! `disconnect` with reason `node_lost`: with webhooks and a Redis broker (one Redis, or one
-//! named by Sentinel), every node mirrors its open connections in Redis, so that when a node
+//! `disconnect` with reason `node_lost`: with webhooks and a Redis broker (one Redis, one
+//! named by Sentinel, or Redis Cluster), every node mirrors its open connections in Redis, so that when a node
 //! dies (kill -9 of its master and workers, a lost host) another node says goodbye for each.
 //!
-//! Data model (one Redis): `c1m:wh:conns:{instance}`, a hash `conn id → {"user","channels"}`
+//! Data model (one Redis; see below for Redis Cluster): `c1m:wh:conns:{instance}`, a hash `conn id → {"user","channels"}`
 //! per master process (`instance` is `NODE|ID-PREFIX`: the node's name and its master's
 //! event-id prefix, so a node restarted on the same address is another instance);
 //! `c1m:wh:alive:{instance}`, a key with a TTL ([`ALIVE_TTL_MS`]) refreshed every second;
@@ -17,6 +17,11 @@
 //! in between leaves the lock to expire and the mirror to the next node; the events' ids are
 //! derived from the dead instance and the connection, so a second report is the same event.
 //! A dead node's connections are reported within [`LOST_BOUND`] of its death.
+//!
+//! Under Redis Cluster every key carries the hash tag `{wh}` (`c1m:{wh}:conns:…`, and so on:
+//! [`prefix`]), so all of them live on one shard and the scripts run there atomically; the
+//! thread connects to that shard's master (asked of the cluster at every reconnection, so a
+//! failover or a moved slot costs one failed round).
 //!
 //! Cost in Redis: one hash field per open connection (its id, about 15 bytes, and its user
 //! and channels as JSON), written once when it opens and deleted when it closes, batched.
@@ -55,9 +60,9 @@ const SEQ_BASE: u64 = 50_000_000;
 /// The dead instances this node now owns (their alive key gone, their lock taken).
 const CLAIM: &str = r#"
 local out = {}
-for _, inst in ipairs(redis.call('SMEMBERS', 'c1m:wh:nodes')) do
-  if inst ~= ARGV[1] and redis.call('EXISTS', 'c1m:wh:alive:' .. inst) == 0 then
-    if redis.call('SET', 'c1m:wh:lock:' .. inst, ARGV[1], 'NX', 'PX', ARGV[2]) then
+for _, inst in ipairs(redis.call('SMEMBERS', '@nodes')) do
+  if inst ~= ARGV[1] and redis.call('EXISTS', '@alive:' .. inst) == 0 then
+    if redis.call('SET', '@lock:' .. inst, ARGV[1], 'NX', 'PX', ARGV[2]) then
       table.insert(out, inst)
     end
   end
@@ -67,13 +72,22 @@ return out
 
 /// A dead instance's events are spooled: its mirror goes, unless it came back meanwhile.
 const RELEASE: &str = r#"
-if redis.call('EXISTS', 'c1m:wh:alive:' .. ARGV[1]) == 0 then
-  redis.call('DEL', 'c1m:wh:conns:' .. ARGV[1])
-  redis.call('SREM', 'c1m:wh:nodes', ARGV[1])
+if redis.call('EXISTS', '@alive:' .. ARGV[1]) == 0 then
+  redis.call('DEL', '@conns:' .. ARGV[1])
+  redis.call('SREM', '@nodes', ARGV[1])
 end
-redis.call('DEL', 'c1m:wh:lock:' .. ARGV[1])
+redis.call('DEL', '@lock:' .. ARGV[1])
 return 1
 "#;
+
+/// The mirror's key prefix (`@` in the scripts): with the hash tag under Redis Cluster.
+pub fn prefix(cluster: bool) -> &'static str {
+    if cluster {
+        "c1m:{wh}:"
+    } else {
+        "c1m:wh:"
+    }
+}
 
 enum Msg {
     /// Connection id → its mirror value (None: closed).
@@ -106,15 +120,19 @@ impl Mirror {
         let Some(url) = &cfg.broker else {
             return Ok(None);
         };
-        let connect: Connect = match RedisTarget::parse(url, cfg.broker_ca.as_deref())? {
+        let (connect, keys): (Connect, _) = match RedisTarget::parse(url, cfg.broker_ca.as_deref())?
+        {
             RedisTarget::Single(t) => {
                 let client = t.client.clone();
-                Box::new(move || Ok(client.clone()))
+                (Box::new(move || Ok(client.clone())), prefix(false))
             }
-            RedisTarget::Sentinel(s) => Box::new(move || Ok(s.resolve()?.client)),
-            RedisTarget::Cluster(_) => {
-                tracing::warn!("webhooks: node_lost disconnects need one Redis (or Sentinel); under Redis Cluster a dead node's connections are not reported");
-                return Ok(None);
+            RedisTarget::Sentinel(s) => (Box::new(move || Ok(s.resolve()?.client)), prefix(false)),
+            RedisTarget::Cluster(c) => {
+                let shard = format!("{}nodes", prefix(true));
+                (
+                    Box::new(move || Ok(c.owner_of(shard.as_bytes())?.client)),
+                    prefix(true),
+                )
             }
         };
         let instance = format!("{node}|{id_prefix}");
@@ -122,7 +140,7 @@ impl Mirror {
         let (tx, rx) = sync_channel(QUEUE);
         let thread = std::thread::Builder::new()
             .name("c1m-webhook-mirror".into())
-            .spawn(move || run(rx, connect, instance, spool, stats))
+            .spawn(move || run(rx, connect, keys, instance, spool, stats))
             .context("starting the webhook mirror thread")?;
         Ok(Some(Mirror {
             tx: Some(tx),
@@ -188,6 +206,8 @@ impl Mirror {
 /// last write.
 struct Thread {
     connect: Connect,
+    /// [`prefix`].
+    keys: &'static str,
     instance: String,
     spool: Spool,
     stats: Arc<Stats>,
@@ -201,9 +221,17 @@ struct Thread {
     release: redis::Script,
 }
 
-fn run(rx: Receiver<Msg>, connect: Connect, instance: String, spool: Spool, stats: Arc<Stats>) {
+fn run(
+    rx: Receiver<Msg>,
+    connect: Connect,
+    keys: &'static str,
+    instance: String,
+    spool: Spool,
+    stats: Arc<Stats>,
+) {
     let mut t = Thread {
         connect,
+        keys,
         instance,
         spool,
         stats,
@@ -212,8 +240,8 @@ fn run(rx: Receiver<Msg>, connect: Connect, instance: String, spool: Spool, stat
         removed: HashSet::new(),
         con: None,
         resync: true,
-        claim: redis::Script::new(CLAIM),
-        release: redis::Script::new(RELEASE),
+        claim: redis::Script::new(&CLAIM.replace('@', keys)),
+        release: redis::Script::new(&RELEASE.replace('@', keys)),
     };
     let mut stopping = false;
     let mut next_tick = Instant::now();
@@ -274,12 +302,13 @@ impl Thread {
             self.resync = true;
         }
         let instance = &self.instance;
+        let keys = self.keys;
         let c = self.con.as_mut().expect("connected above");
         if stopping {
             redis::pipe()
-                .del(format!("c1m:wh:conns:{instance}"))
-                .del(format!("c1m:wh:alive:{instance}"))
-                .srem("c1m:wh:nodes", instance)
+                .del(format!("{keys}conns:{instance}"))
+                .del(format!("{keys}alive:{instance}"))
+                .srem(format!("{keys}nodes"), instance)
                 .query::<()>(c)
                 .context("deleting this node's mirror")?;
             return Ok(());
@@ -287,7 +316,7 @@ impl Thread {
         // The heartbeat, and whether it had lapsed (another node may have reported and
         // deleted this mirror: it is written whole again).
         let before: Option<String> = redis::cmd("SET")
-            .arg(format!("c1m:wh:alive:{instance}"))
+            .arg(format!("{keys}alive:{instance}"))
             .arg("1")
             .arg("PX")
             .arg(ALIVE_TTL_MS)
@@ -299,6 +328,7 @@ impl Thread {
         }
         write(
             c,
+            keys,
             instance,
             &self.mirror,
             &self.added,
@@ -316,7 +346,7 @@ impl Thread {
             .context("looking for dead nodes")?;
         for inst in dead {
             let conns: HashMap<String, String> = redis::cmd("HGETALL")
-                .arg(format!("c1m:wh:conns:{inst}"))
+                .arg(format!("{keys}conns:{inst}"))
                 .query(c)
                 .context("reading a dead node's mirror")?;
             report_lost(&inst, instance, conns, &mut self.spool, &self.stats)?;
@@ -332,15 +362,16 @@ impl Thread {
 /// This node's changes (or, after a lapse or a reconnection, its whole mirror).
 fn write(
     c: &mut redis::Connection,
+    keys: &str,
     instance: &str,
     mirror: &HashMap<String, String>,
     added: &HashSet<String>,
     removed: &HashSet<String>,
     whole: bool,
 ) -> anyhow::Result<()> {
-    let key = format!("c1m:wh:conns:{instance}");
+    let key = format!("{keys}conns:{instance}");
     let mut pipe = redis::pipe();
-    pipe.sadd("c1m:wh:nodes", instance).ignore();
+    pipe.sadd(format!("{keys}nodes"), instance).ignore();
     if whole {
         pipe.del(&key).ignore();
         let all: Vec<(&String, &String)> = mirror.iter().collect();
@@ -413,4 +444,23 @@ fn report_lost(
             .fetch_add(chunk.len() as u64, Ordering::Relaxed);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::redis::slots::key_slot;
+
+    #[test]
+    fn under_redis_cluster_every_mirror_key_is_on_one_slot() {
+        let p = prefix(true);
+        let slot = key_slot(format!("{p}nodes").as_bytes());
+        for key in ["conns:host:1|ab", "alive:host:1|ab", "lock:other:2|cd"] {
+            assert_eq!(key_slot(format!("{p}{key}").as_bytes()), slot, "{key}");
+        }
+        for script in [CLAIM, RELEASE] {
+            let s = script.replace('@', p);
+            assert!(!s.contains('@') && s.contains("'c1m:{wh}:"), "{s}");
+        }
+    }
 }

@@ -36,10 +36,13 @@ import h2.events
 DEADLINE = 20.0
 
 
-def connect(port):
+def connect(port, validate=True):
+    """`validate` False: python-h2 sends header blocks it would refuse (a plain CONNECT)."""
     sock = socket.create_connection(("127.0.0.1", port), timeout=5)
     conn = h2.connection.H2Connection(
-        h2.config.H2Configuration(client_side=True, header_encoding="utf-8")
+        h2.config.H2Configuration(
+            client_side=True, header_encoding="utf-8", validate_outbound_headers=validate
+        )
     )
     conn.initiate_connection()
     sock.sendall(conn.data_to_send())
@@ -62,10 +65,10 @@ def sse(conn, channel):
     return sid
 
 
-def pump(sock, conn, until, on_event):
+def pump(sock, conn, until, on_event, deadline=DEADLINE):
     """Reads and handles events until `until()` or the deadline; False on timeout or close."""
-    end = time.monotonic() + DEADLINE
-    sock.settimeout(0.5)
+    end = time.monotonic() + deadline
+    sock.settimeout(0.2)
     while not until():
         if time.monotonic() > end:
             return False

@@ -4,7 +4,7 @@ for crates/c1m/tests/serve_http2_websocket.rs.
 
 Usage: websocket.py MODE PORT [ARGS...] over h2c (prior knowledge) to 127.0.0.1:PORT. It prints
 `ready` once its streams are open (the test then publishes) and, at the end, one JSON line with
-what it saw. Every wait is bounded (DEADLINE seconds in all).
+what it saw. Every wait is bounded (client.py's DEADLINE seconds in all).
 
 Modes:
   session        On one connection: WebSockets on /sub/alpha and /sub/beta and an SSE stream on
@@ -26,53 +26,13 @@ Modes:
 """
 
 import json
-import socket
 import sys
-import time
 
-import h2.config
-import h2.connection
 import h2.events
 import h2.settings
 from wsproto.frame_protocol import FrameProtocol, Opcode
 
-DEADLINE = 20.0
-
-
-def connect(port, validate=True):
-    """`validate` False: python-h2 sends header blocks it would refuse (a plain CONNECT)."""
-    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
-    conn = h2.connection.H2Connection(
-        h2.config.H2Configuration(
-            client_side=True, header_encoding="utf-8", validate_outbound_headers=validate
-        )
-    )
-    conn.initiate_connection()
-    sock.sendall(conn.data_to_send())
-    return sock, conn
-
-
-def pump(sock, conn, until, on_event, deadline=DEADLINE):
-    """Reads and handles events until `until()` or the deadline; False on timeout or close."""
-    end = time.monotonic() + deadline
-    sock.settimeout(0.2)
-    while not until():
-        if time.monotonic() > end:
-            return False
-        try:
-            data = sock.recv(65536)
-        except socket.timeout:
-            continue
-        except ConnectionError:
-            return False
-        if not data:
-            return False
-        for ev in conn.receive_data(data):
-            on_event(ev)
-        out = conn.data_to_send()
-        if out:
-            sock.sendall(out)
-    return True
+from client import connect, pump, sse  # the same HTTP/2 client as the SSE stream tests
 
 
 def extended_connect(conn, path, protocol="websocket", headers=()):
@@ -94,22 +54,6 @@ def extended_connect(conn, path, protocol="websocket", headers=()):
 
 def websocket(conn, path):
     return extended_connect(conn, path, headers=[("sec-websocket-version", "13")])
-
-
-def sse(conn, channel):
-    sid = conn.get_next_available_stream_id()
-    conn.send_headers(
-        sid,
-        [
-            (":method", "GET"),
-            (":scheme", "http"),
-            (":authority", "127.0.0.1"),
-            (":path", "/sub/" + channel),
-            ("accept", "text/event-stream"),
-        ],
-        end_stream=True,
-    )
-    return sid
 
 
 class Streams:

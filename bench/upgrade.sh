@@ -36,8 +36,9 @@
 #      (unset), DRAIN (15s: publishing stops this long before the hold ends, so late deliveries
 #      are not counted lost), HOLD (40s), RESTART_AFTER (15s), PORT (18390),
 #      MODES ("upgrade restart"; also kill-worker, kill-master), MAX_CONNS (N * 3 / 2),
-#      CONTROL (1), NICE (19), UPGRADE_TIMEOUT (serve --upgrade-timeout, 120s), SUPERVISE (1), SUPERVISE_DELAY (2 s, RestartSec of dist/c1m.service), TAG, C1M (binary),
-#      KEEP_WORK (keep logs there).
+#      CONTROL (1), NICE (19), UPGRADE_TIMEOUT (serve --upgrade-timeout, 120s), SUPERVISE (1),
+#      SUPERVISE_DELAY (2 s, the RestartSec of dist/c1m.service), TAG, C1M (binary), KEEP_WORK
+#      (keep logs there).
 # Writes bench/out/upgrade-N-MODE.{json,txt}, bench/out/upgrade-N-MODE-progress.txt and
 # bench/out/upgrade-N[-TAG].txt (summary).
 set -euo pipefail
@@ -132,7 +133,8 @@ read -r idx wpid conns total <<<"\$pick"
 t0=\$(date +%s%N)
 kill -KILL "\$wpid" || { ev "kill -9 \$wpid failed"; exit 1; }
 ev "killed worker \$idx (pid \$wpid) with SIGKILL: it held \$conns of \$total subscriber connections"
-for _ in \$(seq 1200); do
+deadline=\$((\$(date +%s) + 120))
+while [ "\$(date +%s)" -lt "\$deadline" ]; do
     new=\$(status 2>/dev/null | python3 -c 'import json, sys
 w = json.load(sys.stdin)["workers"][int(sys.argv[1])]
 print(w["pid"], w["answering"], w["connections"])' "\$idx" 2>/dev/null) || new=""
@@ -163,7 +165,8 @@ t0=\$(date +%s%N)
 kill -KILL "\$m" || { ev "kill -9 \$m failed"; exit 1; }
 ev "killed the master (pid \$m) with SIGKILL; it had \$nw worker processes"
 half=""
-for _ in \$(seq 3000); do
+deadline=\$((\$(date +%s) + 60))
+while [ "\$(date +%s)" -lt "\$deadline" ]; do
     alive=0
     for w in \$workers; do
         # A worker that exited but is not yet reaped by its new parent is gone for the clients.
@@ -182,7 +185,8 @@ sleep "$SUPERVISE_DELAY"
 ev "supervisor: starting serve again (after $SUPERVISE_DELAY s)"
 setsid "$SERVE" ${SERVE_ARGS[*]} >>"$WORK/serve-kill-master-2.log" 2>&1 </dev/null &
 echo \$! >>"$WORK/pids"
-for _ in \$(seq 1200); do
+deadline=\$((\$(date +%s) + 120))
+while [ "\$(date +%s)" -lt "\$deadline" ]; do
     if curl -fsS -m 2 -o /dev/null "http://$API/healthz" 2>/dev/null; then
         ev "supervisor: the new serve (pid \$!) answers \$(ms) ms after the kill"
         exit 0
@@ -257,7 +261,7 @@ print(f"figures {sys.argv[2]}: restart cmd {cmd:.2f} s (exit {s['restart_cmd']['
       f"missing {d['totals'].get('missing')} · gapped {s['gapped']} · publishes refused {r['publishing']['errors']}")
 print(f"figures {sys.argv[2]}: delivery p99 per second: before (6 s) max {ms(max(before, default=0))}, "
       f"around the restart max {ms(max(during, default=0))}; published {r['publishing']['published']} "
-      f"at {r["publishing_rate_per_s"]:.1f}/s")
+      f"at {r['publishing_rate_per_s']:.1f}/s")
 PY
     # Progress lines around the restart: delivery latency before vs during.
     grep -E '^ *[0-9.]+s ' "$OUT/upgrade-$N-$mode.txt" >"$WORK/progress-$mode.txt" || true

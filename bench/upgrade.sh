@@ -270,7 +270,16 @@ PY
     pid=$(master_pid 2>/dev/null || true)
     [ -n "$pid" ] && echo "$pid" >>"$WORK/pids"
     for p in $(cat "$WORK/pids"); do kill -TERM "$p" 2>/dev/null || true; done
-    for _ in $(seq 100); do curl -fsS -o /dev/null "http://$API/healthz" 2>/dev/null || break; sleep 0.1; done
+    # Until every master has exited (bounded, 60 s, then SIGKILL): /healthz stops answering
+    # while a master still drains, and the port stays claimed until it exits, so the next
+    # mode's serve would be refused ("port already served").
+    for _ in $(seq 600); do
+        alive=0
+        for p in $(cat "$WORK/pids"); do kill -0 "$p" 2>/dev/null && alive=1; done
+        [ "$alive" = 0 ] && break
+        sleep 0.1
+    done
+    for p in $(cat "$WORK/pids"); do kill -KILL "$p" 2>/dev/null || true; done
     sleep 2
     : >"$WORK/pids"
 done

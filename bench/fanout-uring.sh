@@ -34,36 +34,8 @@ TAG=${TAG:-}
 source "$(dirname "$0")/lib.sh" # BENCH_DIR, ROOT, OUT, c1m_binary, stop_pid, wait_port
 TMP=$(mktemp -d)
 PID=""
-declare -A BEFORE=()
-restore_sysctls() {
-    local k
-    for k in "${!BEFORE[@]}"; do sysctl -q -w "$k=${BEFORE[$k]}" || echo "could not restore $k" >&2; done
-}
-on_exit 'stop_pid "$PID" 10; restore_sysctls; rm -rf "$TMP"'
-# A SIGTERM/SIGINT must run the EXIT trap (stop the servers, restore the sysctls): without this
-# trap bash dies of the signal and skips it (seen 2026-11-23: a killed 1M run left them raised).
-trap 'exit 143' TERM INT
-# raise KEY VALUE: only when the live value is lower (first field compared), remembered for restore.
-raise() {
-    local k=$1 v=$2 cur
-    cur=$(sysctl -n "$k" 2>/dev/null | tr '\t' ' ') || return 0
-    [ -n "$cur" ] || return 0
-    if [ "${cur%% *}" -lt "${v%% *}" ]; then
-        BEFORE[$k]=$cur
-        sysctl -q -w "$k=$v"
-        echo "raised $k: $cur -> $v (restored on exit)"
-    fi
-}
-if [ "$N" -gt 200000 ]; then
-    raise net.core.somaxconn 16384
-    raise net.ipv4.tcp_max_syn_backlog 16384
-    raise net.ipv4.tcp_mem "750000 1000000 1500000"
-    # Keepalive probes of connections accepted in the same tick arrive together; on loopback
-    # they overflow the default 1000-packet input backlog (see run-1m.sh).
-    raise net.core.netdev_max_backlog 65536
-    [ -e /proc/sys/net/netfilter/nf_conntrack_max ] && raise net.netfilter.nf_conntrack_max 1250000
-    raise fs.file-max $((N * 2 + 100000))
-fi
+on_exit 'stop_pid "$PID" 10; rm -rf "$TMP"'
+sysctl_raise_for_conns "$N"
 
 c1m_binary
 gcc -O2 -Wall -o "$TMP/fanout_floor" "$BENCH_DIR/fanout_floor.c"

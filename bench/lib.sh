@@ -20,6 +20,12 @@
 #                                   # nginx+nchan from its own prefix DIR (TLS with CERT_DIR's
 #                                   # cert.pem/key.pem; NCHAN_LISTEN=http2 for HTTP/2, h2c
 #                                   # with prior knowledge without TLS); sets NCHAN_PID
+#   sysctl_raise KEY VALUE          # sysctl -w only when the live value is lower (root);
+#                                   # the old value is put back by sysctl_restore
+#   sysctl_raise_for_conns N        # what holding N loopback connections needs (no-op below 200K)
+#   sysctl_restore                  # puts back every value raised (registered with on_exit
+#                                   # at the first raise; scripts with their own EXIT trap call it)
+# SYSCTL_LOG names the function the sysctl lines go to (default echo).
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(dirname "$BENCH_DIR")
@@ -206,4 +212,58 @@ NGINX
     nginx -p "$dir" -e "$dir/error.log" -c "$dir/nginx.conf" &
     NCHAN_PID=$!
     track_pid "$NCHAN_PID"
+}
+
+# Kernel settings for a run: raised only when lower, restored on exit (a SIGTERM/SIGINT also
+# runs the EXIT trap above, so a killed run does not leave them raised).
+declare -A _SYSCTL_BEFORE=()
+_SYSCTL_TRAPPED=0
+sysctl_raise() {
+    local k=$1 v=$2 cur
+    cur=$(sysctl -n "$k" 2>/dev/null | tr '\t' ' ') || return 0
+    [ -n "$cur" ] || return 0
+    if [ "${cur%% *}" -lt "${v%% *}" ]; then
+        if [ "$_SYSCTL_TRAPPED" = 0 ]; then
+            on_exit sysctl_restore
+            _SYSCTL_TRAPPED=1
+        fi
+        _SYSCTL_BEFORE[$k]=$cur
+        sysctl -q -w "$k=$v"
+        ${SYSCTL_LOG:-echo} "raised $k: $cur -> $(sysctl -n "$k" | tr '\t' ' ') (restored on exit)"
+    else
+        ${SYSCTL_LOG:-echo} "kept $k = $cur"
+    fi
+}
+
+sysctl_restore() {
+    local k
+    [ "${#_SYSCTL_BEFORE[@]}" -gt 0 ] || return 0
+    for k in "${!_SYSCTL_BEFORE[@]}"; do
+        sysctl -q -w "$k=${_SYSCTL_BEFORE[$k]}" || echo "could not restore $k" >&2
+    done
+    ${SYSCTL_LOG:-echo} "restored: $(for k in "${!_SYSCTL_BEFORE[@]}"; do printf '%s=%s; ' "$k" "$(sysctl -n "$k" | tr '\t' ' ')"; done)"
+    _SYSCTL_BEFORE=()
+}
+
+sysctl_raise_for_conns() {
+    local n=$1
+    [ "$n" -gt 200000 ] || return 0
+    if [ "$(id -u)" != 0 ]; then
+        echo "bench: $n connections need raised sysctls (accept queues, tcp_mem, backlog): run as root" >&2
+        return 1
+    fi
+    sysctl_raise net.core.somaxconn 16384
+    sysctl_raise net.ipv4.tcp_max_syn_backlog 16384
+    sysctl_raise net.ipv4.tcp_mem "750000 1000000 1500000"
+    # Loopback hands every packet to the per-CPU input backlog. Keepalive timers of connections
+    # accepted in the same second fire in the same timer-wheel tick: at 1M idle connections
+    # (--sse-heartbeat 0) bursts of probes overflowed the default 1000, every probe of ~336K
+    # connections was dropped and serve's TCP_USER_TIMEOUT declared them dead (2026-11-26T02:58Z,
+    # softnet_stat column 2 +6M, TCPAbortOnTimeout 335,983; BENCHMARKS.md "1M with the control worker").
+    sysctl_raise net.core.netdev_max_backlog 65536
+    if [ -e /proc/sys/net/netfilter/nf_conntrack_max ]; then
+        ${SYSCTL_LOG:-echo} "nf_conntrack_count before: $(cat /proc/sys/net/netfilter/nf_conntrack_count)"
+        sysctl_raise net.netfilter.nf_conntrack_max 1250000
+    fi
+    sysctl_raise fs.file-max $((n * 2 + 100000))
 }

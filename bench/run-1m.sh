@@ -82,19 +82,11 @@ LOG="$OUT/run-$N$TAG.txt"
 SPID=""
 BPID=""
 LPID=""
-declare -A BEFORE=()
-restore() {
-    local k
-    for k in "${!BEFORE[@]}"; do
-        sysctl -q -w "$k=${BEFORE[$k]}" || echo "could not restore $k" >&2
-    done
-}
 cleanup() {
     if [ -n "$LPID" ]; then kill -- -"$LPID" 2>/dev/null || true; wait "$LPID" 2>/dev/null || true; fi
     if [ -n "$BPID" ]; then kill -TERM "$BPID" 2>/dev/null || true; wait "$BPID" 2>/dev/null || true; fi
     stop_pid "$SPID" 30
-    restore
-    echo "restored: $(for k in "${!BEFORE[@]}"; do printf '%s=%s; ' "$k" "$(sysctl -n "$k" | tr '\t' ' ')"; done)" >>"$LOG"
+    sysctl_restore
     rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -117,37 +109,10 @@ log ""
 log "## before: c1m tune --conns $N --check"
 timeout 60 "$C1M" tune --conns "$N" --check 2>&1 | tee -a "$LOG" || true
 
-# raise KEY VALUE: only when the live value is lower (first field compared for vectors).
-raise() {
-    local k=$1 v=$2 cur
-    cur=$(sysctl -n "$k" 2>/dev/null | tr '\t' ' ') || return 0
-    [ -n "$cur" ] || return 0
-    local c1=${cur%% *} v1=${v%% *}
-    if [ "$c1" -lt "$v1" ]; then
-        BEFORE[$k]=$cur
-        sysctl -q -w "$k=$v"
-        log "raised $k: $cur -> $(sysctl -n "$k" | tr '\t' ' ')"
-    else
-        log "kept $k = $cur"
-    fi
-}
 log ""
 log "## settings for the run (restored on exit)"
-raise net.core.somaxconn 16384
-raise net.ipv4.tcp_max_syn_backlog 16384
-raise net.ipv4.tcp_mem "750000 1000000 1500000"
-# Loopback hands every packet to the per-CPU input backlog. Keepalive timers of connections
-# accepted in the same second fire in the same timer-wheel tick: at 1M idle connections
-# (--sse-heartbeat 0) bursts of probes overflowed the default 1000, every probe of ~336K
-# connections was dropped and serve's TCP_USER_TIMEOUT declared them dead (2026-11-26T02:58Z,
-# softnet_stat column 2 +6M, TCPAbortOnTimeout 335,983; BENCHMARKS.md "1M with the control worker").
-raise net.core.netdev_max_backlog 65536
-if [ -e /proc/sys/net/netfilter/nf_conntrack_max ]; then
-    log "nf_conntrack_count before: $(cat /proc/sys/net/netfilter/nf_conntrack_count)"
-    raise net.netfilter.nf_conntrack_max 1250000
-fi
-need_files=$(( N * 2 + 100000 ))
-raise fs.file-max "$need_files"
+SYSCTL_LOG=log
+sysctl_raise_for_conns "$N"
 
 # Profiles the whole box for PERF_SECS seconds (background); flame graph drawn by perf_done.
 PERF=${PERF:-0}

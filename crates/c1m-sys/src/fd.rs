@@ -36,3 +36,15 @@ pub fn adopt_inherited(raw: RawFd) -> io::Result<OwnedFd> {
     // for its exclusive use, and nothing else in this process owns it.
     Ok(unsafe { OwnedFd::from_raw_fd(raw) })
 }
+
+/// A copy of `fd` at the lowest free descriptor number at or above `min` (FD_CLOEXEC set).
+/// Used to renumber a descriptor above all others (drop the original afterwards): a process
+/// killed with SIGKILL releases its sockets in the reverse order of their numbers, so the
+/// highest is released first.
+pub fn dup_at_least(fd: &impl AsRawFd, min: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: F_DUPFD_CLOEXEC on a descriptor the caller holds open (borrowed for the call),
+    // integer args only; it returns a new descriptor and leaves `fd` as it was.
+    let raw = cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, min) })?;
+    // SAFETY: `raw` was just returned by fcntl: an open descriptor nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}

@@ -52,6 +52,66 @@ fn a_killed_worker_is_restarted_and_counted() {
     }
 }
 
+/// Inodes of the sockets listening on `port` (IPv4, /proc/net/tcp state 0A).
+fn listener_inodes(port: u16) -> Vec<String> {
+    let want = format!(":{port:04X}");
+    std::fs::read_to_string("/proc/net/tcp")
+        .unwrap()
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() > 9 && f[1].ends_with(&want) && f[3] == "0A").then(|| f[9].to_string())
+        })
+        .collect()
+}
+
+/// A process killed with SIGKILL releases its sockets in the reverse order of their
+/// descriptor numbers. A worker's listener must be its highest-numbered socket, so a killed
+/// worker leaves the SO_REUSEPORT group before its connections are torn down (at 1M that
+/// took 15 s, and clients reconnecting from the same address and port were handed to the
+/// dead listener all that time), not after.
+#[test]
+fn a_workers_listener_is_numbered_above_its_connections() {
+    let server = Server::start(&["--workers", "1"]);
+    let subs: Vec<Sse> = (0..40)
+        .map(|_| Sse::connect(server.http, "/sub/fdorder", ""))
+        .collect();
+    server.wait_status(|s| s["connections"]["sse"] == 40);
+    let listeners = listener_inodes(server.http.port());
+    assert_eq!(listeners.len(), 1, "one worker, one listener");
+    let pid = server.worker_pids()[0];
+    let mut listener_fd = None;
+    let mut other_socket_fds = Vec::new();
+    for entry in std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap() {
+        let entry = entry.unwrap();
+        let Ok(target) = std::fs::read_link(entry.path()) else {
+            continue; // closed between the listing and the read
+        };
+        let target = target.to_string_lossy().to_string();
+        let Some(inode) = target
+            .strip_prefix("socket:[")
+            .and_then(|t| t.strip_suffix(']'))
+        else {
+            continue;
+        };
+        let fd: i32 = entry.file_name().to_string_lossy().parse().unwrap();
+        if listeners.iter().any(|l| l == inode) {
+            listener_fd = Some(fd);
+        } else {
+            other_socket_fds.push(fd);
+        }
+    }
+    let listener_fd = listener_fd.expect("the worker holds its listener");
+    assert!(other_socket_fds.len() >= 40, "{other_socket_fds:?}");
+    let highest_other = other_socket_fds.iter().max().copied().unwrap();
+    assert!(
+        listener_fd > highest_other,
+        "listener fd {listener_fd}, highest other socket fd {highest_other}"
+    );
+    drop(subs);
+}
+
 #[test]
 fn sigterm_ends_streams_cleanly_within_the_grace_period() {
     let mut server = Server::start(&[

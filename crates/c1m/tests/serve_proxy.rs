@@ -874,11 +874,7 @@ fn a_subscribe_parked_on_the_backend_during_a_live_upgrade_is_told_to_retry() {
         );
         std::thread::sleep(Duration::from_millis(10));
     }
-    let old_master = server.child.id();
-    server.signal(libc::SIGUSR2);
-    assert!(server.wait_exit(Duration::from_secs(30)).success());
-    let s = server.wait_status(|s| s["pid"].as_u64() != Some(u64::from(old_master)));
-    let _new = crate::serve_upgrade::KillOnDrop(s["pid"].as_u64().unwrap() as u32);
+    let (s, _new) = crate::serve_upgrade::upgrade_in_place(&mut server);
     assert_eq!(s["upgrades"]["completed"], 1, "{s}");
     let mut answer = String::new();
     sse.read_to_string(&mut answer).unwrap();

@@ -93,6 +93,18 @@ impl Drop for KillOnDrop {
     }
 }
 
+/// SIGUSR2 to `server`'s master: waits for it to exit after handing over, then for the new
+/// master to answer `/status` on the same port. Returns that status and the new master's
+/// kill-on-drop guard.
+pub(crate) fn upgrade_in_place(server: &mut Server) -> (serde_json::Value, KillOnDrop) {
+    let old_master = server.child.id();
+    server.signal(libc::SIGUSR2);
+    assert!(server.wait_exit(Duration::from_secs(30)).success());
+    let s = server.wait_status(|s| s["pid"].as_u64() != Some(u64::from(old_master)));
+    let new = KillOnDrop(s["pid"].as_u64().unwrap() as u32);
+    (s, new)
+}
+
 pub(crate) fn start(scratch: &Scratch, extra_env: &[(&str, &str)]) -> (Server, LogLines) {
     let mut cmd = Command::new(scratch.exe());
     cmd.args([

@@ -638,11 +638,7 @@ fn a_live_upgrade_loses_no_event() {
         })
     };
     backend.wait_for(Duration::from_secs(20), |e| count(e, "connect") >= 60);
-    let old_master = server.child.id();
-    server.signal(libc::SIGUSR2);
-    assert!(server.wait_exit(Duration::from_secs(30)).success());
-    let s = server.wait_status(|s| s["pid"].as_u64() != Some(u64::from(old_master)));
-    let _new = crate::serve_upgrade::KillOnDrop(s["pid"].as_u64().unwrap() as u32);
+    let (s, _new) = crate::serve_upgrade::upgrade_in_place(&mut server);
     assert_eq!(s["upgrades"]["completed"], 1, "{s}");
     std::thread::sleep(Duration::from_millis(500));
     stop.store(true, Ordering::Relaxed);

@@ -80,14 +80,7 @@ impl Worker {
         if self.master_congested() {
             self.counters.refused.busy += 1;
             self.send_to_master(ToMaster::ApiRefused { call: call.into() });
-            let body = error_body(503, "server busy; retry later");
-            self.respond(
-                idx,
-                503,
-                "application/json",
-                "Retry-After: 1\r\n",
-                body.as_bytes(),
-            );
+            self.api_retry_later(idx, "server busy; retry later");
             return Some(end);
         }
         let ndjson = req
@@ -124,6 +117,19 @@ impl Worker {
         let body = error_body(status, message);
         let answer = http::response(status, "application/json", extra, body.as_bytes(), false);
         self.reply_and_close(idx, answer);
+    }
+
+    /// A JSON 503 with `Retry-After: 1` on a connection that stays open: the call may be
+    /// retried (the master was too busy to take it, or did not answer it in time).
+    pub(super) fn api_retry_later(&mut self, idx: usize, message: &str) {
+        let body = error_body(503, message);
+        self.respond(
+            idx,
+            503,
+            "application/json",
+            "Retry-After: 1\r\n",
+            body.as_bytes(),
+        );
     }
 
     /// The master's answer to a call.

@@ -75,14 +75,7 @@ impl Worker {
                 "the call was not answered within {:?}; retry later",
                 crate::api::CALL_TIMEOUT
             );
-            let body = crate::api::error_body(503, &why);
-            self.respond(
-                idx,
-                503,
-                "application/json",
-                "Retry-After: 1\r\n",
-                body.as_bytes(),
-            );
+            self.api_retry_later(idx, &why);
             return self.resume_input(idx);
         }
         let reason = if health {

@@ -88,6 +88,27 @@ def pump(sock, conn, until, on_event, deadline=DEADLINE):
     return True
 
 
+class Collected:
+    """An event handler for `pump`: what came on each stream of `names` (stream id -> name):
+    its status, the order the heads came in, its body and its RST_STREAM code; window credit
+    goes back as DATA arrives."""
+
+    def __init__(self, conn, names):
+        self.conn, self.names = conn, names
+        self.status, self.order, self.resets = {}, [], {}
+        self.body = {sid: b"" for sid in names}
+
+    def __call__(self, ev):
+        if isinstance(ev, h2.events.ResponseReceived):
+            self.status[ev.stream_id] = dict(ev.headers)[":status"]
+            self.order.append(self.names[ev.stream_id])
+        elif isinstance(ev, h2.events.DataReceived):
+            self.body[ev.stream_id] += ev.data
+            self.conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
+        elif isinstance(ev, h2.events.StreamReset):
+            self.resets[ev.stream_id] = int(ev.error_code)
+
+
 def data_lines(raw):
     return [l[6:] for l in raw.decode().split("\n") if l.startswith("data: ")]
 
@@ -100,29 +121,19 @@ def mode_streams(port, n, shared):
     for j in range(shared):
         names[sse(conn, "shared")] = "shared#%d" % j
     sock.sendall(conn.data_to_send())
-    status, body, resets = {}, {sid: b"" for sid in names}, {}
-
-    def on(ev):
-        if isinstance(ev, h2.events.ResponseReceived):
-            status[ev.stream_id] = dict(ev.headers)[":status"]
-        elif isinstance(ev, h2.events.DataReceived):
-            body[ev.stream_id] += ev.data
-            conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
-        elif isinstance(ev, h2.events.StreamReset):
-            resets[ev.stream_id] = int(ev.error_code)
-
-    ok = pump(sock, conn, lambda: len(status) == len(names), on)
+    got = Collected(conn, names)
+    ok = pump(sock, conn, lambda: len(got.status) == len(names), got)
     first = min(names)
     conn.reset_stream(first)
     sock.sendall(conn.data_to_send())
     print("ready", flush=True)
     others = [sid for sid in names if sid != first]
-    ok = ok and pump(sock, conn, lambda: all(data_lines(body[s]) for s in others), on)
+    ok = ok and pump(sock, conn, lambda: all(data_lines(got.body[s]) for s in others), got)
     print(json.dumps({
         "complete": ok,
-        "status": {names[s]: v for s, v in status.items()},
-        "data": {names[s]: data_lines(b) for s, b in body.items()},
-        "resets": {names[s]: c for s, c in resets.items()},
+        "status": {names[s]: v for s, v in got.status.items()},
+        "data": {names[s]: data_lines(b) for s, b in got.body.items()},
+        "resets": {names[s]: c for s, c in got.resets.items()},
     }), flush=True)
 
 
@@ -275,29 +286,19 @@ def mode_gated(port):
     for channel in ("slow", "deny", "live"):
         names[sse(conn, channel)] = channel
     sock.sendall(conn.data_to_send())
-    status, order, body, resets = {}, [], {sid: b"" for sid in names}, {}
-
-    def on(ev):
-        if isinstance(ev, h2.events.ResponseReceived):
-            status[ev.stream_id] = dict(ev.headers)[":status"]
-            order.append(names[ev.stream_id])
-        elif isinstance(ev, h2.events.DataReceived):
-            body[ev.stream_id] += ev.data
-            conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
-        elif isinstance(ev, h2.events.StreamReset):
-            resets[ev.stream_id] = int(ev.error_code)
-
-    ok = pump(sock, conn, lambda: len(status) == len(names), on)
+    got = Collected(conn, names)
+    ok = pump(sock, conn, lambda: len(got.status) == len(names), got)
     print("ready", flush=True)
     held = [sid for sid in names if names[sid] != "deny"]
-    ok = ok and pump(sock, conn, lambda: all(data_lines(body[s]) for s in held), on)
+    ok = ok and pump(sock, conn, lambda: all(data_lines(got.body[s]) for s in held), got)
+    deny = min(s for s in names if names[s] == "deny")
     print(json.dumps({
         "complete": ok,
-        "status": {names[s]: v for s, v in status.items()},
-        "order": order,
-        "data": {names[s]: data_lines(b) for s, b in body.items() if names[s] != "deny"},
-        "deny_body": body[min(s for s in names if names[s] == "deny")].decode(errors="replace"),
-        "resets": {names[s]: c for s, c in resets.items()},
+        "status": {names[s]: v for s, v in got.status.items()},
+        "order": got.order,
+        "data": {names[s]: data_lines(b) for s, b in got.body.items() if names[s] != "deny"},
+        "deny_body": got.body[deny].decode(errors="replace"),
+        "resets": {names[s]: c for s, c in got.resets.items()},
     }), flush=True)
 
 

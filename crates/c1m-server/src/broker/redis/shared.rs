@@ -71,12 +71,7 @@ impl Shared {
     pub fn refused(&self, error: &str) {
         let error = error.trim();
         *self.last_refusal.lock().unwrap_or_else(|e| e.into_inner()) = error.to_string();
-        let allowed = self
-            .refusal_log
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .allow(std::time::Instant::now());
-        if let Some(held_back) = allowed {
+        if let Some(held_back) = allow_now(&self.refusal_log) {
             tracing::warn!(error = %error, held_back, "redis refused a request");
         }
     }
@@ -110,12 +105,7 @@ impl Shared {
     /// count held back: a node of another version publishes many.
     pub fn unreadable(&self, shown: &str, what: &str) {
         self.unreadable.fetch_add(1, Ordering::Relaxed);
-        let allowed = self
-            .unreadable_log
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .allow(std::time::Instant::now());
-        if let Some(held_back) = allowed {
+        if let Some(held_back) = allow_now(&self.unreadable_log) {
             tracing::warn!(redis = %shown, what, held_back, "unreadable {what} from the broker ignored (a node of another c1m version, or another program publishing on c1m's names?)");
         }
     }
@@ -127,6 +117,14 @@ impl Shared {
             self.auth_failures.fetch_add(1, Ordering::Relaxed);
         }
     }
+}
+
+/// Whether a line of a rate-limited log (shared by the Redis threads) may go out now, and how
+/// many were held back since the last.
+fn allow_now(log: &Mutex<crate::log::Limited>) -> Option<u64> {
+    log.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .allow(std::time::Instant::now())
 }
 
 /// A thread's way to the master: the bounded queue (a full queue holds the thread back, and

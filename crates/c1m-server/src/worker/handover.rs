@@ -88,7 +88,7 @@ impl Worker {
     pub(super) fn handover_go(&mut self, name: &str, new_master: u32, timeout: Duration) {
         let started = Instant::now();
         self.finish_fan_outs(); // anything the master sent between Prepare and Go
-        // Publishes passed since the freeze: they travel with the rest, request unread.
+                                // Publishes passed since the freeze: they travel with the rest, request unread.
         self.drain_moves();
         match self.send_everything(name, new_master, timeout) {
             Ok((pair, conns)) => {
@@ -469,9 +469,7 @@ impl Worker {
                 }
                 // A request read before the freeze and not served yet (a publish passed to the
                 // control worker as it froze, a pipelined one): epoll has nothing new to say.
-                Kind::Http if !conn.inbuf().is_empty() && !conn.has_out() => {
-                    self.resume_input(idx)
-                }
+                Kind::Http if !conn.inbuf().is_empty() && !conn.has_out() => self.resume_input(idx),
                 _ if kind_waits_on_proxy(conn) => self.proxy_after_takeover(idx),
                 _ if !conn.has_out()
                     && self.conns.replays.get(&token).is_some_and(Option::is_some) =>

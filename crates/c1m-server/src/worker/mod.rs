@@ -242,7 +242,14 @@ fn run_configured(cfg: Config, index: usize) -> anyhow::Result<u8> {
         tracing::debug!(nice, "subscriber worker priority lowered");
     }
     let Ok(name) = std::env::var(handover::ENV_HANDOVER) else {
-        let mut worker = Worker::new(cfg, secrets, link, max_conns, (master_pid, control), &mut Vec::new())?;
+        let mut worker = Worker::new(
+            cfg,
+            secrets,
+            link,
+            max_conns,
+            (master_pid, control),
+            &mut Vec::new(),
+        )?;
         worker.ip_limits = ip_limits;
         worker.index = index as u32;
         worker.subscriber_workers = subscriber_workers;
@@ -260,7 +267,14 @@ fn run_configured(cfg: Config, index: usize) -> anyhow::Result<u8> {
         took_ms = started.elapsed().as_millis() as u64,
         "upgrade: connections received; waiting for commit"
     );
-    let mut worker = Worker::new(cfg, secrets, link, max_conns, (master_pid, control), &mut taken.listeners)?;
+    let mut worker = Worker::new(
+        cfg,
+        secrets,
+        link,
+        max_conns,
+        (master_pid, control),
+        &mut taken.listeners,
+    )?;
     worker.ip_limits = ip_limits;
     worker.index = index as u32;
     worker.subscriber_workers = subscriber_workers;

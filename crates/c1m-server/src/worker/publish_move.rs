@@ -210,7 +210,11 @@ impl Worker {
             let peer = fd_passing::peer_pid(&socket).ok();
             let parent = peer.and_then(fd_passing::parent_of);
             if parent != Some(*master_pid) {
-                tracing::warn!(?peer, ?parent, "publish inbox: a process that is not a sibling worker connected; closed");
+                tracing::warn!(
+                    ?peer,
+                    ?parent,
+                    "publish inbox: a process that is not a sibling worker connected; closed"
+                );
                 continue;
             }
             let slot = match peers.iter().position(Option::is_none) {

@@ -302,6 +302,20 @@ impl Worker {
             );
             return;
         }
+        // The per-address count moves with the connection (the sender gave its share back), so
+        // passing connections here never lifts `--max-conns-per-ip`.
+        let ip_slot = match (&self.ip_limits, stream.peer_addr()) {
+            (None, _) => 0,
+            (Some(limits), Ok(peer)) => match limits.admit_moved(peer.ip()) {
+                Ok(slot) => slot,
+                Err(refusal) => {
+                    self.counters.refused.per_ip_conns += 1;
+                    let _ = std::io::Write::write(&mut stream, &refusal.response(false));
+                    return;
+                }
+            },
+            (Some(_), Err(_)) => return, // gone already
+        };
         let generation = self.conns.next_generation();
         let idx = self.conns.vacant_slot();
         let mut conn = super::conn::Conn::new(stream, generation, Kind::Http);
@@ -317,9 +331,15 @@ impl Worker {
             if let Some(held_back) = self.socket_errors.allow(Instant::now()) {
                 tracing::warn!(error = %e, held_back, "registering a moved connection failed");
             }
+            if let Some(limits) = &self.ip_limits {
+                limits.release(ip_slot);
+            }
             return;
         }
         self.conns.insert(conn);
+        if let Some(limits) = &mut self.ip_limits {
+            limits.hold(idx, ip_slot);
+        }
         self.counters.moves.received += 1;
         self.arm_head_timer(idx);
         // A frozen control worker (live upgrade) hands the unread request over with the rest.

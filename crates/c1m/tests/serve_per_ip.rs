@@ -396,6 +396,16 @@ fn publish_connections_passed_to_the_control_worker_still_count_against_their_ad
         "--per-ip-limit-loopback",
     ]);
     let post = "POST /pub/ip HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nx";
+    // Publishes move once every worker has connected to the control worker (its first beats).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server.status()["publish_moves"]["received"] == 0 {
+        assert!(Instant::now() < deadline, "no publish ever moved");
+        drop(open_from(ip(61), server.http, post));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let received = server.status()["publish_moves"]["received"]
+        .as_u64()
+        .unwrap();
     let publishers: Vec<TcpStream> = (0..2)
         .map(|_| {
             let (stream, head) = open_from(ip(60), server.http, post);
@@ -403,7 +413,7 @@ fn publish_connections_passed_to_the_control_worker_still_count_against_their_ad
             stream
         })
         .collect();
-    server.wait_status(|s| s["publish_moves"]["received"] == 2);
+    server.wait_status(|s| s["publish_moves"]["received"] == received + 2);
     let (_over, head) = open_from(ip(60), server.http, post);
     assert_eq!(status_code(&head), 429, "{head}");
     let (_over, head) = subscribe_from(ip(60), &server);

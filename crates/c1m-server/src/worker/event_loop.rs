@@ -219,6 +219,7 @@ impl Worker {
     /// The figures go to the master every [`STATS_EVERY`].
     fn report_stats(&mut self, turn: &mut Turn, now: Instant) -> anyhow::Result<()> {
         if turn.next_stats <= now {
+            self.connect_to_control_early(now);
             self.push_stats()?;
             turn.next_stats = now + STATS_EVERY;
         }

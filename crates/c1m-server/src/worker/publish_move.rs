@@ -8,11 +8,11 @@
 //! flags"). Later requests on the connection go to the control worker too (it owns it now).
 //!
 //! A connection stays where it arrived, counted as `kept_*`, when the control worker cannot
-//! take it now: not listening yet or gone (`unreachable`: asked again after a second), its
+//! take it now: not listening yet or gone (`unreachable`: asked again after 100 ms), its
 //! queue full (`busy`), or more bytes read than one packet carries (`large`). TLS and HTTP/2
 //! connections always stay (their session state does not travel).
 
-use super::conn::{Kind, CONTINUE_SENT};
+use super::conn::{Kind, CONTINUE_SENT, H2_STREAM};
 use super::{token_of, Worker};
 use c1m_proto::handover::{self, ConnRecord, Pair};
 use c1m_sys::fd_passing;
@@ -23,8 +23,9 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 /// How long a subscriber worker serves publishes itself after the control worker could not
-/// be reached (a start-up race, or the control worker restarting).
-const RETRY_AFTER: Duration = Duration::from_secs(1);
+/// be reached (a start-up race, or the control worker restarting): a refused connect costs
+/// one system call, so it is tried again soon.
+const RETRY_AFTER: Duration = Duration::from_millis(100);
 /// Most bytes read ahead of the move that one packet carries (the record's other fields
 /// take well under the rest of [`handover::MAX_PACKET`]).
 const MAX_CARRIED: usize = handover::MAX_PACKET - 4096;
@@ -92,7 +93,51 @@ impl PublishMoves {
     }
 }
 
+/// Connects a subscriber worker to the control worker's inbox unless it is connected, or a
+/// try failed less than [`RETRY_AFTER`] ago. True when connected.
+fn connect_to_control(
+    name: &str,
+    to_control: &mut Option<Socket>,
+    retry_at: &mut Option<Instant>,
+    now: Instant,
+) -> bool {
+    if to_control.is_some() {
+        return true;
+    }
+    if retry_at.is_some_and(|t| now < t) {
+        return false;
+    }
+    match fd_passing::connect_abstract(name).and_then(|s| {
+        s.set_nonblocking(true)?;
+        Ok(s)
+    }) {
+        Ok(s) => {
+            *to_control = Some(s);
+            true
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, "control worker not reachable; publishes served here for now");
+            *retry_at = Some(now + RETRY_AFTER);
+            false
+        }
+    }
+}
+
 impl Worker {
+    /// Subscriber worker: connects to the control worker ahead of the first publish (each
+    /// stats beat until it is), so the socket is there from start-up and a worker's descriptor
+    /// count does not move with its first publish.
+    pub(super) fn connect_to_control_early(&mut self, now: Instant) {
+        if let PublishMoves::Sender {
+            name,
+            to_control,
+            retry_at,
+        } = &mut self.publish_moves
+        {
+            connect_to_control(name, to_control, retry_at, now);
+        }
+    }
+
     /// Subscriber worker: passes the connection in `idx`, whose request starting at `data`
     /// is a publish or an API call, to the control worker. True when it went (the connection
     /// is no longer this worker's; `data` is consumed); false to serve it here.
@@ -108,6 +153,7 @@ impl Worker {
         let conn = &self.conns[idx];
         let token = token_of(idx, conn.generation);
         if conn.kind != Kind::Http
+            || conn.edge & H2_STREAM != 0
             || conn.has_out()
             || conn.flags & CONTINUE_SENT != 0
             || self.conns.tls.has_session(idx)
@@ -121,23 +167,9 @@ impl Worker {
             return false;
         }
         let now = Instant::now();
-        if to_control.is_none() {
-            if retry_at.is_some_and(|t| now < t) {
-                self.counters.moves.kept_unreachable += 1;
-                return false;
-            }
-            match fd_passing::connect_abstract(name).and_then(|s| {
-                s.set_nonblocking(true)?;
-                Ok(s)
-            }) {
-                Ok(s) => *to_control = Some(s),
-                Err(e) => {
-                    tracing::debug!(error = %e, "control worker not reachable; publishes served here for a second");
-                    *retry_at = Some(now + RETRY_AFTER);
-                    self.counters.moves.kept_unreachable += 1;
-                    return false;
-                }
-            }
+        if !connect_to_control(name, to_control, retry_at, now) {
+            self.counters.moves.kept_unreachable += 1;
+            return false;
         }
         let record = ConnRecord {
             kind: Kind::Http.code(),

@@ -83,9 +83,9 @@ impl IpLimits {
         self.admit_counting(ip, true)
     }
 
-    /// Admits a connection another worker accepted and passed here (`publish_move`): it
-    /// counts against `--max-conns-per-ip` in this worker's column from now on; its accept was
-    /// already charged to the new-connection rate.
+    /// Admits again a connection already accepted: one another worker passed here
+    /// (`publish_move`), or one whose pass failed. It counts against `--max-conns-per-ip` in
+    /// this worker's column from now on; its accept was already charged to the rate.
     pub fn admit_moved(&self, ip: IpAddr) -> Result<u32, Refusal> {
         self.admit_counting(ip, false)
     }

@@ -185,25 +185,45 @@ impl Worker {
         }
         .encode();
         let socket = to_control.as_ref().expect("connected above");
-        match fd_passing::send_with_fds(socket, &packet, &[conn.stream.as_raw_fd()]) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+        // The per-address place is given back before the control worker can take it: held by
+        // both for a moment, a client at its limit would be refused its own connection.
+        if let Some(limits) = &mut self.ip_limits {
+            limits.release_held(idx);
+        }
+        let sent = fd_passing::send_with_fds(socket, &packet, &[conn.stream.as_raw_fd()]);
+        if let Err(e) = sent {
+            if e.kind() == std::io::ErrorKind::WouldBlock {
                 self.counters.moves.kept_busy += 1;
-                return false;
-            }
-            Err(e) => {
+            } else {
                 tracing::debug!(error = %e, "passing a publish to the control worker failed; served here");
                 *to_control = None;
                 *retry_at = Some(now + RETRY_AFTER);
                 self.counters.moves.kept_unreachable += 1;
-                return false;
             }
+            self.hold_place_again(idx);
+            return false;
         }
         // The control worker holds its own copy of the socket: this worker's registration and
         // descriptor go, the connection stays open. Not a close: no webhook, no close count.
         self.counters.moves.moved += 1;
         self.forget_moved(idx);
         true
+    }
+
+    /// Takes the per-address place back for a connection that stayed (its move failed). Should
+    /// another connection have taken it meanwhile, this one is served without (one over the
+    /// limit until it closes) rather than refused after it was admitted.
+    fn hold_place_again(&mut self, idx: usize) {
+        let Some(limits) = &mut self.ip_limits else {
+            return;
+        };
+        if let Ok(Ok(slot)) = self.conns[idx]
+            .stream
+            .peer_addr()
+            .map(|peer| limits.admit_moved(peer.ip()))
+        {
+            limits.hold(idx, slot);
+        }
     }
 
     /// Drops a connection that now lives in another worker. Deregistered first: an epoll
@@ -213,9 +233,6 @@ impl Worker {
             return;
         };
         let _ = self.poll.registry().deregister(&mut conn.stream);
-        if let Some(limits) = &mut self.ip_limits {
-            limits.release_held(idx);
-        }
     }
 
     /// Control worker: takes the subscriber workers that connect to the inbox (children of

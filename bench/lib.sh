@@ -77,10 +77,14 @@ wait_http() {
     return 1
 }
 
+# The benchmarks share two cores with their load generator and compare serve with peers that
+# run at one priority: serve's subscriber workers stay at the load's priority unless
+# C1M_WORKER_NICE (or a --worker-nice flag) says otherwise. Serve's own default, 10, would
+# hand bench the CPU first and move every figure measured beside it.
 start_serve() {
     local log=$1
     shift
-    "${SERVE_C1M:-$C1M}" serve "$@" >"$log" 2>&1 &
+    C1M_WORKER_NICE=${C1M_WORKER_NICE:-0} "${SERVE_C1M:-$C1M}" serve "$@" >"$log" 2>&1 &
     SERVE_PID=$!
     track_pid "$SERVE_PID"
 }

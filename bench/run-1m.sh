@@ -47,8 +47,10 @@
 #      connection at 1M: BENCHMARKS.md "A worker's fixed cost down by a quarter"), PORT (18480), C1M,
 #      SERVE_ARGS (more flags for c1m serve, e.g. "--sse-heartbeat 0"),
 #      CONTROL (1: serve with --admin-listen PORT+2 --admin-publish, so publishes and /status
-#      go to the control worker, which holds no subscriber; 0: everything on PORT),
-#      NICE (19 with CONTROL=1: serve --worker-nice and bench --load-nice, so the control path
+#      go to the control worker, which holds no subscriber; 0: serve on its default flags,
+#      everything on PORT, publishes passed to the control worker by serve itself),
+#      NICE (19 with CONTROL=1, 10 with CONTROL=0, where serve keeps its default
+#      --worker-nice and only bench gets it: serve --worker-nice and bench --load-nice, so the control path
 #      and bench's publisher run first on the saturated box. At 1M, 5 left the master and the
 #      control worker ~6 % of the CPU against ~100 runnable processes: publish acks p99 18.6 and
 #      199.9 ms; 19: 2.0 ms. BENCHMARKS "1M end to end with the smaller workers").
@@ -65,15 +67,16 @@ MSGS=${MSGS:-3}
 PORT=${PORT:-18480}
 SERVE_ARGS=${SERVE_ARGS:-}
 CONTROL=${CONTROL:-1}
-NICE=${NICE:-19}
 CTL_ARGS=""
-BENCH_NICE=()
 API=127.0.0.1:$PORT # where /status and /pub are served
 if [ "$CONTROL" = 1 ]; then
+    NICE=${NICE:-19}
     API=127.0.0.1:$((PORT + 2))
     CTL_ARGS="--admin-listen $API --admin-publish --worker-nice $NICE"
-    BENCH_NICE=(--load-nice "$NICE")
+else
+    NICE=${NICE:-10} # serve's own --worker-nice default; bench's load matches it
 fi
+BENCH_NICE=(--load-nice "$NICE")
 source "$(dirname "$0")/lib.sh" # BENCH_DIR, ROOT, OUT, c1m_binary
 HERE=$BENCH_DIR
 TMP=$(mktemp -d)

@@ -26,7 +26,8 @@
 #      CHANNELS) seconds, which must fall inside the warm-up or the RSS still grows by design),
 #      PORT (18400), SERVE_ARGS (more flags for c1m serve), C1M (binary), OUT_DIR.
 # Writes OUT_DIR (default bench/out/soak-<UTC time>): churn.json and fanout.json (bench
-# reports), fds.csv (t_s, fds, rss_bytes of the server tree), summary.json, soak.svg.
+# reports), fds.csv (t_s, fds, rss_bytes of the server tree), rss-by-process.csv (t_s, pid,
+# rss_bytes: which process a change in the total belongs to), summary.json, soak.svg.
 set -euo pipefail
 DURATION=${1:-60m}
 SUBS=${SUBS:-100000}
@@ -80,14 +81,27 @@ wait_http "127.0.0.1:$PORT" 20
 sleep 1
 # wait_http would also be answered by another server on the port: this one must be alive.
 kill -0 "$SERVE_PID" 2>/dev/null || { cat "$DIR/serve.log" >&2; exit 2; }
+# The workers' sockets to one another open within their first beats: count once that settled.
 FDS_BEFORE=$(tree_fds)
+for _ in $(seq 20); do
+    sleep 0.5
+    n=$(tree_fds)
+    [ "$n" = "$FDS_BEFORE" ] && break
+    FDS_BEFORE=$n
+done
 log "serve pid $SERVE_PID, $FDS_BEFORE fds before the run; holding $SUBS + $FANOUT_SUBS for ${HOLD_S}s"
 
 echo "t_s,fds,rss_bytes" >"$DIR/fds.csv"
+echo "t_s,pid,rss_bytes" >"$DIR/rss-by-process.csv"
 START=$(date +%s)
 (
     while kill -0 "$SERVE_PID" 2>/dev/null; do
-        echo "$(($(date +%s) - START)),$(tree_fds),$(tree_rss)" >>"$DIR/fds.csv"
+        t=$(($(date +%s) - START))
+        echo "$t,$(tree_fds),$(tree_rss)" >>"$DIR/fds.csv"
+        for p in "$SERVE_PID" $(pgrep -P "$SERVE_PID" 2>/dev/null); do
+            kb=$(awk '/^VmRSS:/ { print $2 }' "/proc/$p/status" 2>/dev/null || true)
+            echo "$t,$p,$((${kb:-0} * 1024))" >>"$DIR/rss-by-process.csv"
+        done
         sleep "$(secs_of "$EVERY")"
     done
 ) &

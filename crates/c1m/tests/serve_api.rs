@@ -520,7 +520,10 @@ fn channels_come_in_pages_and_info_names_the_node() {
     assert_eq!(nodes.len(), 1, "{info}");
     let node = &nodes[0];
     assert_eq!(node["pid"], server.child.id());
-    assert_eq!(node["workers"], 2);
+    assert_eq!(
+        node["workers"], 3,
+        "two subscriber workers and the control worker"
+    );
     assert_eq!(node["connections"], 7);
     assert_eq!(node["version"], env!("CARGO_PKG_VERSION"));
     assert!(node["node"]

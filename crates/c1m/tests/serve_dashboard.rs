@@ -200,9 +200,10 @@ fn headless_chromium_shows_live_nonzero_figures() {
         px("workers_card_height") <= 260.0,
         "the worker table is not bounded: {layout}"
     );
+    // A header, then a row per worker: the twelve subscriber workers and the control worker.
     assert_eq!(
         px("worker_rows"),
-        13.0,
+        14.0,
         "every worker is still listed: {layout}"
     );
     assert!(px("series_points") >= 2.0, "{layout}");
@@ -251,7 +252,11 @@ fn headless_chromium_shows_live_nonzero_figures() {
     assert!(get("publishRate") > 0.0, "publish rate: {shown}");
     assert!(get("latencyCount") > 0.0);
     assert!(get("memPerConn") > 0.0);
-    assert_eq!(get("workers"), 12.0);
+    assert_eq!(
+        get("workers"),
+        13.0,
+        "twelve subscriber workers and the control worker"
+    );
     assert!(get("refusedNotFound") >= 3.0, "refusals: {shown}");
     assert!(get("refusedTotal") >= 3.0, "refusals: {shown}");
     assert!(get("refusedKeys") >= 10.0, "every refusal counter: {shown}");
@@ -273,7 +278,8 @@ fn dashboard_events_stream_json_snapshots_and_admin_listener_moves_them() {
     assert_eq!(first.event.as_deref(), Some("snapshot"));
     let v: serde_json::Value = serde_json::from_str(&first.data).unwrap();
     assert_eq!(v["connections"]["sse"], 1); // this stream itself
-    assert_eq!(v["worker_gauges"].as_array().unwrap().len(), 1);
+                                            // The subscriber worker and the control worker.
+    assert_eq!(v["worker_gauges"].as_array().unwrap().len(), 2);
     assert!(v["kernel"]["tcp_mem_pages"].is_u64(), "{v}");
     assert!(v["kernel"]["listen_overflows"].is_u64(), "{v}");
     let second = events.next();

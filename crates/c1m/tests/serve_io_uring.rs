@@ -79,8 +79,9 @@ fn every_protocol_gets_every_message_once_and_in_order() {
         "--tcp-listen",
         "127.0.0.1:0",
     ]);
-    // Each worker reports its path with its first figures (within 250 ms of its start).
-    let s = server.wait_status(|s| io_of(s)["uring_workers"] == 2);
+    // Each worker reports its path with its first figures (within 250 ms of its start): the
+    // two subscriber workers and the control worker.
+    let s = server.wait_status(|s| io_of(s)["uring_workers"] == 3);
     assert_eq!(io_of(&s)["mode"], "uring", "{s}");
     assert_eq!(io_of(&s)["epoll_workers"], 0, "{s}");
     // Several of each, so both workers (SO_REUSEPORT) hold some.
@@ -346,7 +347,8 @@ fn a_kernel_that_refuses_io_uring_means_epoll_under_auto_and_an_error_under_urin
             "2",
         ]);
         let (server, logs) = Server::spawn_capturing_stderr(cmd);
-        server.wait_status(|s| io_of(s)["epoll_workers"] == 2);
+        // Two subscriber workers and the control worker.
+        server.wait_status(|s| io_of(s)["epoll_workers"] == 3);
         (server, logs)
     };
     let s = server.status();
@@ -381,11 +383,12 @@ fn io_epoll_never_uses_io_uring() {
     let _shared = KERNEL_SWITCH.read().unwrap_or_else(|e| e.into_inner());
     let server = Server::start(&["--io", "epoll", "--workers", "1"]);
     let mut sse = Sse::connect(server.http, "/sub/e", "");
-    server.wait_status(|s| s["connections"]["sse"] == 1 && io_of(s)["epoll_workers"] == 1);
+    // The subscriber worker and the control worker.
+    server.wait_status(|s| s["connections"]["sse"] == 1 && io_of(s)["epoll_workers"] == 2);
     let id = server.publish("e", b"x");
     assert_eq!(sse.next().id, Some(id.to_string()));
     let s = server.status();
-    assert_eq!(io_of(&s)["epoll_workers"], 1, "{s}");
+    assert_eq!(io_of(&s)["epoll_workers"], 2, "{s}");
     assert!(io_of(&s)["workers"][0]["fallback_reason"].is_null(), "{s}");
     assert_eq!(uring_sends(&s), 0);
 }

@@ -43,6 +43,7 @@ fn a_killed_worker_is_restarted_and_counted() {
             .as_array()
             .unwrap()
             .iter()
+            .filter(|w| w["role"] == "subscribers")
             .all(|w| w["connections"].as_u64().unwrap() > 0),
         "{s}"
     );
@@ -173,7 +174,11 @@ fn toml_config_file_sets_options_and_flags_override_it() {
     let path = dir.join("serve.toml");
     std::fs::write(&path, "workers = 3\nhistory_size = 1\nmax_payload = 10\n").unwrap();
     let server = Server::start(&["--config", path.to_str().unwrap(), "--max-payload", "20"]);
-    assert_eq!(server.worker_pids().len(), 3);
+    assert_eq!(
+        server.worker_pids().len(),
+        4,
+        "3 subscriber workers and the control worker"
+    );
     server.publish("c", &[b'x'; 20]);
     match ureq::post(&server.url("/pub/c")).send_bytes(&[b'x'; 21]) {
         Err(ureq::Error::Status(413, _)) => {}

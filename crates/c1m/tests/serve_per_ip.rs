@@ -383,3 +383,52 @@ fn a_publish_forwarded_by_a_local_proxy_is_not_a_loopback_publish() {
     let s = server.wait_status(|s| s["refused"]["forbidden"] == 2);
     assert_eq!(s["refused"]["forbidden"], 2, "{s}");
 }
+
+#[test]
+fn publish_connections_passed_to_the_control_worker_still_count_against_their_address() {
+    // A publish connection on the public listener moves to the control worker; its place in
+    // the per-address count moves with it, so publishers cannot hold more than the limit.
+    let server = Server::start(&[
+        "--workers",
+        "2",
+        "--max-conns-per-ip",
+        "2",
+        "--per-ip-limit-loopback",
+    ]);
+    let post = "POST /pub/ip HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nx";
+    // Publishes move once every worker has connected to the control worker (its first beats).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server.status()["publish_moves"]["received"] == 0 {
+        assert!(Instant::now() < deadline, "no publish ever moved");
+        drop(open_from(ip(61), server.http, post));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Every worker's figures include the warm-up (each reports every 250 ms).
+    std::thread::sleep(Duration::from_millis(600));
+    let received = server.status()["publish_moves"]["received"]
+        .as_u64()
+        .unwrap();
+    let publishers: Vec<TcpStream> = (0..2)
+        .map(|_| {
+            let (stream, head) = open_from(ip(60), server.http, post);
+            assert_eq!(status_code(&head), 200, "{head}");
+            stream
+        })
+        .collect();
+    server.wait_status(|s| s["publish_moves"]["received"] == received + 2);
+    let (_over, head) = open_from(ip(60), server.http, post);
+    assert_eq!(status_code(&head), 429, "{head}");
+    let (_over, head) = subscribe_from(ip(60), &server);
+    assert_eq!(status_code(&head), 429, "{head}");
+    // A closed publisher gives its place back, in the control worker's count.
+    drop(publishers);
+    let mut head = String::new();
+    for _ in 0..50 {
+        head = subscribe_from(ip(60), &server).1;
+        if status_code(&head) == 200 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(status_code(&head), 200, "{head}");
+}

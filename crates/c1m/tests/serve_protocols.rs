@@ -322,9 +322,10 @@ fn status_metrics_and_healthz_agree() {
     let _sub = Sse::connect(server.http, "/sub/m", "");
     // Wait on the SSE count: `total` also counts the client's own kept-alive status connection.
     let s = server.wait_status(|s| s["connections"]["sse"] == 1);
-    assert_eq!(s["workers"].as_array().unwrap().len(), 2);
+    // Two subscriber workers and the control worker.
+    assert_eq!(s["workers"].as_array().unwrap().len(), 3);
     assert!(s["memory"]["rss_bytes"].as_u64().unwrap() > 0);
-    assert_eq!(s["memory"]["processes"], 3);
+    assert_eq!(s["memory"]["processes"], 4);
     let metrics = server.metrics();
     assert!(
         metrics.contains("c1m_connections{proto=\"sse\"} 1"),

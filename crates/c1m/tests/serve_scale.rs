@@ -75,6 +75,7 @@ fn thirty_thousand_subscribers_across_two_workers_all_receive_every_message() {
         .as_array()
         .unwrap()
         .iter()
+        .filter(|w| w["role"] == "subscribers")
         .map(|w| w["connections"].as_u64().unwrap())
         .collect();
     assert!(

@@ -59,7 +59,8 @@ fn ready_after_workers_listen_then_watchdog_then_stopping_on_sigterm() {
     // /healthz is 200 only when all of them answer.
     let health = ureq::get(&server.url("/healthz")).call().unwrap();
     assert_eq!(health.status(), 200);
-    assert_eq!(server.status()["workers"].as_array().unwrap().len(), 3);
+    // Three subscriber workers and the control worker.
+    assert_eq!(server.status()["workers"].as_array().unwrap().len(), 4);
 
     // Two pings, about 200 ms apart (WATCHDOG_USEC / 2); no further READY.
     let first = Instant::now();

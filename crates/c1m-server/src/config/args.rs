@@ -97,8 +97,8 @@ pub struct ServeArgs {
     #[arg(long, env = "C1M_BACKLOG")]
     pub backlog: Option<i32>,
     /// Lower the subscriber workers' CPU priority by N nice steps (0-19), so that on a
-    /// saturated box the master and the control worker (--admin-listen: publish acks, /status)
-    /// run before fan-out work.
+    /// saturated box the master and the control worker (publish acks, /status) run before
+    /// fan-out work; 0 runs them all at one priority.
     #[arg(long, env = "C1M_WORKER_NICE", value_parser = clap::value_parser!(i32).range(0..=19))]
     pub worker_nice: Option<i32>,
     /// WebSocket Origins allowed, comma-separated (others get 403); the same list as

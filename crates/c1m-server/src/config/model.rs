@@ -340,7 +340,7 @@ impl Default for Config {
             max_unsent: 1024 * 1024,
             grace: Duration::from_secs(5),
             backlog: 65535,
-            worker_nice: 0,
+            worker_nice: 10,
             ws_origins: None,
             ws_max_message: 64 * 1024,
             // Same 30 s as the SSE heartbeat (proxies' idle timeouts); a pong has 10 s, far

@@ -21,7 +21,7 @@ pub use crate::broker::Replay;
 pub use examples::examples;
 pub use lifecycle::{CloseReason, ConnReport, MAX_REPORTS};
 pub use presence::{batches, PresenceChange, PresenceEvent};
-pub use stats::{H2Stats, IoReport, ProxyStats, Refused, TlsStats, WorkerStats};
+pub use stats::{H2Stats, IoReport, ProxyStats, PublishMoveStats, Refused, TlsStats, WorkerStats};
 pub use to_master::ToMaster;
 pub use to_worker::ToWorker;
 pub use user_act::{Action, Target, UserAct};

@@ -165,6 +165,22 @@ wire_struct! {
         pub proxy: ProxyStats,
         /// Backend proxy calls unanswered now (a gauge).
         pub proxy_in_flight: u64,
+        pub publish_moves: PublishMoveStats,
+    }
+}
+
+counters! {
+    /// Publish connections on the public listener passed from a subscriber worker to the
+    /// control worker (`worker::publish_move`), `/status` key `publish_moves`: `moved` (sent),
+    /// `received` (taken by the control worker), and the ones served where they arrived:
+    /// `kept_unreachable` (the control worker not listening yet, or gone), `kept_busy` (its
+    /// queue full), `kept_large` (more read ahead than one packet carries).
+    pub struct PublishMoveStats {
+        pub moved: u64,
+        pub received: u64,
+        pub kept_unreachable: u64,
+        pub kept_busy: u64,
+        pub kept_large: u64,
     }
 }
 

@@ -210,13 +210,15 @@ impl Master {
         self.presence.presence_stats(channel)
     }
 
-    /// The slot of the control worker: with `--admin-listen`, one worker more than the plan
-    /// serves the admin listener and nothing else, so publish acks and /status never wait for
-    /// CPU behind a fan-out (on a box where every subscriber worker is busy delivering, a
-    /// request to one of them waits its turn among all of them: serve's ack mean 134 ms at
-    /// 150K over 53 workers; BENCHMARKS.md "publish acks from a control worker").
+    /// The slot of the control worker, one worker more than the plan: it holds no
+    /// subscriber, serves the admin listener (`--admin-listen`) and the publishes the
+    /// subscriber workers pass it (`worker::publish_move`), so publish acks and /status never
+    /// wait for CPU behind a fan-out (on a box where every subscriber worker is busy
+    /// delivering, a request to one of them waits its turn among all of them: serve's ack mean
+    /// 134 ms at 150K over 53 workers; BENCHMARKS.md "publish acks from a control worker").
+    /// Always there; an Option for the code that predates that.
     pub fn control_slot(&self) -> Option<usize> {
-        self.cfg.admin_listen.map(|_| self.plan.workers)
+        Some(self.plan.workers)
     }
 
     /// Subscriber workers, and the control worker when there is one.

@@ -58,6 +58,7 @@ pub struct Report {
     ws_http2: u64,
     proxy: crate::ipc::ProxyStats,
     proxy_in_flight: u64,
+    publish_moves: crate::ipc::PublishMoveStats,
     broker: BrokerStats,
     pub(super) latency: Latencies,
     pub(super) gauges: Vec<WorkerGauges>,
@@ -110,6 +111,7 @@ impl Report {
             ws_http2: 0,
             proxy: crate::ipc::ProxyStats::default(),
             proxy_in_flight: 0,
+            publish_moves: crate::ipc::PublishMoveStats::default(),
             latency: Latencies::default(),
             gauges: Vec::new(),
             subscribes: 0,
@@ -165,6 +167,8 @@ impl Report {
             r.proxy.add(&s.proxy);
             r.proxy.add(&old.proxy);
             r.proxy_in_flight += s.proxy_in_flight;
+            r.publish_moves.add(&s.publish_moves);
+            r.publish_moves.add(&old.publish_moves);
         }
         let pids = r.workers.iter().map(|w| w.1).filter(|&p| p != 0).collect();
         (r.memory, r.processes) = m.memory.latest(pids);
@@ -280,6 +284,7 @@ impl Report {
                 "calls": self.proxy.fields().iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
             },
             "http2": self.http2_json(),
+            "publish_moves": self.publish_moves.fields().iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
             "broker": {
                 "kind": self.broker.kind, "connected": self.broker.connected,
                 "reconnects": self.broker.reconnects,
@@ -779,6 +784,18 @@ impl Report {
             "Backend proxy calls made and not answered yet, over all workers.",
             &[("", self.proxy_in_flight)],
         );
+        let moves: Vec<(String, u64)> = self
+            .publish_moves
+            .fields()
+            .iter()
+            .map(|(outcome, n)| (format!("{{outcome=\"{outcome}\"}}"), *n))
+            .collect();
+        metric(
+            "publish_moves_total",
+            "counter",
+            "Publish connections on the public listener by what became of them: moved (passed by a subscriber worker to the control worker), received (taken by the control worker), or kept where they arrived: kept_unreachable (control worker not listening), kept_busy (its queue full), kept_large (too much read ahead to pass).",
+            &moves.iter().map(|(k, v)| (k.as_str(), *v)).collect::<Vec<_>>(),
+        );
         if let Some(tls) = &self.tls {
             metric(
                 "tls_handshakes_total",
@@ -837,6 +854,7 @@ pub fn retire(retired: &mut WorkerStats, last: &WorkerStats) {
     retired.tls.add(&last.tls);
     retired.h2.add(&last.h2);
     retired.proxy.add(&last.proxy);
+    retired.publish_moves.add(&last.publish_moves);
     retired.subscribes += last.subscribes;
     retired.heartbeats_sent += last.heartbeats_sent;
     retired.heartbeats_skipped += last.heartbeats_skipped;

@@ -4,6 +4,7 @@
 //! heartbeat and ping sweeps, figures for the master, heap trimming, the end of a shutdown).
 //! Each phase is a short method; what the loop keeps between turns is [`Turn`].
 
+use super::publish_move;
 use super::sweep;
 use super::timers;
 use super::{
@@ -139,6 +140,10 @@ impl Worker {
                 }
                 // Answers are taken every turn (`proxy_answers` in `run`).
                 PROXY_WAKER => {}
+                // Control worker: publish connections passed by the subscriber workers (taken
+                // while frozen too: they travel with the rest, see `publish_move`).
+                publish_move::INBOX => self.accept_movers(),
+                token if publish_move::is_peer(token) => self.receive_moves(token),
                 SIGNALS => {
                     let got: Vec<i32> = turn.signals.pending().collect();
                     if got.iter().any(|&s| s == libc::SIGTERM || s == libc::SIGINT) {
@@ -214,6 +219,7 @@ impl Worker {
     /// The figures go to the master every [`STATS_EVERY`].
     fn report_stats(&mut self, turn: &mut Turn, now: Instant) -> anyhow::Result<()> {
         if turn.next_stats <= now {
+            self.connect_to_control_early(now);
             self.push_stats()?;
             turn.next_stats = now + STATS_EVERY;
         }

@@ -75,6 +75,8 @@ impl Worker {
         // unsent bytes, which travel) before anything is frozen: the new worker never sees
         // this worker's fan-out queue.
         self.finish_fan_outs();
+        // Publishes the subscriber workers passed before they froze are served first.
+        self.drain_moves();
         tracing::info!(conns = self.conns.len(), "upgrade: worker frozen");
         // Presence changes are requests too: on the link before `HandOverPrepared`.
         self.flush_presence();
@@ -86,6 +88,8 @@ impl Worker {
     pub(super) fn handover_go(&mut self, name: &str, new_master: u32, timeout: Duration) {
         let started = Instant::now();
         self.finish_fan_outs(); // anything the master sent between Prepare and Go
+                                // Publishes passed since the freeze: they travel with the rest, request unread.
+        self.drain_moves();
         match self.send_everything(name, new_master, timeout) {
             Ok((pair, conns)) => {
                 tracing::info!(
@@ -463,6 +467,9 @@ impl Worker {
                     self.refuse_busy(idx, 1);
                     self.resume_input(idx);
                 }
+                // A request read before the freeze and not served yet (a publish passed to the
+                // control worker as it froze, a pipelined one): epoll has nothing new to say.
+                Kind::Http if !conn.inbuf().is_empty() && !conn.has_out() => self.resume_input(idx),
                 _ if kind_waits_on_proxy(conn) => self.proxy_after_takeover(idx),
                 _ if !conn.has_out()
                     && self.conns.replays.get(&token).is_some_and(Option::is_some) =>

@@ -80,6 +80,17 @@ impl IpLimits {
 
     /// Admits a connection from `ip`: Ok(slot to give back on close, 0 = nothing held).
     pub fn admit(&self, ip: IpAddr) -> Result<u32, Refusal> {
+        self.admit_counting(ip, true)
+    }
+
+    /// Admits again a connection already accepted: one another worker passed here
+    /// (`publish_move`), or one whose pass failed. It counts against `--max-conns-per-ip` in
+    /// this worker's column from now on; its accept was already charged to the rate.
+    pub fn admit_moved(&self, ip: IpAddr) -> Result<u32, Refusal> {
+        self.admit_counting(ip, false)
+    }
+
+    fn admit_counting(&self, ip: IpAddr, rate: bool) -> Result<u32, Refusal> {
         if !self.loopback && ip.to_canonical().is_loopback() {
             return Ok(0);
         }
@@ -91,7 +102,7 @@ impl IpLimits {
             Some(_) => true,
             None => false,
         };
-        if let Some(per_sec) = self.max_rate {
+        if let Some(per_sec) = self.max_rate.filter(|_| rate) {
             let now = c1m_sys::shm::monotonic_micros();
             if let Err(wait_us) = self.table.try_rate(bucket, per_sec, now) {
                 if held {

@@ -46,6 +46,7 @@ mod message;
 mod namespaces;
 mod presence;
 mod proxy;
+mod publish_move;
 mod publish_rule;
 mod reload;
 mod requests;
@@ -124,6 +125,8 @@ struct Counters {
     heartbeats_sent: u64,
     heartbeats_skipped: u64,
     latency: crate::histogram::Latencies,
+    /// Publish connections passed to or taken from the control worker (`publish_move`).
+    moves: crate::ipc::PublishMoveStats,
 }
 
 pub struct Worker {
@@ -187,6 +190,8 @@ pub struct Worker {
     presence: presence::Presence,
     /// Backend proxy calls and the connections waiting on them.
     proxies: proxy::Proxies,
+    /// Publishes on the public listener go to the control worker (`publish_move`).
+    publish_moves: publish_move::PublishMoves,
 }
 
 /// Entry point of `c1m __serve-worker`.
@@ -237,7 +242,14 @@ fn run_configured(cfg: Config, index: usize) -> anyhow::Result<u8> {
         tracing::debug!(nice, "subscriber worker priority lowered");
     }
     let Ok(name) = std::env::var(handover::ENV_HANDOVER) else {
-        let mut worker = Worker::new(cfg, secrets, link, max_conns, control, &mut Vec::new())?;
+        let mut worker = Worker::new(
+            cfg,
+            secrets,
+            link,
+            max_conns,
+            (master_pid, control),
+            &mut Vec::new(),
+        )?;
         worker.ip_limits = ip_limits;
         worker.index = index as u32;
         worker.subscriber_workers = subscriber_workers;
@@ -255,7 +267,14 @@ fn run_configured(cfg: Config, index: usize) -> anyhow::Result<u8> {
         took_ms = started.elapsed().as_millis() as u64,
         "upgrade: connections received; waiting for commit"
     );
-    let mut worker = Worker::new(cfg, secrets, link, max_conns, control, &mut taken.listeners)?;
+    let mut worker = Worker::new(
+        cfg,
+        secrets,
+        link,
+        max_conns,
+        (master_pid, control),
+        &mut taken.listeners,
+    )?;
     worker.ip_limits = ip_limits;
     worker.index = index as u32;
     worker.subscriber_workers = subscriber_workers;
@@ -352,7 +371,7 @@ impl Worker {
         secrets: crate::secrets::Secrets,
         link: UnixStream,
         max_conns: usize,
-        control: bool,
+        (master_pid, control): (u32, bool),
         taken: &mut Vec<(u8, std::os::fd::OwnedFd)>,
     ) -> anyhow::Result<Worker> {
         use c1m_proto::handover::{LISTENER_ADMIN, LISTENER_HTTP, LISTENER_TCP};
@@ -405,11 +424,13 @@ impl Worker {
         let proxies = proxy::Proxies::new(
             mio::Waker::new(poll.registry(), PROXY_WAKER).context("the proxy threads' waker")?,
         );
+        let publish_moves = publish_move::PublishMoves::new(master_pid, control, &poll)?;
         let lifecycle = cfg
             .webhook_url
             .is_some()
             .then(lifecycle::Lifecycle::default);
         Ok(Worker {
+            publish_moves,
             lifecycle,
             secrets,
             sender,

@@ -191,6 +191,10 @@ impl Worker {
         if !self.route_served(idx, route) {
             return Some(data.len());
         }
+        // Read and acknowledged by the control worker, which no fan-out keeps busy.
+        if takes_body && self.move_publish(idx, data) {
+            return Some(data.len());
+        }
         let sub_or_pub = route.starts_with("/sub/") || route.starts_with("/pub/");
         if sub_or_pub && req.method == "OPTIONS" && self.auth.cors.is_on() {
             let method = if route.starts_with("/sub/") {

@@ -61,5 +61,6 @@ fn figures(conns: &ConnTable, counters: &Counters) -> WorkerStats {
     s.latency.tls_handshake = conns.tls.handshake_histogram();
     s.rss_bytes = c1m_sys::mem::own_rss_bytes().unwrap_or(0);
     s.h2 = conns.h2.stats();
+    s.publish_moves = counters.moves;
     s
 }

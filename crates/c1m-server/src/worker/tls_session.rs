@@ -121,6 +121,11 @@ impl Sessions {
     /// session says goodbye with close_notify when the socket takes it at once, so the client
     /// can tell the end from a truncation. A handshake that never finished (and was not
     /// counted as failed or timed out) is counted as abandoned.
+    /// Whether the connection in `slot` speaks TLS.
+    pub fn has_session(&self, slot: usize) -> bool {
+        self.by_slot.get(slot).is_some_and(Option::is_some)
+    }
+
     pub fn end(&mut self, slot: usize, stream: &mut TcpStream) {
         let Some(mut session) = self.by_slot.get_mut(slot).and_then(Option::take) else {
             return;

@@ -90,14 +90,7 @@ fn publish_on(conn: &mut TcpStream, channel: &str, payload: &[u8]) -> u64 {
             continue;
         };
         assert!(text.starts_with("HTTP/1.1 200"), "publish answer: {text}");
-        let len: usize = text[..head_end]
-            .lines()
-            .find_map(|l| {
-                l.to_ascii_lowercase()
-                    .strip_prefix("content-length:")
-                    .map(|v| v.trim().parse().unwrap())
-            })
-            .expect("content-length");
+        let len = common::content_length(&text[..head_end]);
         if answer.len() >= head_end + 4 + len {
             let body: serde_json::Value =
                 serde_json::from_slice(&answer[head_end + 4..head_end + 4 + len]).unwrap();

@@ -60,14 +60,7 @@ fn read_answers(s: &mut TcpStream, n: usize) -> Vec<String> {
         };
         let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
         assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-        let len: usize = head
-            .lines()
-            .find_map(|l| {
-                l.to_ascii_lowercase()
-                    .strip_prefix("content-length:")
-                    .map(|v| v.trim().parse().unwrap())
-            })
-            .expect("content-length");
+        let len = common::content_length(&head);
         while buf.len() < head_end + len {
             let mut chunk = [0u8; 4096];
             let got = s.read(&mut chunk).expect("body");

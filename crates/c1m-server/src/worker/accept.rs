@@ -110,17 +110,7 @@ impl Worker {
         if admin {
             conn.edge |= conn::ADMIN;
         }
-        if let Err(e) = self.poll.registry().register(
-            &mut conn.stream,
-            Token(token as usize),
-            Interest::READABLE | Interest::WRITABLE,
-        ) {
-            if let Some(held_back) = self.socket_errors.allow(Instant::now()) {
-                tracing::warn!(error = %e, held_back, "registering a connection failed");
-            }
-            if let Some(limits) = &self.ip_limits {
-                limits.release(ip_slot);
-            }
+        if !self.register_new(&mut conn, token, ip_slot) {
             return;
         }
         if let Err(e) = tls.then(|| self.conns.tls.begin(idx, raw_tcp)).transpose() {
@@ -139,6 +129,26 @@ impl Worker {
         }
         // On a TLS port this also bounds the handshake.
         self.arm_head_timer(idx);
+    }
+
+    /// Registers a new connection's socket under `token` for readiness; on failure (logged)
+    /// the per-address place `ip_slot` is given back and false returned: the socket closes
+    /// with `conn`.
+    pub(super) fn register_new(&mut self, conn: &mut Conn, token: u64, ip_slot: u32) -> bool {
+        let Err(e) = self.poll.registry().register(
+            &mut conn.stream,
+            Token(token as usize),
+            Interest::READABLE | Interest::WRITABLE,
+        ) else {
+            return true;
+        };
+        if let Some(held_back) = self.socket_errors.allow(Instant::now()) {
+            tracing::warn!(error = %e, held_back, "registering a connection failed");
+        }
+        if let Some(limits) = &self.ip_limits {
+            limits.release(ip_slot);
+        }
+        false
     }
 }
 

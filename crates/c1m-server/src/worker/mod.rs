@@ -241,19 +241,23 @@ fn run_configured(cfg: Config, index: usize) -> anyhow::Result<u8> {
             .context("lowering the worker's CPU priority (--worker-nice)")?;
         tracing::debug!(nice, "subscriber worker priority lowered");
     }
-    let Ok(name) = std::env::var(handover::ENV_HANDOVER) else {
+    // One constructor for both starts, fresh or taking over from a predecessor.
+    let build = |listeners: &mut Vec<(u8, std::os::fd::OwnedFd)>| -> anyhow::Result<Worker> {
         let mut worker = Worker::new(
             cfg,
             secrets,
             link,
             max_conns,
             (master_pid, control),
-            &mut Vec::new(),
+            listeners,
         )?;
         worker.ip_limits = ip_limits;
         worker.index = index as u32;
         worker.subscriber_workers = subscriber_workers;
-        worker.run()?;
+        Ok(worker)
+    };
+    let Ok(name) = std::env::var(handover::ENV_HANDOVER) else {
+        build(&mut Vec::new())?.run()?;
         return Ok(0);
     };
     // Started by a new master during a live upgrade: take over the predecessor's listeners
@@ -267,17 +271,7 @@ fn run_configured(cfg: Config, index: usize) -> anyhow::Result<u8> {
         took_ms = started.elapsed().as_millis() as u64,
         "upgrade: connections received; waiting for commit"
     );
-    let mut worker = Worker::new(
-        cfg,
-        secrets,
-        link,
-        max_conns,
-        (master_pid, control),
-        &mut taken.listeners,
-    )?;
-    worker.ip_limits = ip_limits;
-    worker.index = index as u32;
-    worker.subscriber_workers = subscriber_workers;
+    let mut worker = build(&mut taken.listeners)?;
     worker.restore(std::mem::take(&mut taken.conns), taken.next_generation)?;
     if !handover::await_commit(&taken.pair, timeout)? {
         tracing::warn!("upgrade: aborted by the old worker; exiting without touching a connection");

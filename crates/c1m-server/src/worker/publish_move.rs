@@ -372,17 +372,7 @@ impl Worker {
         conn.flags = record.flags;
         conn.edge = record.edge;
         conn.set_inbuf(&record.inbuf);
-        if let Err(e) = self.poll.registry().register(
-            &mut conn.stream,
-            Token(token_of(idx, generation) as usize),
-            Interest::READABLE | Interest::WRITABLE,
-        ) {
-            if let Some(held_back) = self.socket_errors.allow(Instant::now()) {
-                tracing::warn!(error = %e, held_back, "registering a moved connection failed");
-            }
-            if let Some(limits) = &self.ip_limits {
-                limits.release(ip_slot);
-            }
+        if !self.register_new(&mut conn, token_of(idx, generation), ip_slot) {
             return;
         }
         self.conns.insert(conn);

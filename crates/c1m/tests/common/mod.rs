@@ -330,6 +330,17 @@ impl Sse {
     }
 }
 
+/// The Content-Length an HTTP answer's head names (panics without one).
+pub fn content_length(head: &str) -> usize {
+    head.lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("content-length:")
+                .map(|v| v.trim().parse().unwrap())
+        })
+        .expect("content-length")
+}
+
 /// Sends raw bytes and returns everything the server answers until it closes (≤ 10 s).
 pub fn raw_exchange(addr: SocketAddr, request: &[u8]) -> String {
     let mut s = TcpStream::connect(addr).unwrap();

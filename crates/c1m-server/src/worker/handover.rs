@@ -87,8 +87,9 @@ impl Worker {
     /// `HandOverGo`: hand everything to the new worker. On failure the worker serves on.
     pub(super) fn handover_go(&mut self, name: &str, new_master: u32, timeout: Duration) {
         let started = Instant::now();
-        self.finish_fan_outs(); // anything the master sent between Prepare and Go
-                                // Publishes passed since the freeze: they travel with the rest, request unread.
+        // Anything the master sent between Prepare and Go goes out; publishes passed since the
+        // freeze travel with the rest, their requests unread.
+        self.finish_fan_outs();
         self.drain_moves();
         match self.send_everything(name, new_master, timeout) {
             Ok((pair, conns)) => {

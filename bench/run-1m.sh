@@ -49,11 +49,11 @@
 #      CONTROL (1: serve with --admin-listen PORT+2 --admin-publish, so publishes and /status
 #      go to the control worker, which holds no subscriber; 0: serve on its default flags,
 #      everything on PORT, publishes passed to the control worker by serve itself),
-#      NICE (19 with CONTROL=1, 10 with CONTROL=0, where serve keeps its default
-#      --worker-nice and only bench gets it: serve --worker-nice and bench --load-nice, so the control path
+#      NICE (CONTROL=1: 19, as serve --worker-nice and bench --load-nice, so the control path
 #      and bench's publisher run first on the saturated box. At 1M, 5 left the master and the
 #      control worker ~6 % of the CPU against ~100 runnable processes: publish acks p99 18.6 and
-#      199.9 ms; 19: 2.0 ms. BENCHMARKS "1M end to end with the smaller workers").
+#      199.9 ms; 19: 2.0 ms. BENCHMARKS "1M end to end with the smaller workers". CONTROL=0:
+#      10, as bench --load-nice only, matching serve's own default for its workers).
 # Writes bench/out/sse-N.{json,svg,txt} and bench/out/run-N.txt (settings, timings, memory).
 set -euo pipefail
 N=${1:-1000000}

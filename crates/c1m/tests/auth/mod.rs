@@ -17,7 +17,11 @@ pub struct Keys {
 
 impl Keys {
     pub fn new(tag: &str) -> Keys {
-        let dir = std::env::temp_dir().join(format!("c1m-auth-{tag}-{}", std::process::id()));
+        // One directory per instance: tests running side by side may share a tag (the broker
+        // tests' one helper does), and one's drop would delete the other's keys.
+        static MADE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("c1m-auth-{tag}-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("secret"), format!("{SECRET}\n")).unwrap();

@@ -238,12 +238,6 @@ impl Report {
     }
 
     pub fn json(&self) -> String {
-        let refused: serde_json::Map<String, serde_json::Value> = self
-            .refused
-            .fields()
-            .iter()
-            .map(|(k, v)| (k.to_string(), json!(v)))
-            .collect();
         json!({
             "pid": self.pid,
             "uptime_s": self.uptime_s,
@@ -275,16 +269,16 @@ impl Report {
                     "bytes_full": self.presence_counters.refused_bytes_full,
                 },
             },
-            "refused": refused,
+            "refused": counts_json(&self.refused.fields()),
             "worker_restarts": self.restarts,
             "channels": self.channels,
             "tls": self.tls_json(),
             "proxy": {
                 "in_flight": self.proxy_in_flight,
-                "calls": self.proxy.fields().iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
+                "calls": counts_json(&self.proxy.fields()),
             },
             "http2": self.http2_json(),
-            "publish_moves": self.publish_moves.fields().iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
+            "publish_moves": counts_json(&self.publish_moves.fields()),
             "broker": {
                 "kind": self.broker.kind, "connected": self.broker.connected,
                 "reconnects": self.broker.reconnects,
@@ -364,12 +358,7 @@ impl Report {
             "Messages that could not be delivered.",
             &[("", self.dropped)],
         );
-        let refused: Vec<(String, u64)> = self
-            .refused
-            .fields()
-            .iter()
-            .map(|(k, v)| (format!("{{reason=\"{k}\"}}"), *v))
-            .collect();
+        let refused = labelled("reason", &self.refused.fields());
         let refused: Vec<(&str, u64)> = refused.iter().map(|(k, v)| (k.as_str(), *v)).collect();
         metric(
             "refused_total",
@@ -784,12 +773,7 @@ impl Report {
             "Backend proxy calls made and not answered yet, over all workers.",
             &[("", self.proxy_in_flight)],
         );
-        let moves: Vec<(String, u64)> = self
-            .publish_moves
-            .fields()
-            .iter()
-            .map(|(outcome, n)| (format!("{{outcome=\"{outcome}\"}}"), *n))
-            .collect();
+        let moves = labelled("outcome", &self.publish_moves.fields());
         metric(
             "publish_moves_total",
             "counter",
@@ -859,6 +843,22 @@ pub fn retire(retired: &mut WorkerStats, last: &WorkerStats) {
     retired.heartbeats_sent += last.heartbeats_sent;
     retired.heartbeats_skipped += last.heartbeats_skipped;
     retired.latency.add(&last.latency);
+}
+
+/// A counter struct's (key, value) pairs as one JSON object (a `/status` section).
+fn counts_json(fields: &[(&str, u64)]) -> serde_json::Map<String, serde_json::Value> {
+    fields
+        .iter()
+        .map(|(k, v)| (k.to_string(), json!(v)))
+        .collect()
+}
+
+/// A counter struct's (key, value) pairs as Prometheus rows, each key the value of `label`.
+fn labelled(label: &str, fields: &[(&str, u64)]) -> Vec<(String, u64)> {
+    fields
+        .iter()
+        .map(|(k, v)| (format!("{{{label}=\"{k}\"}}"), *v))
+        .collect()
 }
 
 /// A Prometheus label value: backslash, quote and newline escaped.

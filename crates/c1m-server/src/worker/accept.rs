@@ -12,6 +12,9 @@ use std::io::{self, Read};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+/// The answer to an HTTP connection over `--max-conns` (a worker's share of it).
+pub(super) const MAX_CONNS_ANSWER: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 26\r\nConnection: close\r\n\r\nserver at max connections\n";
+
 /// How long accept() pauses after EMFILE/ENFILE (no busy spin; existing connections go on).
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
@@ -71,7 +74,7 @@ impl Worker {
             let msg: &[u8] = if raw_tcp {
                 b"ERR server at max connections\n"
             } else {
-                b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 26\r\nConnection: close\r\n\r\nserver at max connections\n"
+                MAX_CONNS_ANSWER
             };
             // A TLS client would take plaintext for a broken record: it is only closed.
             if !tls {
@@ -155,7 +158,7 @@ impl Worker {
 /// Answers a connection refused before it got a slot, then closes it. What the client already
 /// sent is read first (once, without waiting): closing with unread input makes the kernel send
 /// a reset, which can destroy the answer before the client reads it.
-fn refuse_at_accept(mut stream: TcpStream, answer: &[u8]) {
+pub(super) fn refuse_at_accept(mut stream: TcpStream, answer: &[u8]) {
     let mut sink = [0u8; 4096];
     for _ in 0..4 {
         match stream.read(&mut sink) {

@@ -12,6 +12,7 @@
 //! queue full (`busy`), or more bytes read than one packet carries (`large`). TLS and HTTP/2
 //! connections always stay (their session state does not travel).
 
+use super::accept::{refuse_at_accept, MAX_CONNS_ANSWER};
 use super::conn::{Kind, CONTINUE_SENT, H2_STREAM};
 use super::{token_of, Worker};
 use c1m_proto::handover::{self, ConnRecord, Pair};
@@ -342,14 +343,10 @@ impl Worker {
     /// Control worker: a passed connection gets a slot, its request head timer, and its
     /// request read (it waited in the record's input bytes).
     fn adopt_moved(&mut self, record: ConnRecord, fd: OwnedFd) {
-        let mut stream = TcpStream::from_std(std::net::TcpStream::from(fd));
+        let stream = TcpStream::from_std(std::net::TcpStream::from(fd));
         if self.conns.len() >= self.max_conns {
             self.counters.refused.max_conns += 1;
-            let _ = std::io::Write::write(
-                &mut stream,
-                b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 26\r\nConnection: close\r\n\r\nserver at max connections\n",
-            );
-            return;
+            return refuse_at_accept(stream, MAX_CONNS_ANSWER);
         }
         // The per-address count moves with the connection (the sender gave its share back), so
         // passing connections here never lifts `--max-conns-per-ip`.
@@ -359,8 +356,7 @@ impl Worker {
                 Ok(slot) => slot,
                 Err(refusal) => {
                     self.counters.refused.per_ip_conns += 1;
-                    let _ = std::io::Write::write(&mut stream, &refusal.response(false));
-                    return;
+                    return refuse_at_accept(stream, &refusal.response(false));
                 }
             },
             (Some(_), Err(_)) => return, // gone already

@@ -64,13 +64,13 @@ tree_fds() { # open descriptors of the server's master and workers
     done
     echo "$total"
 }
-tree_rss() {
-    local total=0 p kb
+# Each server process's RSS, one "pid,bytes" line per process (the sampler sums them).
+rss_by_process() {
+    local p kb
     for p in "$SERVE_PID" $(pgrep -P "$SERVE_PID" 2>/dev/null); do
         kb=$(awk '/^VmRSS:/ { print $2 }' "/proc/$p/status" 2>/dev/null || true)
-        total=$((total + ${kb:-0} * 1024))
+        echo "$p,$((${kb:-0} * 1024))"
     done
-    echo "$total"
 }
 
 # History deep enough that a client away for a while resumes by replay, not by a gap.
@@ -97,11 +97,10 @@ START=$(date +%s)
 (
     while kill -0 "$SERVE_PID" 2>/dev/null; do
         t=$(($(date +%s) - START))
-        echo "$t,$(tree_fds),$(tree_rss)" >>"$DIR/fds.csv"
-        for p in "$SERVE_PID" $(pgrep -P "$SERVE_PID" 2>/dev/null); do
-            kb=$(awk '/^VmRSS:/ { print $2 }' "/proc/$p/status" 2>/dev/null || true)
-            echo "$t,$p,$((${kb:-0} * 1024))" >>"$DIR/rss-by-process.csv"
-        done
+        rows=$(rss_by_process)
+        total=$(echo "$rows" | awk -F, '{ s += $2 } END { print s + 0 }')
+        echo "$t,$(tree_fds),$total" >>"$DIR/fds.csv"
+        echo "$rows" | sed "s/^/$t,/" >>"$DIR/rss-by-process.csv"
         sleep "$(secs_of "$EVERY")"
     done
 ) &

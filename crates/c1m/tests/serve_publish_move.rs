@@ -175,3 +175,53 @@ fn a_publish_whose_body_is_still_arriving_moves_with_what_was_read() {
         moves["moved"].as_u64() == want("moved") && moves["received"].as_u64() == want("received")
     });
 }
+
+#[test]
+fn a_moved_publish_over_the_control_workers_share_is_answered_503_whole_and_counted() {
+    // One subscriber worker and the control worker may each hold 2 connections. Two keep-alive
+    // publishers fill the control worker's share; a third publish is still taken by the
+    // subscriber worker (it holds none of them), passed on, and refused by the control worker
+    // itself: the 503 arrives whole (the request was read, so no reset destroys it), the refusal
+    // is counted, and the two held publishers are not disturbed.
+    let server = Server::start(&["--workers", "1", "--max-conns", "2"]);
+    wait_until_publishes_move(&server);
+    let idle = server.wait_status(|s| control_worker(s)["connections"] == 0);
+    let refused = idle["refused"]["max_conns"].as_u64().unwrap();
+    let post = "POST /pub/full HTTP/1.1\r\nHost: t\r\nContent-Length: 1\r\n\r\nx";
+    let open = || {
+        let s = TcpStream::connect(server.http).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s
+    };
+    let mut held: Vec<TcpStream> = (0..2)
+        .map(|_| {
+            let mut s = open();
+            s.write_all(post.as_bytes()).unwrap();
+            read_answers(&mut s, 1);
+            s
+        })
+        .collect();
+    server.wait_status(|s| control_worker(s)["connections"] == 2);
+
+    let mut over = open();
+    over.write_all(post.as_bytes()).unwrap();
+    let mut answer = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while let Ok(n @ 1..) = over.read(&mut chunk) {
+        answer.extend_from_slice(&chunk[..n]);
+    }
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer:?}");
+    assert!(
+        answer.ends_with("\r\n\r\nserver at max connections\n"),
+        "the answer is cut: {answer:?}"
+    );
+    server.wait_status(|s| s["refused"]["max_conns"].as_u64() == Some(refused + 1));
+
+    for s in &mut held {
+        s.write_all(post.as_bytes()).unwrap();
+        read_answers(s, 1);
+    }
+    let status = server.status();
+    assert_eq!(control_worker(&status)["connections"], 2, "{status}");
+}

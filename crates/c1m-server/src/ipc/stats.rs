@@ -174,13 +174,16 @@ counters! {
     /// control worker (`worker::publish_move`), `/status` key `publish_moves`: `moved` (sent),
     /// `received` (taken by the control worker), and the ones served where they arrived:
     /// `kept_unreachable` (the control worker not listening yet, or gone), `kept_busy` (its
-    /// queue full), `kept_large` (more read ahead than one packet carries).
+    /// queue full), `kept_large` (more read ahead than one packet carries); and
+    /// `dropped_unreadable`: a packet on the control worker's inbox that is not one connection
+    /// record with one descriptor (a bug in a sibling worker: its descriptors are closed).
     pub struct PublishMoveStats {
         pub moved: u64,
         pub received: u64,
         pub kept_unreachable: u64,
         pub kept_busy: u64,
         pub kept_large: u64,
+        pub dropped_unreadable: u64,
     }
 }
 

@@ -777,7 +777,7 @@ impl Report {
         metric(
             "publish_moves_total",
             "counter",
-            "Publish connections on the public listener by what became of them: moved (passed by a subscriber worker to the control worker), received (taken by the control worker), or kept where they arrived: kept_unreachable (control worker not listening), kept_busy (its queue full), kept_large (too much read ahead to pass).",
+            "Publish connections on the public listener by what became of them: moved (passed by a subscriber worker to the control worker), received (taken by the control worker), or kept where they arrived: kept_unreachable (control worker not listening), kept_busy (its queue full), kept_large (too much read ahead to pass); dropped_unreadable (a packet on the control worker's inbox that was not one connection: a bug).",
             &moves.iter().map(|(k, v)| (k.as_str(), *v)).collect::<Vec<_>>(),
         );
         if let Some(tls) = &self.tls {

@@ -58,6 +58,8 @@ pub(super) enum PublishMoves {
         master_pid: u32,
         inbox: Socket,
         peers: Vec<Option<Socket>>,
+        /// One packet's room, reused by every read of the peers.
+        packet: Vec<u8>,
     },
 }
 
@@ -90,6 +92,7 @@ impl PublishMoves {
             master_pid,
             inbox,
             peers: Vec::new(),
+            packet: vec![0u8; handover::MAX_PACKET],
         })
     }
 }
@@ -243,6 +246,7 @@ impl Worker {
             master_pid,
             inbox,
             peers,
+            ..
         } = &mut self.publish_moves
         else {
             return;
@@ -300,15 +304,14 @@ impl Worker {
     /// is forgotten.
     pub(super) fn receive_moves(&mut self, token: Token) {
         let slot = PEER_BASE - token.0;
-        let mut buf = vec![0u8; handover::MAX_PACKET];
         loop {
-            let PublishMoves::Receiver { peers, .. } = &mut self.publish_moves else {
+            let PublishMoves::Receiver { peers, packet, .. } = &mut self.publish_moves else {
                 return;
             };
             let Some(Some(socket)) = peers.get(slot) else {
                 return;
             };
-            let (n, mut fds) = match fd_passing::recv_with_fds(socket, &mut buf) {
+            let (n, mut fds) = match fd_passing::recv_with_fds(socket, packet) {
                 Ok(got) => got,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
@@ -326,7 +329,7 @@ impl Worker {
                 }
                 return;
             }
-            let record = match Pair::decode(&buf[..n]) {
+            let record = match Pair::decode(&packet[..n]) {
                 Ok(Pair::Part { last: true, data }) => ConnRecord::decode_batch_with(&data)
                     .ok()
                     .and_then(|(mut r, _)| (r.len() == 1).then(|| r.remove(0))),
@@ -335,7 +338,10 @@ impl Worker {
             match (record, fds.pop(), fds.is_empty()) {
                 (Some(record), Some(fd), true) => self.adopt_moved(record, fd),
                 // Not what a sibling sends: its descriptors close, the peer stays.
-                _ => tracing::warn!("publish inbox: unreadable move dropped"),
+                _ => {
+                    self.counters.moves.dropped_unreadable += 1;
+                    tracing::warn!("publish inbox: unreadable move dropped");
+                }
             }
         }
     }

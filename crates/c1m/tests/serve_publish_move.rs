@@ -178,12 +178,13 @@ fn a_publish_whose_body_is_still_arriving_moves_with_what_was_read() {
 
 #[test]
 fn a_moved_publish_over_the_control_workers_share_is_answered_503_whole_and_counted() {
-    // One subscriber worker and the control worker may each hold 2 connections. Two keep-alive
-    // publishers fill the control worker's share; a third publish is still taken by the
-    // subscriber worker (it holds none of them), passed on, and refused by the control worker
-    // itself: the 503 arrives whole (the request was read, so no reset destroys it), the refusal
-    // is counted, and the two held publishers are not disturbed.
-    let server = Server::start(&["--workers", "1", "--max-conns", "2"]);
+    // One subscriber worker and the control worker may each hold 4 connections (room for the
+    // test's own short /status and warm-up connections on the subscriber worker). Four
+    // keep-alive publishers fill the control worker's share; a fifth publish is still taken by
+    // the subscriber worker (it holds none of them), passed on, and refused by the control
+    // worker itself: the 503 arrives whole (the request was read, so no reset destroys it), the
+    // refusal is counted, and the held publishers are not disturbed.
+    let server = Server::start(&["--workers", "1", "--max-conns", "4"]);
     wait_until_publishes_move(&server);
     let idle = server.wait_status(|s| control_worker(s)["connections"] == 0);
     let refused = idle["refused"]["max_conns"].as_u64().unwrap();
@@ -193,7 +194,7 @@ fn a_moved_publish_over_the_control_workers_share_is_answered_503_whole_and_coun
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         s
     };
-    let mut held: Vec<TcpStream> = (0..2)
+    let mut held: Vec<TcpStream> = (0..4)
         .map(|_| {
             let mut s = open();
             s.write_all(post.as_bytes()).unwrap();
@@ -201,7 +202,7 @@ fn a_moved_publish_over_the_control_workers_share_is_answered_503_whole_and_coun
             s
         })
         .collect();
-    server.wait_status(|s| control_worker(s)["connections"] == 2);
+    server.wait_status(|s| control_worker(s)["connections"] == 4);
 
     let mut over = open();
     over.write_all(post.as_bytes()).unwrap();
@@ -223,5 +224,5 @@ fn a_moved_publish_over_the_control_workers_share_is_answered_503_whole_and_coun
         read_answers(s, 1);
     }
     let status = server.status();
-    assert_eq!(control_worker(&status)["connections"], 2, "{status}");
+    assert_eq!(control_worker(&status)["connections"], 4, "{status}");
 }

@@ -204,14 +204,7 @@ fn a_moved_publish_over_the_control_workers_share_is_answered_503_whole_and_coun
         .collect();
     server.wait_status(|s| control_worker(s)["connections"] == 4);
 
-    let mut over = open();
-    over.write_all(post.as_bytes()).unwrap();
-    let mut answer = Vec::new();
-    let mut chunk = [0u8; 4096];
-    while let Ok(n @ 1..) = over.read(&mut chunk) {
-        answer.extend_from_slice(&chunk[..n]);
-    }
-    let answer = String::from_utf8_lossy(&answer);
+    let answer = common::raw_exchange(server.http, post.as_bytes());
     assert!(answer.starts_with("HTTP/1.1 503"), "{answer:?}");
     assert!(
         answer.ends_with("\r\n\r\nserver at max connections\n"),

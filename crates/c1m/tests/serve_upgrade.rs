@@ -25,7 +25,7 @@ impl Scratch {
         let dir = std::env::temp_dir().join(format!("c1m-upgrade-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        std::fs::copy(env!("CARGO_BIN_EXE_c1m"), dir.join("c1m")).unwrap();
+        place_executable(Path::new(env!("CARGO_BIN_EXE_c1m")), &dir.join("c1m"));
         Scratch(dir)
     }
 
@@ -58,14 +58,38 @@ impl Scratch {
             }
         }
         assert!(hits > 0, "commit string not found in the binary");
-        let tmp = self.0.join("c1m.new");
-        std::fs::write(&tmp, &bytes).unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).unwrap();
-        std::fs::rename(&tmp, self.exe()).unwrap();
+        self.replace_exe(&bytes);
         assert_eq!(commit_of(&self.exe()), patched);
         patched
     }
+}
+
+impl Scratch {
+    /// Puts `bytes` at the running binary's path as a package upgrade would: new file, rename.
+    pub(crate) fn replace_exe(&self, bytes: &[u8]) {
+        let staged = self.0.join("c1m.staged");
+        std::fs::write(&staged, bytes).unwrap();
+        place_executable(&staged, &self.exe());
+        std::fs::remove_file(&staged).unwrap();
+    }
+}
+
+/// Copies `src` to an executable `dest` (via a `.new` file and a rename) with a child `cp`,
+/// so this process never holds a descriptor open for writing on a file something will exec.
+/// Had it written the file itself, a sibling test's fork in that moment would inherit the
+/// descriptor until its own exec, and an exec of `dest` then fails with ETXTBSY.
+fn place_executable(src: &Path, dest: &Path) {
+    let new = dest.with_extension("new");
+    let status = Command::new("cp").arg(src).arg(&new).status().unwrap();
+    assert!(
+        status.success(),
+        "cp {} {}: {status}",
+        src.display(),
+        new.display()
+    );
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&new, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::rename(&new, dest).unwrap();
 }
 
 impl Drop for Scratch {
@@ -739,11 +763,7 @@ fn an_upgrade_to_a_hung_binary_neither_freezes_the_master_nor_outlives_the_timeo
         "#!/bin/sh\nsleep 60 &\necho \"$$ $!\" > {}.tmp\nmv {0}.tmp {0}\nwait\n",
         pids.display()
     );
-    let tmp = scratch.0.join("c1m.new");
-    std::fs::write(&tmp, script).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).unwrap();
-    std::fs::rename(&tmp, scratch.exe()).unwrap();
+    scratch.replace_exe(script.as_bytes());
     server.signal(libc::SIGUSR2);
     wait_until("the hung binary to start", Duration::from_secs(5), || {
         pids.exists()

@@ -24,7 +24,8 @@
 #      EVERY (10s: server samples), WARMUP (0.2), FLAT_PCT (2), FLAT_MIN (600: seconds),
 #      HISTORY (100: --history-size; each channel's history is full after HISTORY / (PUBS /
 #      CHANNELS) seconds, which must fall inside the warm-up or the RSS still grows by design),
-#      PORT (18400), SERVE_ARGS (more flags for c1m serve), C1M (binary), OUT_DIR.
+#      PORT (18400), SERVE_ARGS (more flags for c1m serve), BENCH_ARGS (more flags for both
+#      c1m bench runs), C1M (binary), OUT_DIR.
 # Writes OUT_DIR (default bench/out/soak-<UTC time>): churn.json and fanout.json (bench
 # reports), fds.csv (t_s, fds, rss_bytes of the server tree), rss-by-process.csv (t_s, pid,
 # rss_bytes: which process a change in the total belongs to), summary.json, soak.svg.
@@ -42,6 +43,7 @@ FLAT_MIN=${FLAT_MIN:-600}
 HISTORY=${HISTORY:-100}
 PORT=${PORT:-18400}
 SERVE_ARGS=${SERVE_ARGS:-}
+BENCH_ARGS=${BENCH_ARGS:-}
 source "$(dirname "$0")/lib.sh" # ROOT, OUT, c1m_binary, start_serve, wait_http, stop_pid
 c1m_binary
 DIR=${OUT_DIR:-$OUT/soak-$(date -u +%Y%m%dT%H%M%SZ)}
@@ -107,13 +109,15 @@ START=$(date +%s)
 SAMPLER=$!
 track_pid "$SAMPLER"
 
-"$C1M" bench "http://127.0.0.1:$PORT/sub/soak" --scenario churn --churn-resume \
+# shellcheck disable=SC2086 # BENCH_ARGS is a list of flags
+"$C1M" bench "http://127.0.0.1:$PORT/sub/soak" --scenario churn --churn-resume $BENCH_ARGS \
     --conns "$SUBS" --rate 5000 --channels "$CHANNELS" --churn-rate "$CHURN" \
     --publish-rate "$PUBS" --hold "${HOLD_S}s" --drain 5s --server-every "$EVERY" --reconnect -q \
     --report "$DIR/churn.json" >"$DIR/churn.txt" 2>&1 &
 CHURN_PID=$!
 track_pid "$CHURN_PID"
-"$C1M" bench "http://127.0.0.1:$PORT/sub/everyone" --scenario fanout \
+# shellcheck disable=SC2086
+"$C1M" bench "http://127.0.0.1:$PORT/sub/everyone" --scenario fanout $BENCH_ARGS \
     --conns "$FANOUT_SUBS" --rate 2000 --publish-every 1s --hold "${HOLD_S}s" --drain 5s --reconnect -q \
     --report "$DIR/fanout.json" >"$DIR/fanout.txt" 2>&1 &
 FANOUT_PID=$!

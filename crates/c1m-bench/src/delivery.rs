@@ -7,16 +7,18 @@
 //! connection ends (or the run ends) its expected count is the number of acknowledged publishes
 //! on its channel sent inside the window — for a connection that closed early, only those
 //! acknowledged at least [`CLOSE_GRACE_US`] before it closed — and missing = expected minus the
-//! distinct in-window messages it received. State per connection is 24 bytes: the highest
-//! sequence, a 64-bit bitmap of the sequences below it, the window start and a counter.
+//! distinct in-window messages it received. State per connection is 32 bytes: the highest
+//! sequence, a 64-bit bitmap of the sequences below it, the window start, its position in the
+//! channel's [`PublishLog`] once pinned, and a counter.
 
+use crate::publish_log::{PublishLog, NOT_PINNED};
 use serde::{Deserialize, Serialize};
 
 /// A message acknowledged this long before a connection closed must have reached it.
 pub const CLOSE_GRACE_US: u64 = 1_000_000;
 
 /// Per-connection tracking state.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 pub struct ConnDelivery {
     /// Highest sequence seen (0 = none yet; sequences start at 1).
     pub last_seq: u32,
@@ -26,6 +28,21 @@ pub struct ConnDelivery {
     pub seen: u64,
     /// Wall-clock µs when the current session's window opened (0 = not yet).
     pub window_start_us: u64,
+    /// Publishes on the channel sent before the window opened, once pinned
+    /// ([`NOT_PINNED`] until then): the log may drop entries older than a pinned window.
+    pub before_window: u64,
+}
+
+impl Default for ConnDelivery {
+    fn default() -> Self {
+        ConnDelivery {
+            last_seq: 0,
+            in_window: 0,
+            seen: 0,
+            window_start_us: 0,
+            before_window: NOT_PINNED,
+        }
+    }
 }
 
 /// Worker-wide delivery counters (summed over workers by the coordinator).
@@ -144,28 +161,37 @@ impl ConnDelivery {
         arrival
     }
 
-    /// Ends the current session: adds expected and missing to `t`. `publishes` are the send
-    /// times and acknowledgement times of the channel's acknowledged publishes, in send order.
-    /// `closed_at_us` is None when the run ended with the connection online.
+    /// Fixes the open window's position in `log` if it opened before `cutoff_us`, by when
+    /// every publish sent before it has been answered; the log may then drop older entries.
+    pub fn pin_window(&mut self, log: &PublishLog, cutoff_us: u64) {
+        if self.window_start_us != 0
+            && self.window_start_us < cutoff_us
+            && self.before_window == NOT_PINNED
+        {
+            self.before_window = log.sent_before(self.window_start_us);
+        }
+    }
+
+    /// Ends the current session: adds expected and missing to `t`. `log` holds the channel's
+    /// acknowledged publishes. `closed_at_us` is None when the run ended with the connection
+    /// online.
     pub fn close_session(
         &mut self,
-        publishes: &[(u64, u64)],
+        log: &PublishLog,
         closed_at_us: Option<u64>,
         t: &mut DeliveryTotals,
     ) {
         if self.window_start_us != 0 {
-            let from = publishes.partition_point(|&(sent, _)| sent < self.window_start_us);
-            let expected = publishes[from..]
-                .iter()
-                .filter(|&&(_, ack)| match closed_at_us {
-                    None => true,
-                    Some(c) => ack + CLOSE_GRACE_US <= c,
-                })
-                .count() as u64;
+            let before = match self.before_window {
+                NOT_PINNED => log.sent_before(self.window_start_us),
+                pinned => pinned,
+            };
+            let expected = log.expected_after(before, closed_at_us, CLOSE_GRACE_US);
             t.expected += expected;
             t.missing += expected.saturating_sub(u64::from(self.in_window));
         }
         self.window_start_us = 0;
+        self.before_window = NOT_PINNED;
         self.in_window = 0;
     }
 }
@@ -209,7 +235,10 @@ mod tests {
 
     #[test]
     fn window_and_expected() {
-        let pubs = [(50, 60), (100, 110), (200, 210), (300, 2_000_000)];
+        let mut pubs = PublishLog::default();
+        for (sent, ack) in [(50, 60), (100, 110), (200, 210), (300, 2_000_000)] {
+            pubs.push(sent, ack);
+        }
         let mut t = DeliveryTotals::default();
         let mut c = ConnDelivery {
             window_start_us: 90,

@@ -38,6 +38,7 @@ pub mod plot;
 pub mod procs;
 pub mod proto;
 pub mod publish;
+pub mod publish_log;
 pub mod report;
 pub mod run;
 pub mod scenario;

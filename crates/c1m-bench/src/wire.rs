@@ -58,6 +58,10 @@ pub struct WorkerConfig {
     pub churn_resume: bool,
     /// The worker exits by itself this long after start even if never told to stop.
     pub max_runtime_ms: u64,
+    /// How long a publish may wait for its answer (`--publish-timeout`): the publish logs
+    /// keep entries past it (see [`crate::publish_log`]).
+    #[serde(default = "default_publish_timeout_ms")]
+    pub publish_timeout_ms: u64,
     /// Nice steps the worker adds to its own CPU priority at start (`--load-nice`).
     #[serde(default)]
     pub nice: i32,
@@ -67,6 +71,11 @@ pub struct WorkerConfig {
     /// HTTP/2 SSE streams per connection (`--http2 --streams-per-conn`); 0: HTTP/1.1.
     #[serde(default)]
     pub h2_streams: u32,
+}
+
+/// `--publish-timeout`'s default, for a config written by a bench that did not pass it.
+fn default_publish_timeout_ms() -> u64 {
+    30_000
 }
 
 impl WorkerConfig {

@@ -234,6 +234,7 @@ pub(super) fn plan_run(
             storm: args.scenario == Some(crate::scenario::Scenario::ReconnectStorm),
             churn_resume: args.churn_resume,
             max_runtime_ms: (duration + Duration::from_secs(30)).as_millis() as u64,
+            publish_timeout_ms: args.publish_timeout.as_millis() as u64,
             nice: args.load_nice,
             tls: target_tls.as_ref().map(|t| TlsTarget {
                 alpn_h2: args.http2,

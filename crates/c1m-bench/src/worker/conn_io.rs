@@ -8,6 +8,7 @@ use crate::errors::io_kind;
 use crate::hist::record;
 use crate::payload::{self, now_us};
 use crate::proto::{self, Ctx, Event, Phase, Proto};
+use crate::publish_log::PublishLog;
 use crate::storm::{self, StormTotals};
 use crate::tls::TlsIo;
 use hdrhistogram::Histogram;
@@ -140,7 +141,7 @@ impl Worker {
             publishes: self
                 .publishes
                 .get(my_ch as usize)
-                .map_or(&[], Vec::as_slice),
+                .map_or(&[], PublishLog::recent),
             restart_us: super::open::back_reference_us(
                 &self.cfg,
                 self.storm_ref_us,
@@ -249,7 +250,7 @@ struct StormConn<'a> {
     /// Wall-clock µs (rounded down to the ms) when the reconnection's subscribe request was
     /// sent: a message acknowledged before it can only arrive by a replay.
     resub_wall_us: u64,
-    /// The channel's acknowledged publishes (sent µs, ack µs) in send order.
+    /// The channel's recently acknowledged publishes (sent µs, ack µs) in send order.
     publishes: &'a [(u64, u64)],
     restart_us: u64,
     totals: &'a mut StormTotals,
@@ -486,7 +487,11 @@ mod tests {
         }
         assert_eq!(t.stale, 3);
         assert_eq!((t.duplicates, t.received_in_window), (0, 3));
-        d.close_session(&[(2_000, 2_001); 3], None, &mut t);
+        let mut log = PublishLog::default();
+        for _ in 0..3 {
+            log.push(2_000, 2_001);
+        }
+        d.close_session(&log, None, &mut t);
         assert_eq!((t.expected, t.missing), (3, 0));
     }
 }

@@ -1,14 +1,20 @@
 //! The worker's link to the coordinator: command lines read from stdin (`P` acknowledged
 //! publish, `R` restart reference, `S` stop), the JSON report line written to stdout each tick,
-//! and the final settlement and report when the run ends.
+//! the trimming of the publish logs those `P` lines fill, and the final settlement and report
+//! when the run ends.
 
 use super::conn::State;
 use super::Worker;
 use crate::hist::take_pairs;
+use crate::payload::now_us;
 use crate::proto;
 use crate::storm;
 use anyhow::Context;
 use std::io::{self, Read, Write};
+
+/// A publish log keeps entries this much longer than a publish may wait for its answer, for
+/// the coordinator's relay: by then every publish sent before a window opened is known here.
+const RETAIN_PAST_PUBLISH_TIMEOUT_US: u64 = 10_000_000;
 
 impl Worker {
     pub(super) fn read_stdin(&mut self, stdin: &mut mio::unix::pipe::Receiver) {
@@ -43,8 +49,8 @@ impl Worker {
                 Some(b"P") => {
                     let nums: Vec<u64> = w.filter_map(proto::parse_u64).collect();
                     if let [ch, _seq, sent, ack] = nums[..] {
-                        if let Some(list) = self.publishes.get_mut(ch as usize) {
-                            list.push((sent, ack));
+                        if let Some(log) = self.publishes.get_mut(ch as usize) {
+                            log.push(sent, ack);
                         }
                     }
                 }
@@ -75,6 +81,20 @@ impl Worker {
             .and_then(|()| out.flush())
             .context("write report to coordinator")?;
         Ok(())
+    }
+
+    /// Pins every window that opened before the retention and drops older log entries, so
+    /// the logs hold only the publish rate times the retention (see [`crate::publish_log`]).
+    pub(super) fn trim_publish_logs(&mut self) {
+        let retain = self.cfg.publish_timeout_ms * 1000 + RETAIN_PAST_PUBLISH_TIMEOUT_US;
+        let cutoff = now_us().saturating_sub(retain);
+        let channels = self.cfg.channels;
+        for (_, c) in self.conns.iter_mut() {
+            c.pin_windows(&self.publishes, channels, cutoff);
+        }
+        for log in &mut self.publishes {
+            log.drop_sent_before(cutoff);
+        }
     }
 
     /// Settles every online connection's window and sends the final report. The memory figure

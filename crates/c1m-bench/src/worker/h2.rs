@@ -14,6 +14,7 @@ use super::Worker;
 use crate::delivery::{ConnDelivery, DeliveryTotals};
 use crate::payload::now_us;
 use crate::proto::{self, Ctx, Event, Phase, Wire};
+use crate::publish_log::PublishLog;
 use crate::template::expand;
 use c1m_proto::client::h2::{self as client, H2Event, Session};
 use c1m_proto::h2::ErrorCode;
@@ -266,25 +267,43 @@ impl Conn {
     /// each stream's (HTTP/2). `closed_at`: when the connection ended (None: the run ended).
     pub(super) fn settle(
         &mut self,
-        publishes: &[Vec<(u64, u64)>],
+        publishes: &[PublishLog],
         channels: u32,
         closed_at: Option<u64>,
         t: &mut DeliveryTotals,
+    ) {
+        self.for_each_window(publishes, channels, |d, log| {
+            d.close_session(log, closed_at, t)
+        });
+    }
+
+    /// Pins the windows of this connection's subscribers that opened before `cutoff_us`.
+    pub(super) fn pin_windows(&mut self, publishes: &[PublishLog], channels: u32, cutoff_us: u64) {
+        self.for_each_window(publishes, channels, |d, log| d.pin_window(log, cutoff_us));
+    }
+
+    /// Calls `f` with each subscriber's delivery state (its own, or each HTTP/2 stream's) and
+    /// its channel's publish log.
+    fn for_each_window(
+        &mut self,
+        publishes: &[PublishLog],
+        channels: u32,
+        mut f: impl FnMut(&mut ConnDelivery, &PublishLog),
     ) {
         let channels = u64::from(channels.max(1));
         match self.h2.as_deref_mut() {
             None => {
                 let ch = (u64::from(self.global) % channels) as usize;
-                if let Some(pubs) = publishes.get(ch) {
-                    self.delivery.close_session(pubs, closed_at, t);
+                if let Some(log) = publishes.get(ch) {
+                    f(&mut self.delivery, log);
                 }
             }
             Some(h2) => {
                 let base = u64::from(self.global) * h2.subs.len() as u64;
                 for (i, sub) in h2.subs.iter_mut().enumerate() {
                     let ch = ((base + i as u64) % channels) as usize;
-                    if let Some(pubs) = publishes.get(ch) {
-                        sub.delivery.close_session(pubs, closed_at, t);
+                    if let Some(log) = publishes.get(ch) {
+                        f(&mut sub.delivery, log);
                     }
                 }
             }

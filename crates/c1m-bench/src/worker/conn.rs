@@ -64,8 +64,13 @@ impl Spill {
         self.0.take().map(|b| *b).unwrap_or_default()
     }
 
-    /// Stores `v`, or frees everything when it is empty.
-    pub(super) fn put(&mut self, v: Vec<u8>) {
+    /// Stores `v`, or frees everything when it is empty. A tail is kept at its own size: the
+    /// Vec it came in may have held a whole read (up to the 64 KiB scratch), and a held
+    /// connection with a cut unit would otherwise keep that capacity for as long as it lives.
+    pub(super) fn put(&mut self, mut v: Vec<u8>) {
+        if v.capacity() > 2 * v.len() {
+            v.shrink_to_fit();
+        }
         self.0 = (!v.is_empty()).then(|| Box::new(v));
     }
 
@@ -77,5 +82,26 @@ impl Spill {
 
     pub(super) fn clear(&mut self) {
         self.0 = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Spill;
+
+    #[test]
+    fn a_kept_tail_does_not_keep_the_capacity_of_the_read_it_came_in() {
+        let mut read = Vec::with_capacity(64 * 1024);
+        read.extend_from_slice(&[b'x'; 64 * 1024]);
+        read.drain(..64 * 1024 - 10); // parsed all but a cut 10-byte unit
+        let mut spill = Spill::default();
+        spill.put(read);
+        let kept = spill.take();
+        assert_eq!(kept.len(), 10);
+        assert!(
+            kept.capacity() < 64,
+            "a 10-byte tail keeps {} bytes",
+            kept.capacity()
+        );
     }
 }

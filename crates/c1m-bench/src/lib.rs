@@ -221,7 +221,8 @@ pub struct BenchOptions {
     #[arg(long, value_parser = parse_duration)]
     pub drain: Option<Duration>,
     /// How long a publish may wait for its answer; a fan-out to a million subscribers on a
-    /// loaded box can take seconds.
+    /// loaded box can take seconds. Each worker keeps an answered publish for its delivery
+    /// accounting this long plus 10 s, so its memory does not grow with the run's length.
     #[arg(long, value_parser = parse_duration, default_value = "30s")]
     pub publish_timeout: Duration,
     /// Bearer key for `/pub` (c1m serve --publish-key).

@@ -7,12 +7,12 @@
 # Each round runs, for each of BENCH_A and BENCH_B: SUBS SSE subscribers over CHANNELS
 # channels with --churn-resume (windows stay open all run, as in bench/soak.sh), PUBS
 # publishes per second, for HOLD. The default is many publishes to few subscribers, so a log
-# that grows with the run stands out against the connections' own memory within minutes. The figure is bench's summed PSS at the end minus at the
-# start (workers and coordinator; the report's memory.bench), beside the publishes made.
+# that grows with the run stands out against the connections' own memory within minutes.
+# The figure is bench's summed PSS at the end minus at the start (workers and coordinator;
+# the report's memory.bench), beside the publishes made.
 # Usage: BENCH_A=<c1m> BENCH_B=<c1m> bench/bench-log-memory.sh
 # Env: SUBS (2000), CHANNELS (1000), PUBS (8000), PUBLISHERS (4), HOLD (240s), ROUNDS (1),
-#      PORT (18490),
-#      C1M (the serve binary; default target/release/c1m), TAG.
+#      PORT (18490), C1M (the serve binary; default target/release/c1m), TAG.
 # Writes bench/out/bench-log-memory${TAG}-r{round}{A,B}.json and prints a Markdown table.
 set -euo pipefail
 SUBS=${SUBS:-2000}

@@ -51,6 +51,9 @@ pub mod worker;
 
 use clap::Args;
 use plan::parse_duration;
+
+/// `--publish-timeout`'s default (also what a worker assumes when its config has none).
+pub const DEFAULT_PUBLISH_TIMEOUT: &str = "30s";
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -223,7 +226,7 @@ pub struct BenchOptions {
     /// How long a publish may wait for its answer; a fan-out to a million subscribers on a
     /// loaded box can take seconds. Each worker keeps an answered publish for its delivery
     /// accounting this long plus 10 s, so its memory does not grow with the run's length.
-    #[arg(long, value_parser = parse_duration, default_value = "30s")]
+    #[arg(long, value_parser = parse_duration, default_value = DEFAULT_PUBLISH_TIMEOUT)]
     pub publish_timeout: Duration,
     /// Bearer key for `/pub` (c1m serve --publish-key).
     #[arg(long)]

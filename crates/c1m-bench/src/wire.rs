@@ -75,7 +75,9 @@ pub struct WorkerConfig {
 
 /// `--publish-timeout`'s default, for a config written by a bench that did not pass it.
 fn default_publish_timeout_ms() -> u64 {
-    30_000
+    crate::plan::parse_duration(crate::DEFAULT_PUBLISH_TIMEOUT)
+        .expect("the default publish timeout parses")
+        .as_millis() as u64
 }
 
 impl WorkerConfig {
@@ -139,4 +141,12 @@ pub struct WorkerReport {
     pub pss_start: u64,
     pub pss_now: u64,
     pub rss_now: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_config_without_a_publish_timeout_gets_the_flags_default() {
+        assert_eq!(super::default_publish_timeout_ms(), 30_000);
+    }
 }

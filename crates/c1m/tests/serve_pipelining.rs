@@ -12,7 +12,13 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 /// Writes `input` from a thread (a client that pipelines does not wait for answers), reads
-/// until the server closes, after `read_delay` (a client that reads late), at most 30 s.
+/// until the server closes, after `read_delay` (a client that reads late), at most
+/// `READ_FOR`. 120 s, not 30: serve answers 40,000 pipelined requests in ~29 s on this box
+/// (6,000 in 2 s: the cost grows faster than the count; the worker's profile is memmove and
+/// page faults), so a 30 s bound failed on a slow day. That slowness is a serve defect of its
+/// own, not what this file tests (that every request is answered).
+const READ_FOR: Duration = Duration::from_secs(120);
+
 fn pipeline(addr: SocketAddr, input: Vec<u8>, read_delay: Duration) -> Vec<u8> {
     let mut stream = TcpStream::connect(addr).unwrap();
     stream
@@ -24,7 +30,7 @@ fn pipeline(addr: SocketAddr, input: Vec<u8>, read_delay: Duration) -> Vec<u8> {
     let mut answers = Vec::new();
     let started = Instant::now();
     let mut chunk = [0u8; 64 * 1024];
-    while started.elapsed() < Duration::from_secs(30) {
+    while started.elapsed() < READ_FOR {
         match stream.read(&mut chunk) {
             Ok(0) | Err(_) => break,
             Ok(n) => answers.extend_from_slice(&chunk[..n]),

@@ -52,6 +52,8 @@ impl Worker {
     /// connection cannot use yet (its request waits for the master, or its answers wait for the
     /// peer to read). Then reading stops, TCP flow control holds the rest in the peer, and the
     /// connection is marked READ_PAUSED so `resume_input` reads on when it can go on.
+    /// Input kept from earlier events is read on in its own buffer (nothing copied); otherwise
+    /// the worker's scratch buffer takes the reads and only a leftover tail is copied out.
     pub(super) fn on_readable(&mut self, idx: usize) {
         if self.handover.frozen {
             return; // read after an abort, or by the new worker
@@ -60,11 +62,10 @@ impl Worker {
             return;
         };
         conn.flags &= !conn::READ_PAUSED;
-        let mut buf = std::mem::take(&mut self.scratch);
-        buf.clear();
-        if let Some(pending) = conn.take_inbuf() {
-            buf.extend_from_slice(&pending);
-        }
+        let (mut buf, scratch) = match conn.take_inbuf() {
+            Some(pending) => (pending, false),
+            None => (conn::Input::new(std::mem::take(&mut self.scratch)), true),
+        };
         let limit = requests::input_limit(&self.cfg);
         let mut eof = false;
         let mut error = None;
@@ -76,8 +77,8 @@ impl Worker {
                 && keeps_input(kind)
                 && (held || !matches!(kind, Kind::Ws | Kind::H2))
             {
-                let used = self.process_input(idx, &buf);
-                buf.drain(..used);
+                let used = self.process_input(idx, buf.unused());
+                buf.consume(used);
                 match self.conns.get_mut(idx) {
                     None => break,
                     Some(c) if c.kind == Kind::Closing => break,
@@ -92,7 +93,8 @@ impl Worker {
                 break;
             };
             let old = buf.len();
-            match self.reads.append(&mut buf, |dst| conn.read(dst)) {
+            let room = buf.for_append(self.reads.size());
+            match self.reads.append(room, |dst| conn.read(dst)) {
                 Ok(0) => {
                     eof = true;
                     break;
@@ -100,16 +102,16 @@ impl Worker {
                 Ok(_) if kind == Kind::Ws => {
                     // Frames are decoded as they arrive, so a large message never piles up and
                     // the socket is always read to WouldBlock (edge-triggered).
-                    let used = self.ws_input(idx, &mut buf);
-                    buf.drain(..used);
+                    let used = self.ws_input(idx, buf.unused_mut());
+                    buf.consume(used);
                     if self.conns.get(idx).is_none_or(|c| c.kind != Kind::Ws) {
                         break;
                     }
                 }
                 Ok(_) if kind == Kind::H2 => {
                     // Frames go to the codec as they arrive, like WebSocket frames.
-                    let used = self.h2_input(idx, &buf);
-                    buf.drain(..used);
+                    let used = self.h2_input(idx, buf.unused());
+                    buf.consume(used);
                     if self.conns.get(idx).is_none_or(|c| c.kind != Kind::H2) {
                         break;
                     }
@@ -128,21 +130,29 @@ impl Worker {
         let kind = self.conns.get(idx).map(|c| c.kind);
         if kind.is_some_and(keeps_input) && !buf.is_empty() {
             // WebSocket input was decoded while reading; what is left is an unfinished tail.
-            let consumed = if matches!(kind, Some(Kind::Ws | Kind::H2)) {
-                0
-            } else {
-                self.process_input(idx, &buf)
-            };
-            if let Some(mut conn) = self.conns.get_mut(idx) {
-                if consumed < buf.len() && conn.kind != Kind::Closing {
-                    conn.set_inbuf(&buf[consumed..]);
-                }
+            if !matches!(kind, Some(Kind::Ws | Kind::H2)) {
+                let used = self.process_input(idx, buf.unused());
+                buf.consume(used);
             }
         }
-        if buf.capacity() > 256 * 1024 {
-            buf = Vec::with_capacity(64 * 1024);
+        let keep = self
+            .conns
+            .get(idx)
+            .is_some_and(|c| keeps_input(c.kind) && !buf.is_empty());
+        if !scratch {
+            if keep {
+                self.conns.at(idx).keep_inbuf(buf);
+            }
+        } else {
+            if keep {
+                self.conns.at(idx).set_inbuf(buf.unused());
+            }
+            let mut buf = buf.into_cleared();
+            if buf.capacity() > 256 * 1024 {
+                buf = Vec::with_capacity(64 * 1024);
+            }
+            self.scratch = buf;
         }
-        self.scratch = buf;
         if eof {
             self.on_peer_end(idx, error.as_ref());
         }

@@ -246,10 +246,10 @@ impl Worker {
             return;
         };
         let mut buf = c.take_inbuf().unwrap_or_default();
-        buf.extend_from_slice(data);
+        buf.for_append(data.len()).extend_from_slice(data);
         if c.kind == Kind::Ws && c.edge & PROXY_PENDING == 0 {
-            let used = self.ws_input(cidx, &mut buf);
-            buf.drain(..used);
+            let used = self.ws_input(cidx, buf.unused_mut());
+            buf.consume(used);
         }
         let limit = super::requests::input_limit(&self.cfg);
         match self.conns.get_mut(cidx) {
@@ -262,7 +262,7 @@ impl Worker {
                     "too many frames sent before the subscription (or a publish) was answered",
                 );
             }
-            Some(mut c) => c.set_inbuf(&buf),
+            Some(mut c) => c.keep_inbuf(buf),
             None => return,
         }
         if end_stream && self.conns.contains(cidx) {

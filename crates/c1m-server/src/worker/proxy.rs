@@ -814,10 +814,11 @@ impl Worker {
     /// waiting for the proxy), and reading on if it stopped at a full buffer.
     pub(super) fn ws_resume_input(&mut self, idx: usize) {
         if let Some(mut pending) = self.conns.get_mut(idx).and_then(|mut c| c.take_inbuf()) {
-            let used = self.ws_input(idx, &mut pending);
+            let used = self.ws_input(idx, pending.unused_mut());
+            pending.consume(used);
             if let Some(mut conn) = self.conns.get_mut(idx) {
-                if used < pending.len() && conn.kind != Kind::Closing {
-                    conn.set_inbuf(&pending[used..]);
+                if conn.kind != Kind::Closing {
+                    conn.keep_inbuf(pending);
                 }
             }
         }

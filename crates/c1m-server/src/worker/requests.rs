@@ -74,13 +74,14 @@ impl Worker {
         {
             return self.on_readable(idx);
         }
-        let Some(pending) = self.conns.get_mut(idx).and_then(|mut c| c.take_inbuf()) else {
+        let Some(mut pending) = self.conns.get_mut(idx).and_then(|mut c| c.take_inbuf()) else {
             return;
         };
-        let consumed = self.process_input(idx, &pending);
+        let consumed = self.process_input(idx, pending.unused());
+        pending.consume(consumed);
         if let Some(mut conn) = self.conns.get_mut(idx) {
-            if consumed < pending.len() && conn.kind != Kind::Closing {
-                conn.set_inbuf(&pending[consumed..]);
+            if conn.kind != Kind::Closing {
+                conn.keep_inbuf(pending);
             }
         }
     }

@@ -8,9 +8,11 @@
 //! Files: `kind` (what the connection is doing), `io` (the byte paths: reads, sends and
 //! flushes, through TLS when the connection has a session).
 
+mod input;
 mod io;
 mod kind;
 
+pub use input::Input;
 pub use io::{ConnMut, Sent};
 pub use kind::{Kind, Protocol};
 use mio::net::TcpStream;
@@ -125,7 +127,7 @@ pub const PROXY_PENDING: u8 = 64;
 struct Side {
     /// Input read but not yet used (a half-read request head or command line, pipelined
     /// requests, a WebSocket frame tail); empty = none.
-    inbuf: Box<[u8]>,
+    inbuf: Input,
     /// Bytes a blocked socket still owes.
     out: Option<OutQueue>,
     /// A WebSocket message in progress (boxed again: rarer than the rest, and 56 bytes).
@@ -229,36 +231,42 @@ impl Conn {
     }
 
     /// Takes the input kept from earlier reads (None when there is none).
-    pub fn take_inbuf(&mut self) -> Option<Vec<u8>> {
+    pub fn take_inbuf(&mut self) -> Option<Input> {
         let s = self.side.as_mut()?;
         if s.inbuf.is_empty() {
             return None;
         }
-        let bytes = std::mem::take(&mut s.inbuf).into_vec();
+        let input = std::mem::take(&mut s.inbuf);
         self.tidy();
-        Some(bytes)
+        Some(input)
     }
 
     /// The input kept from earlier reads, read-only (a hand-over copies it).
     pub fn inbuf(&self) -> &[u8] {
-        self.side.as_ref().map_or(&[], |s| &s.inbuf)
+        self.side.as_ref().map_or(&[], |s| s.inbuf.unused())
     }
 
-    /// Keeps `bytes` for the next read to continue from (replacing what was kept).
-    pub fn set_inbuf(&mut self, bytes: &[u8]) {
-        if bytes.is_empty() {
+    /// Keeps what is unused of `input` for the next event to continue from (replacing what
+    /// was kept), without copying it unless its buffer is mostly spare room.
+    pub fn keep_inbuf(&mut self, input: Input) {
+        if input.is_empty() {
             if let Some(s) = &mut self.side {
-                s.inbuf = Box::default();
+                s.inbuf = Input::default();
             }
             return self.tidy();
         }
-        self.side_mut().inbuf = Box::from(bytes);
+        self.side_mut().inbuf = input.trimmed();
+    }
+
+    /// Keeps a copy of `bytes` for the next read to continue from (replacing what was kept).
+    pub fn set_inbuf(&mut self, bytes: &[u8]) {
+        self.keep_inbuf(Input::copied(bytes));
     }
 
     /// Drops kept input and any WebSocket message in progress (the connection is closing).
     pub fn discard_input(&mut self) {
         if let Some(s) = &mut self.side {
-            s.inbuf = Box::default();
+            s.inbuf = Input::default();
             s.ws = None;
         }
         self.tidy();
@@ -498,7 +506,10 @@ mod tests {
         assert!(c.has_inbuf() && c.side.is_some());
         c.add_sub(1, 0);
         c.add_sub(2, 0);
-        assert_eq!(c.take_inbuf().as_deref(), Some(&b"GET / HT"[..]));
+        assert_eq!(
+            c.take_inbuf().as_ref().map(Input::unused),
+            Some(&b"GET / HT"[..])
+        );
         assert!(c.side.is_some(), "still holds the channel list");
         c.take_subs().for_each(drop);
         assert!(c.side.is_none());

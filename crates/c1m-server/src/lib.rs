@@ -37,6 +37,7 @@ mod master;
 mod presence;
 mod proxy;
 mod secrets;
+mod steering;
 mod tls;
 mod upgrade_cli;
 mod worker;

@@ -66,6 +66,18 @@ pub fn set_user_timeout(fd: &impl AsRawFd, ms: u32) -> io::Result<()> {
     set_int(fd, libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT, ms)
 }
 
+/// SO_INCOMING_CPU on a listener of a SO_REUSEPORT group (Linux 6.1 for listeners): a
+/// connection whose handshake the kernel handles on `cpu` goes to this listener rather than to
+/// the one its hash picks; `None` takes the preference back (-1, a new socket's value).
+pub fn set_incoming_cpu(fd: &impl AsRawFd, cpu: Option<u32>) -> io::Result<()> {
+    set_int(
+        fd,
+        libc::SOL_SOCKET,
+        libc::SO_INCOMING_CPU,
+        cpu.unwrap_or(u32::MAX),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -72,6 +72,7 @@ mod serve_redis_failover;
 mod serve_resume_gaps;
 mod serve_scale;
 mod serve_smuggling_haproxy;
+mod serve_steering;
 mod serve_systemd_notify;
 mod serve_tls;
 mod serve_upgrade;

@@ -36,6 +36,10 @@ pub fn examples() -> (Vec<ToMaster>, Vec<ToWorker>) {
         ToMaster::Leave {
             channel: "a".into(),
         },
+        ToMaster::SteerFull {
+            cpu: 1,
+            conns: 17_000,
+        },
         ToMaster::Lifecycle {
             reports: vec![
                 super::ConnReport::Opened {
@@ -186,6 +190,8 @@ pub fn examples() -> (Vec<ToMaster>, Vec<ToWorker>) {
             retry_after_s: 1,
             broker: "redis is not reachable".into(),
         },
+        ToWorker::Steer { cpu: Some(0) },
+        ToWorker::Steer { cpu: None },
         ToWorker::Reconfigure {
             json: "{\"max_payload\":5}".into(),
         },

@@ -14,6 +14,7 @@ c1m_proto::wire_tags! {
         Publish = 1,
         Join = 2,
         Leave = 3,
+        SteerFull = 8,
         Stats = 4,
         StatusQuery = 5,
         Counts = 6,
@@ -49,6 +50,12 @@ pub enum ToMaster {
     /// This worker has no subscribers left on `channel`.
     Leave {
         channel: String,
+    },
+    /// This worker reached its fill mark holding `cpu`'s new connections (`crate::steering`)
+    /// and stopped taking them first; it holds `conns`.
+    SteerFull {
+        cpu: u32,
+        conns: u64,
     },
     /// Boxed: the figures are several times larger than any other message.
     Stats(Box<WorkerStats>),
@@ -149,6 +156,9 @@ impl ToMaster {
             ToMaster::Leave { channel } => frame(Tag::Leave as u8, |w| {
                 w.str(channel);
             }),
+            ToMaster::SteerFull { cpu, conns } => frame(Tag::SteerFull as u8, |w| {
+                w.u32(*cpu).u64(*conns);
+            }),
             ToMaster::Stats(s) => frame(Tag::Stats as u8, |w| {
                 w.record(|r| s.write_fields(r));
             }),
@@ -243,6 +253,10 @@ impl ToMaster {
             }
             Tag::Leave => ToMaster::Leave {
                 channel: r.string("channel")?,
+            },
+            Tag::SteerFull => ToMaster::SteerFull {
+                cpu: r.u32("cpu")?,
+                conns: r.u64("connections")?,
             },
             Tag::Stats => ToMaster::Stats(Box::new(WorkerStats::read_fields(r.record("stats")?)?)),
             Tag::StatusQuery => ToMaster::StatusQuery {

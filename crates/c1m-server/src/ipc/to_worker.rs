@@ -18,6 +18,7 @@ c1m_proto::wire_tags! {
         Status = 4,
         Shutdown = 5,
         Reconfigure = 6,
+        Steer = 13,
         PublishRefused = 7,
         JoinRefused = 8,
         Gap = 9,
@@ -80,6 +81,11 @@ pub enum ToWorker {
         req: u64,
         retry_after_s: u64,
         broker: String,
+    },
+    /// Take the new connections whose handshake runs on `cpu` (`crate::steering`), or, with
+    /// None, stop taking them in preference to the other workers.
+    Steer {
+        cpu: Option<u32>,
     },
     /// The master re-read its configuration (SIGHUP): the whole new `Config` as JSON.
     Reconfigure {
@@ -207,6 +213,9 @@ impl ToWorker {
             } => frame(Tag::PublishRefused as u8, |w| {
                 w.u64(*req).u64(*retry_after_s).str(broker);
             }),
+            ToWorker::Steer { cpu } => frame(Tag::Steer as u8, |w| {
+                w.opt_u64(cpu.map(u64::from));
+            }),
             ToWorker::Reconfigure { json } => frame(Tag::Reconfigure as u8, |w| {
                 w.str(json);
             }),
@@ -309,6 +318,11 @@ impl ToWorker {
                 req: r.u64("req")?,
                 retry_after_s: r.u64("retry after")?,
                 broker: r.string("broker reason")?,
+            },
+            Tag::Steer => ToWorker::Steer {
+                cpu: r
+                    .opt_u64("cpu")?
+                    .map(|c| u32::try_from(c).unwrap_or(u32::MAX)),
             },
             Tag::Reconfigure => ToWorker::Reconfigure {
                 json: r.string("configuration")?,

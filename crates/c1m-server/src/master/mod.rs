@@ -21,6 +21,7 @@ mod reload;
 mod routing;
 mod sd_notify;
 mod status;
+mod steer;
 mod upgrade;
 pub(crate) mod webhooks;
 mod workers;
@@ -122,6 +123,9 @@ pub struct Master {
     /// Lifecycle webhooks (`--webhook-url`): the open connections per worker and the
     /// delivery thread.
     webhooks: Option<webhooks::Webhooks>,
+    /// Which worker takes each CPU's new connections first, when there are more subscriber
+    /// workers than CPUs (`crate::steering`).
+    steering: Option<crate::steering::Assignments>,
 }
 
 /// A new master's predecessor during a live upgrade.
@@ -162,6 +166,12 @@ impl Master {
         let webhooks = webhooks::Webhooks::start(&cfg)?;
         let master = Master {
             webhooks,
+            steering: crate::steering::Assignments::new(
+                crate::steering::online_cpus(),
+                plan.workers,
+                plan.per_worker,
+            )
+            .filter(|_| steer::allowed(&cfg)),
             presence: presence::Presence::new(cfg.presence_max_members, cfg.presence_max_bytes),
             cfg,
             secrets,

@@ -139,6 +139,7 @@ impl Master {
             self.send(i, keys.clone());
             self.send(i, frame.clone());
         }
+        self.steer_after_reload();
     }
 }
 

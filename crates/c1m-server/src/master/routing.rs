@@ -203,7 +203,9 @@ impl Master {
                 self.slots[i].stats = *stats;
                 self.slots[i].reported_at = Instant::now();
                 self.slots[i].listening = true;
+                self.steer_reported(i);
             }
+            ToMaster::SteerFull { cpu, conns } => self.on_steer_full(i, cpu, conns),
             ToMaster::Io(io) => self.slots[i].io = Some(io),
             ToMaster::Lifecycle { reports } => {
                 if let Some(w) = &mut self.webhooks {

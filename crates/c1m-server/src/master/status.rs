@@ -72,6 +72,8 @@ pub struct Report {
     webhooks: Option<std::sync::Arc<super::webhooks::Stats>>,
     /// Each configured channel namespace with its resolved options.
     namespaces: serde_json::Value,
+    /// Accept steering (`crate::steering`): null when off.
+    steering: serde_json::Value,
 }
 
 impl Report {
@@ -121,6 +123,13 @@ impl Report {
             io_mode: m.cfg.io,
             io: m.slots.iter().map(|s| s.io.clone()).enumerate().collect(),
             namespaces: crate::config::Namespaces::new(&m.cfg).status_json(),
+            steering: m.steering.as_ref().map_or(serde_json::Value::Null, |s| {
+                json!({
+                    "cpus": s.view().iter().map(|(cpu, worker)| json!({"cpu": cpu, "worker": worker}))
+                        .collect::<Vec<_>>(),
+                    "moves": s.moves,
+                })
+            }),
         };
         r.channels = r.broker.channels;
         r.history_bytes = r.broker.history_bytes;
@@ -303,6 +312,7 @@ impl Report {
             "io": self.io_json(),
             "webhooks": self.webhooks.as_ref().map(|w| w.json()),
             "namespaces": self.namespaces,
+            "steering": self.steering,
             "latency": serde_json::Value::Object(
                 self.latency
                     .fields()

@@ -151,6 +151,7 @@ impl Master {
             let _ = child.kill();
         }
         self.drop_interest(i, None);
+        self.steer_gone(i);
         if let Some(w) = &mut self.webhooks {
             let reason = if self.shutdown_deadline.is_some() {
                 crate::ipc::CloseReason::ServerShutdown

@@ -132,6 +132,7 @@ impl Worker {
         }
         // On a TLS port this also bounds the handshake.
         self.arm_head_timer(idx);
+        self.give_up_cpu_if_full();
     }
 
     /// Registers a new connection's socket under `token` for readiness; on failure (logged)

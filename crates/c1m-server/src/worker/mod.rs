@@ -53,6 +53,7 @@ mod requests;
 mod sender;
 mod shutdown;
 mod stats;
+mod steer;
 mod sweep;
 mod timers;
 mod tls_session;
@@ -141,6 +142,8 @@ pub struct Worker {
     wheel: Wheel,
     counters: Counters,
     max_conns: usize,
+    /// The CPU whose new connections this worker's listeners take first (`steer`).
+    steered: Option<u32>,
     /// Per-worker read buffer: every read lands here first, so idle connections own none.
     scratch: Vec<u8>,
     /// Socket reads: one page at first, up to [`MAX_READ`] (a worker that only holds idle
@@ -320,6 +323,7 @@ fn listen(
     kind: u8,
 ) -> anyhow::Result<TcpListener> {
     if let Some(l) = handover::take_listener(taken, kind) {
+        steer::clear_inherited(&l);
         return Ok(to_top(l));
     }
     let listener = crate::listener::bind_reuseport(addr, Some(cfg.backlog))?;
@@ -445,6 +449,7 @@ impl Worker {
             wheel: Wheel::default(),
             counters: Counters::default(),
             max_conns,
+            steered: None,
             scratch: Vec::with_capacity(64 * 1024),
             reads: crate::growing_read::GrowingRead::new(MAX_READ),
             accept_paused_until: None,

@@ -29,7 +29,7 @@
 # holdlisten sse): the naive-C cost of a subscribe's wire work, a second ratio. SERVEFLOOR=1
 # (the default) then runs that same naive client against c1m serve (its own instance): serve's
 # accept path without bench, a third ratio. PERF=1 records a system-wide profile (perf record
-# -a -g, PERF_SECS s from 5 s into each ramp) of both ramps and draws flame graphs
+# -a -g, PERF_SECS s from PERF_AT s (5) into each ramp; PERF_AT=0 for ramps shorter than that) of both ramps and draws flame graphs
 # (bench/flamegraph.py) to bench/out/ramp-{floor-connect,floor-subscribe,serve-naive,serve}-N.svg.
 # serve's own publish_ack / fan_out histograms (/status, server side) are logged beside
 # bench's publish_ack (client side), to tell the server's share of an ack from the box's.
@@ -120,6 +120,7 @@ sysctl_raise_for_conns "$N"
 # Profiles the whole box for PERF_SECS seconds (background); flame graph drawn by perf_done.
 PERF=${PERF:-0}
 PERF_SECS=${PERF_SECS:-10}
+PERF_AT=${PERF_AT:-5}
 PERF_PID=""
 perf_start() {
     [ "$PERF" = 1 ] || return 0
@@ -176,11 +177,20 @@ floor_run() {
 serve_naive_run() {
     log ""
     log "## serve's accept path: bench/blockconnect.c /sub/news -> c1m serve, $N connections, same run"
+    # The floor's holdlisten processes may still be closing their sockets: serve refuses a
+    # port another program listens on, and the client would then reach the dying floor.
+    for _ in $(seq 120); do
+        [ -z "$(ss -Hltn "sport = :$FPORT" 2>/dev/null)" ] && break
+        sleep 1
+    done
     # shellcheck disable=SC2086 # SERVE_ARGS is a list of flags
     "$C1M" serve --listen "127.0.0.1:$FPORT" --max-conns "$MAX_CONNS" $SERVE_ARGS >"$TMP/serve-naive.log" 2>&1 &
     SPID=$!
     wait_port 127.0.0.1 "$FPORT" 30
     sleep 5
+    if ! kill -0 "$SPID" 2>/dev/null; then
+        log "serve (naive client) did not start: $(tail -3 "$TMP/serve-naive.log")"
+    fi
     log "serve (naive client) load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
     perf_start serve-naive
     timeout 300 "$TMP/blockconnect" 127.0.0.1 "$FPORT" "$N" "$CPROCS" 127.0.1.1 "$SRCS" /sub/news >"$TMP/floor.txt" 2>&1 || true
@@ -252,7 +262,7 @@ T0=$(date +%s)
 log "serve ramp load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 timeout 1500 "${BCMD[@]}" >"$TMP/bench.txt" 2>&1 &
 BPID=$!
-if [ "$PERF" = 1 ]; then sleep 5; perf_start serve; fi
+if [ "$PERF" = 1 ]; then sleep "$PERF_AT"; perf_start serve; fi
 
 # Wait for the ramp (serve counts N connections), then for the quiet window (drain).
 # A ramp that ends a few connections short (bench's connect/subscribe timeouts; it does not

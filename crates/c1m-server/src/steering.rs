@@ -4,21 +4,17 @@
 //! connection at a time and a ramp pays a process switch per connection (serve spent 83 µs
 //! of CPU per connection over 53 workers against 27 µs over 2; BENCHMARKS.md). Instead, one
 //! worker per CPU is *steered*: its listeners carry SO_INCOMING_CPU = that CPU, and the
-//! kernel hands it every connection whose handshake runs there. A steered worker that reaches
-//! its [`fill_mark`] takes the preference back and tells the master, which steers the CPU to
-//! the worker with the most room. Nothing is closed or moved: every listener stays in the
-//! group, so a CPU with no steered worker (none has room, or a hand-off is under way) falls
-//! back to the hash, as without steering.
+//! kernel hands it every connection whose handshake runs there. A steered worker takes a
+//! quantum of connections (1/16 of its share), then gives the preference back and tells the
+//! master, which steers the CPU to the worker that holds the fewest. So workers fill in turn
+//! and evenly, and none past its share: the connections already in a worker's accept queue
+//! when it gives its CPU up (up to the listen backlog) still fit, since a worker is steered
+//! only while that much room is left ([`Assignments`]'s mark). Nothing is closed or moved:
+//! every listener stays in the group, so a CPU with no steered worker (none has room, or a
+//! hand-off is under way) falls back to the hash, as without steering.
 //!
-//! This file holds what both sides agree on (the fill mark, the CPU numbers) and the master's
-//! bookkeeping ([`Assignments`]); the worker applies the socket option (`worker::steer`).
-
-/// The connections at which a steered worker gives its CPU up: 7/8 of its share, so the
-/// connections already in its accept queue, and its part of the hash fallback later, still
-/// fit under the share.
-pub fn fill_mark(per_worker: usize) -> usize {
-    per_worker - per_worker / 8
-}
+//! This file holds the master's bookkeeping and the CPU numbers; the worker applies the
+//! socket option and counts its quantum (`worker::steer`).
 
 /// The CPUs the kernel may run handshakes on (`/sys/devices/system/cpu/online`, e.g. `0-3,6`);
 /// `0..n` for the `n` CPUs this process may use when that file is unreadable.
@@ -50,37 +46,63 @@ fn parse_cpu_list(list: &str) -> Option<Vec<u32>> {
     (!cpus.is_empty()).then_some(cpus)
 }
 
+/// The connections a steered worker takes before its CPU is handed on: 1/16 of its share.
+pub fn quantum(per_worker: u64) -> u64 {
+    (per_worker / 16).max(1)
+}
+
+/// The length of a listener's accept queue: the listen backlog as the kernel caps it
+/// (`net.core.somaxconn`, read once; 4096 when unreadable).
+pub fn accept_queue(backlog: i32) -> u64 {
+    let somaxconn = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(4096);
+    (backlog.max(1) as u64).min(somaxconn)
+}
+
 /// The master's view: which worker each CPU is steered to, and which workers may take one.
 pub struct Assignments {
     cpus: Vec<u32>,
     /// Per entry of `cpus`: the worker steered there.
     holder: Vec<Option<usize>>,
     /// Per worker: it gave a CPU up since its last stats report (its reported count is older
-    /// than the fill it announced), so it is not chosen again until it reports.
+    /// than its quantum), so it is not chosen again until it reports.
     full_since_report: Vec<bool>,
-    fill_mark: u64,
-    /// CPUs handed from a full worker to another, since the start.
+    /// A worker is steered only below this many connections: its share minus a full accept
+    /// queue and a quantum, so neither can take it past its share.
+    mark: u64,
+    quantum: u64,
+    /// CPUs handed from one worker to another, since the start.
     pub moves: u64,
+    /// CPUs the master took back from a steered worker that stopped answering.
+    pub silent: u64,
 }
 
 impl Assignments {
-    /// Steering for `workers` subscriber workers of `per_worker` connections each; None when
-    /// there are no more workers than CPUs (each can then listen alone; there is nothing to
-    /// gain).
-    pub fn new(cpus: Vec<u32>, workers: usize, per_worker: u64) -> Option<Assignments> {
-        (workers > cpus.len()).then(|| Assignments {
+    /// Steering for `workers` subscriber workers of `per_worker` connections each behind
+    /// listeners with `queue`-long accept queues; None when there are no more workers than
+    /// CPUs (each can then listen alone; there is nothing to gain) or when a full queue and a
+    /// quantum leave a worker less than half its share to be steered with.
+    pub fn new(cpus: Vec<u32>, workers: usize, per_worker: u64, queue: u64) -> Option<Assignments> {
+        let quantum = quantum(per_worker);
+        let mark = per_worker.checked_sub(queue + quantum)?;
+        (workers > cpus.len() && mark >= per_worker / 2).then(|| Assignments {
             holder: vec![None; cpus.len()],
             cpus,
             full_since_report: vec![false; workers],
-            fill_mark: fill_mark(per_worker as usize) as u64,
+            mark,
+            quantum,
             moves: 0,
+            silent: 0,
         })
     }
 
-    /// Steers every CPU without a worker to the worker with the most room among those
-    /// `connections` names (None: not taking connections), if one is under the fill mark by
-    /// a sixteenth of it. Returns (worker, cpu) for each steering to send.
-    pub fn fill(&mut self, connections: impl Fn(usize) -> Option<u64>) -> Vec<(usize, u32)> {
+    /// Steers every CPU without a worker to the worker that holds the fewest among those
+    /// `connections` names (None: not taking connections) and are under the mark. Returns
+    /// (worker, cpu, the connection count at which it hands the CPU on) for each steering to
+    /// send.
+    pub fn fill(&mut self, connections: impl Fn(usize) -> Option<u64>) -> Vec<(usize, u32, u64)> {
         let mut sent = Vec::new();
         for k in 0..self.cpus.len() {
             if self.holder[k].is_some() {
@@ -89,17 +111,17 @@ impl Assignments {
             let best = (0..self.full_since_report.len())
                 .filter(|&w| !self.full_since_report[w] && !self.holder.contains(&Some(w)))
                 .filter_map(|w| connections(w).map(|c| (c, w)))
-                .filter(|&(c, _)| c + self.fill_mark / 16 < self.fill_mark)
+                .filter(|&(c, _)| c < self.mark)
                 .min();
-            if let Some((_, w)) = best {
+            if let Some((c, w)) = best {
                 self.holder[k] = Some(w);
-                sent.push((w, self.cpus[k]));
+                sent.push((w, self.cpus[k], (c + self.quantum).min(self.mark)));
             }
         }
         sent
     }
 
-    /// `worker` reached the fill mark on `cpu` and stopped taking its connections first.
+    /// `worker` took its quantum on `cpu` and stopped taking its connections first.
     pub fn full(&mut self, worker: usize, cpu: u32) {
         if let Some(k) = self.cpus.iter().position(|&c| c == cpu) {
             if self.holder[k] == Some(worker) {
@@ -136,6 +158,11 @@ impl Assignments {
             .zip(self.holder.iter().copied())
             .collect()
     }
+
+    /// (mark, quantum) for `/status`.
+    pub fn limits(&self) -> (u64, u64) {
+        (self.mark, self.quantum)
+    }
 }
 
 #[cfg(test)]
@@ -153,45 +180,72 @@ mod tests {
     }
 
     #[test]
-    fn no_steering_without_more_workers_than_cpus() {
-        assert!(Assignments::new(vec![0, 1], 2, 1000).is_none());
-        assert!(Assignments::new(vec![0, 1], 3, 1000).is_some());
+    fn no_steering_without_more_workers_than_cpus_or_room_for_a_full_queue() {
+        assert!(Assignments::new(vec![0, 1], 2, 1000, 100).is_none());
+        assert!(Assignments::new(vec![0, 1], 3, 1000, 100).is_some());
+        assert!(
+            Assignments::new(vec![0, 1], 3, 1000, 600).is_none(),
+            "mark under half"
+        );
+        assert!(Assignments::new(vec![0, 1], 3, 100, 4096).is_none());
     }
 
     #[test]
-    fn each_cpu_goes_to_the_emptiest_worker_and_moves_when_its_worker_is_full() {
-        let mut a = Assignments::new(vec![0, 1], 4, 800).unwrap(); // fill mark 700
+    fn each_cpu_goes_to_the_emptiest_worker_for_a_quantum_and_then_on() {
+        // Share 800, queue 100, quantum 50: steered only under 650.
+        let mut a = Assignments::new(vec![0, 1], 4, 800, 100).unwrap();
+        assert_eq!(a.limits(), (650, 50));
         let mut conns = [Some(10), Some(0), Some(5), None]; // worker 3 not listening yet
-        assert_eq!(a.fill(|w| conns[w]), vec![(1, 0), (2, 1)]);
+        assert_eq!(a.fill(|w| conns[w]), vec![(1, 0, 50), (2, 1, 55)]);
         assert!(a.fill(|w| conns[w]).is_empty(), "both CPUs held");
-        conns[1] = Some(700);
+        conns[1] = Some(50);
         a.full(1, 0);
         assert_eq!(a.moves, 1);
         assert_eq!(
             a.fill(|w| conns[w]),
-            vec![(0, 0)],
-            "worker 0 has the most room"
+            vec![(0, 0, 60)],
+            "worker 0 holds the fewest"
         );
         conns[3] = Some(0);
         a.gone(2);
         conns[2] = None; // its successor has not reported yet
-        assert_eq!(a.fill(|w| conns[w]), vec![(3, 1)]);
+        assert_eq!(a.fill(|w| conns[w]), vec![(3, 1, 50)]);
         assert_eq!(a.view(), vec![(0, Some(0)), (1, Some(3))]);
     }
 
     #[test]
-    fn a_full_worker_is_not_chosen_again_before_it_reports() {
-        let mut a = Assignments::new(vec![0], 2, 800).unwrap();
-        let conns = [Some(0), Some(690)]; // worker 1 near the mark: no room
-        assert_eq!(a.fill(|w| conns[w]), vec![(0, 0)]);
+    fn a_quantum_ends_at_the_mark_and_no_worker_at_the_mark_is_steered() {
+        let mut a = Assignments::new(vec![0], 3, 800, 100).unwrap(); // mark 650
+        let conns = [Some(640), Some(650), Some(700)];
+        assert_eq!(a.fill(|w| conns[w]), vec![(0, 0, 650)]);
         a.full(0, 0);
-        // Worker 0's last report still says 0, but it announced the mark.
+        a.reported(0);
+        let conns = [Some(650), Some(650), Some(700)];
         assert!(
             a.fill(|w| conns[w]).is_empty(),
-            "no worker with room is known"
+            "every worker at the mark: the hash"
+        );
+    }
+
+    #[test]
+    fn a_worker_that_handed_its_cpu_on_is_not_chosen_again_before_it_reports() {
+        let mut a = Assignments::new(vec![0], 2, 800, 100).unwrap();
+        let conns = [Some(0), Some(640)];
+        assert_eq!(a.fill(|w| conns[w]), vec![(0, 0, 50)]);
+        a.full(0, 0);
+        // Worker 0's last report still says 0, but it took its quantum since.
+        assert_eq!(
+            a.fill(|w| conns[w]),
+            vec![(1, 0, 650)],
+            "the other, though fuller"
+        );
+        a.full(1, 0);
+        assert!(
+            a.fill(|w| conns[w]).is_empty(),
+            "no worker with a current count"
         );
         a.reported(0);
-        let conns = [Some(100), Some(690)];
-        assert_eq!(a.fill(|w| conns[w]), vec![(0, 0)], "closes made room again");
+        let conns = [Some(50), Some(650)];
+        assert_eq!(a.fill(|w| conns[w]), vec![(0, 0, 100)]);
     }
 }

@@ -23,6 +23,29 @@ pub fn kill(pid: u32, signal: i32) -> io::Result<()> {
     cvt(unsafe { libc::kill(pid as libc::pid_t, signal) }).map(|_| ())
 }
 
+/// A copy of descriptor `fd` of process `pid` (pidfd_getfd, Linux 5.6): the same open file,
+/// numbered in this process. Needs ptrace access to `pid` (a parent has it over its own
+/// children unless they made themselves non-dumpable).
+pub fn fd_of_process(pid: u32, fd: i32) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: pidfd_open takes a pid and flags (integers) and returns a new descriptor.
+    let pidfd = cvt(unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) } as i32)?;
+    // SAFETY: `pidfd` was just returned open and is owned by nothing else.
+    let pidfd = unsafe { std::os::fd::OwnedFd::from_raw_fd(pidfd) };
+    // SAFETY: pidfd_getfd takes the pidfd we hold, a descriptor number in the target and
+    // flags (integers); it returns a new descriptor (close-on-exec) or an error.
+    let raw = cvt(unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_getfd,
+            std::os::fd::AsRawFd::as_raw_fd(&pidfd),
+            fd,
+            0,
+        )
+    } as i32)?;
+    // SAFETY: `raw` was just returned open and is owned by nothing else.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) })
+}
+
 /// Sends `signal` to every process in the process group `pgid` (a child started with its own
 /// group, and whatever it started in turn). A group with no process left is not an error.
 pub fn kill_group(pgid: u32, signal: i32) -> io::Result<()> {
@@ -73,6 +96,31 @@ pub fn nice_value() -> io::Result<i32> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_descriptor_of_a_child_is_copied_into_this_process() {
+        use std::io::Read;
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The child's stdout is the write end of a pipe whose read end we hold.
+        let write_end = super::fd_of_process(child.id(), 1).unwrap();
+        let mut file = std::fs::File::from(write_end);
+        std::io::Write::write_all(&mut file, b"via the copy").unwrap();
+        drop(file);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let mut got = String::new();
+        child
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut got)
+            .unwrap();
+        assert_eq!(got, "via the copy");
+    }
+
     #[test]
     fn lowering_priority_raises_the_nice_value_and_caps_it() {
         // In a thread of its own: nice values are per thread, the test harness's stay as they are.

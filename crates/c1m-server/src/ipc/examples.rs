@@ -38,7 +38,10 @@ pub fn examples() -> (Vec<ToMaster>, Vec<ToWorker>) {
         },
         ToMaster::SteerFull {
             cpu: 1,
-            conns: 17_000,
+            conns: 1_238,
+        },
+        ToMaster::Listeners {
+            fds: vec![19_991, 19_992],
         },
         ToMaster::Lifecycle {
             reports: vec![
@@ -190,8 +193,14 @@ pub fn examples() -> (Vec<ToMaster>, Vec<ToWorker>) {
             retry_after_s: 1,
             broker: "redis is not reachable".into(),
         },
-        ToWorker::Steer { cpu: Some(0) },
-        ToWorker::Steer { cpu: None },
+        ToWorker::Steer {
+            cpu: Some(0),
+            until: 1_238,
+        },
+        ToWorker::Steer {
+            cpu: None,
+            until: 0,
+        },
         ToWorker::Reconfigure {
             json: "{\"max_payload\":5}".into(),
         },

@@ -15,6 +15,7 @@ c1m_proto::wire_tags! {
         Join = 2,
         Leave = 3,
         SteerFull = 8,
+        Listeners = 9,
         Stats = 4,
         StatusQuery = 5,
         Counts = 6,
@@ -51,11 +52,17 @@ pub enum ToMaster {
     Leave {
         channel: String,
     },
-    /// This worker reached its fill mark holding `cpu`'s new connections (`crate::steering`)
-    /// and stopped taking them first; it holds `conns`.
+    /// This worker took its quantum of `cpu`'s new connections (`crate::steering`) and
+    /// stopped taking them first; it holds `conns`.
     SteerFull {
         cpu: u32,
         conns: u64,
+    },
+    /// The descriptor numbers of this worker's public listeners (sent once, at start): the
+    /// master takes a steered worker's preference back itself when that worker stops
+    /// answering (`master::steer`).
+    Listeners {
+        fds: Vec<u32>,
     },
     /// Boxed: the figures are several times larger than any other message.
     Stats(Box<WorkerStats>),
@@ -159,6 +166,12 @@ impl ToMaster {
             ToMaster::SteerFull { cpu, conns } => frame(Tag::SteerFull as u8, |w| {
                 w.u32(*cpu).u64(*conns);
             }),
+            ToMaster::Listeners { fds } => frame(Tag::Listeners as u8, |w| {
+                w.count(fds.len());
+                for fd in fds {
+                    w.u32(*fd);
+                }
+            }),
             ToMaster::Stats(s) => frame(Tag::Stats as u8, |w| {
                 w.record(|r| s.write_fields(r));
             }),
@@ -258,6 +271,13 @@ impl ToMaster {
                 cpu: r.u32("cpu")?,
                 conns: r.u64("connections")?,
             },
+            Tag::Listeners => {
+                let n = r.count(4, "listener count")?;
+                let fds = (0..n)
+                    .map(|_| r.u32("listener fd"))
+                    .collect::<Result<Vec<_>>>()?;
+                ToMaster::Listeners { fds }
+            }
             Tag::Stats => ToMaster::Stats(Box::new(WorkerStats::read_fields(r.record("stats")?)?)),
             Tag::StatusQuery => ToMaster::StatusQuery {
                 req: r.u64("req")?,

@@ -82,10 +82,11 @@ pub enum ToWorker {
         retry_after_s: u64,
         broker: String,
     },
-    /// Take the new connections whose handshake runs on `cpu` (`crate::steering`), or, with
-    /// None, stop taking them in preference to the other workers.
+    /// Take the new connections whose handshake runs on `cpu` (`crate::steering`) until this
+    /// worker holds `until`, or, with None, stop taking them in preference to the others.
     Steer {
         cpu: Option<u32>,
+        until: u64,
     },
     /// The master re-read its configuration (SIGHUP): the whole new `Config` as JSON.
     Reconfigure {
@@ -213,8 +214,8 @@ impl ToWorker {
             } => frame(Tag::PublishRefused as u8, |w| {
                 w.u64(*req).u64(*retry_after_s).str(broker);
             }),
-            ToWorker::Steer { cpu } => frame(Tag::Steer as u8, |w| {
-                w.opt_u64(cpu.map(u64::from));
+            ToWorker::Steer { cpu, until } => frame(Tag::Steer as u8, |w| {
+                w.opt_u64(cpu.map(u64::from)).u64(*until);
             }),
             ToWorker::Reconfigure { json } => frame(Tag::Reconfigure as u8, |w| {
                 w.str(json);
@@ -323,6 +324,7 @@ impl ToWorker {
                 cpu: r
                     .opt_u64("cpu")?
                     .map(|c| u32::try_from(c).unwrap_or(u32::MAX)),
+                until: r.u64("until")?,
             },
             Tag::Reconfigure => ToWorker::Reconfigure {
                 json: r.string("configuration")?,

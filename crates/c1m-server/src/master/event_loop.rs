@@ -114,6 +114,7 @@ impl Master {
     /// loop pays no wait4 per turn).
     fn tick(&mut self, now: Instant) {
         self.reap();
+        self.unsteer_silent_workers();
         self.broker.tick(now);
         self.give_back_history_memory();
         // A mass of channels that lost their last subscriber leaves the table behind.

@@ -60,6 +60,8 @@ struct Slot {
     /// This worker process has reported since it was spawned, so its listeners are bound
     /// (it reports from its loop, which starts after binding): it takes connections.
     listening: bool,
+    /// Its public listeners' descriptor numbers in its process (`ToMaster::Listeners`).
+    listener_fds: Vec<u32>,
 }
 
 pub struct Master {
@@ -170,6 +172,7 @@ impl Master {
                 crate::steering::online_cpus(),
                 plan.workers,
                 plan.per_worker,
+                crate::steering::accept_queue(cfg.backlog),
             )
             .filter(|_| steer::allowed(&cfg)),
             presence: presence::Presence::new(cfg.presence_max_members, cfg.presence_max_bytes),

@@ -206,6 +206,7 @@ impl Master {
                 self.steer_reported(i);
             }
             ToMaster::SteerFull { cpu, conns } => self.on_steer_full(i, cpu, conns),
+            ToMaster::Listeners { fds } => self.slots[i].listener_fds = fds,
             ToMaster::Io(io) => self.slots[i].io = Some(io),
             ToMaster::Lifecycle { reports } => {
                 if let Some(w) = &mut self.webhooks {

@@ -128,6 +128,9 @@ impl Report {
                     "cpus": s.view().iter().map(|(cpu, worker)| json!({"cpu": cpu, "worker": worker}))
                         .collect::<Vec<_>>(),
                     "moves": s.moves,
+                    "taken_from_silent": s.silent,
+                    "mark": s.limits().0,
+                    "quantum": s.limits().1,
                 })
             }),
         };

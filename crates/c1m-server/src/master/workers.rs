@@ -30,6 +30,7 @@ impl Master {
                 restarts: 0,
                 restart_at: None,
                 listening: false,
+                listener_fds: Vec::new(),
             });
             master
                 .spawn(i)
@@ -127,6 +128,7 @@ impl Master {
         slot.reading_paused = false;
         slot.restart_at = None;
         slot.listening = false;
+        slot.listener_fds.clear();
         Ok(())
     }
 

@@ -129,7 +129,7 @@ impl Worker {
                 self.on_api_act(op, act)
             }
             ToWorker::Shutdown => self.begin_shutdown(),
-            ToWorker::Steer { cpu } => self.steer(cpu),
+            ToWorker::Steer { cpu, until } => self.steer(cpu, until),
             ToWorker::Reconfigure { json } => self.reconfigure(&json),
             ToWorker::Secrets(secrets) => self.secrets = secrets,
             ToWorker::JoinRefused { req, retry_after_s } => {

@@ -142,8 +142,9 @@ pub struct Worker {
     wheel: Wheel,
     counters: Counters,
     max_conns: usize,
-    /// The CPU whose new connections this worker's listeners take first (`steer`).
-    steered: Option<u32>,
+    /// The CPU whose new connections this worker's listeners take first, and the count at
+    /// which it hands the CPU back (`steer`).
+    steered: Option<(u32, usize)>,
     /// Per-worker read buffer: every read lands here first, so idle connections own none.
     scratch: Vec<u8>,
     /// Socket reads: one page at first, up to [`MAX_READ`] (a worker that only holds idle
@@ -257,6 +258,7 @@ fn run_configured(cfg: Config, index: usize) -> anyhow::Result<u8> {
         worker.ip_limits = ip_limits;
         worker.index = index as u32;
         worker.subscriber_workers = subscriber_workers;
+        worker.announce_listeners();
         Ok(worker)
     };
     let Ok(name) = std::env::var(handover::ENV_HANDOVER) else {

@@ -1,6 +1,6 @@
 //! This worker's side of accept steering (`crate::steering`): the master names the CPU whose
-//! new connections this worker takes first (or none); the worker sets SO_INCOMING_CPU on its
-//! public listeners, and gives the CPU up once it holds its fill mark.
+//! new connections this worker takes first (or none) and the count it takes them to; the
+//! worker sets SO_INCOMING_CPU on its public listeners, and gives the CPU back at that count.
 
 use super::Worker;
 use crate::ipc::ToMaster;
@@ -8,18 +8,20 @@ use std::os::fd::AsRawFd;
 
 impl Worker {
     /// The master's steering for this worker.
-    pub(super) fn steer(&mut self, cpu: Option<u32>) {
+    pub(super) fn steer(&mut self, cpu: Option<u32>, until: u64) {
         if let Err(e) = self.set_listener_cpu(cpu) {
             tracing::warn!(error = %e, ?cpu, "setting SO_INCOMING_CPU on the listeners failed");
         }
-        self.steered = cpu;
+        self.steered = cpu.map(|c| (c, until as usize));
         self.give_up_cpu_if_full();
     }
 
-    /// After each admitted connection: at the fill mark, the CPU goes back to the master.
+    /// After each admitted connection: at the count the master gave, the CPU goes back.
     pub(super) fn give_up_cpu_if_full(&mut self) {
-        let Some(cpu) = self.steered else { return };
-        if self.conns.len() < crate::steering::fill_mark(self.max_conns) {
+        let Some((cpu, until)) = self.steered else {
+            return;
+        };
+        if self.conns.len() < until {
             return;
         }
         if let Err(e) = self.set_listener_cpu(None) {
@@ -30,6 +32,16 @@ impl Worker {
             cpu,
             conns: self.conns.len() as u64,
         });
+    }
+
+    /// Tells the master which descriptors its steering is set on.
+    pub(super) fn announce_listeners(&mut self) {
+        let fds = [&self.http_listener, &self.tcp_listener]
+            .into_iter()
+            .flatten()
+            .map(|l| l.as_raw_fd() as u32)
+            .collect();
+        self.send_to_master(ToMaster::Listeners { fds });
     }
 
     fn set_listener_cpu(&self, cpu: Option<u32>) -> std::io::Result<()> {

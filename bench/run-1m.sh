@@ -40,7 +40,7 @@
 # 60,000/s offered on a box that accepted ~9,000/s).
 #
 # Usage: bench/run-1m.sh [N] [RATE]   (defaults 1000000, 40000)
-# Env: TAG (suffix for the output names), PUBLISHER (curl|bench), MSGS (3, curl mode), HOLD (180s), EVERY (30s), DRAIN (70s: publishing stops this long before the hold
+# Env: TAG (suffix for the output names), BENCH_BIN (the binary bench runs from; C1M), PUBLISHER (curl|bench), MSGS (3, curl mode), HOLD (180s), EVERY (30s), DRAIN (70s: publishing stops this long before the hold
 #      ends; the socket timing runs in that quiet window), MAX_CONNS (1000000, serve's own
 #      default: 53 workers of 19,812 here, whose 5 % spread slack held 1M with no refusal on
 #      2026-11-22; 1500000 forced 80 workers, 27 more processes' fixed cost, ~8 B per
@@ -96,9 +96,10 @@ trap cleanup EXIT
 
 c1m_binary
 # bench runs from its own copy of the binary, so it takes no PSS share of serve's text pages
-# (that lowered serve's per-connection figure; see bench/serve-memory.sh).
+# (that lowered serve's per-connection figure; see bench/serve-memory.sh). BENCH_BIN: another
+# build's bench against this serve (an A/B of the load generator alone).
 BENCH_C1M="$TMP/c1m-bench"
-cp "$C1M" "$BENCH_C1M"
+cp "${BENCH_BIN:-$C1M}" "$BENCH_C1M"
 secs() { local d=$1; case $d in *ms) echo 0 ;; *s) echo "${d%s}" ;; *m) echo $(( ${d%m} * 60 )) ;; *) echo "$d" ;; esac; }
 log() { echo "$*" | tee -a "$LOG"; }
 

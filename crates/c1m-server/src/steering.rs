@@ -16,34 +16,15 @@
 //! This file holds the master's bookkeeping and the CPU numbers; the worker applies the
 //! socket option and counts its quantum (`worker::steer`).
 
-/// The CPUs the kernel may run handshakes on (`/sys/devices/system/cpu/online`, e.g. `0-3,6`);
-/// `0..n` for the `n` CPUs this process may use when that file is unreadable.
+/// The CPUs the kernel may run handshakes on (the online ones); `0..n` for the `n` CPUs this
+/// process may use when the list is unreadable.
 pub fn online_cpus() -> Vec<u32> {
-    std::fs::read_to_string("/sys/devices/system/cpu/online")
-        .ok()
-        .and_then(|list| parse_cpu_list(&list))
-        .unwrap_or_else(|| {
+    c1m_sys::procfs::Root::live()
+        .cpu_ids_online()
+        .unwrap_or_else(|_| {
             let n = std::thread::available_parallelism().map_or(1, |n| n.get());
             (0..n as u32).collect()
         })
-}
-
-/// A kernel CPU list (`0-3,6,8-9`); None when it is not one.
-fn parse_cpu_list(list: &str) -> Option<Vec<u32>> {
-    let mut cpus = Vec::new();
-    for part in list.trim().split(',').filter(|p| !p.is_empty()) {
-        match part.split_once('-') {
-            Some((a, b)) => {
-                let (a, b): (u32, u32) = (a.parse().ok()?, b.parse().ok()?);
-                if b < a || b - a > 4096 {
-                    return None;
-                }
-                cpus.extend(a..=b);
-            }
-            None => cpus.push(part.parse().ok()?),
-        }
-    }
-    (!cpus.is_empty()).then_some(cpus)
 }
 
 /// The connections a steered worker takes before its CPU is handed on: 1/16 of its share.
@@ -54,10 +35,9 @@ pub fn quantum(per_worker: u64) -> u64 {
 /// The length of a listener's accept queue: the listen backlog as the kernel caps it
 /// (`net.core.somaxconn`, read once; 4096 when unreadable).
 pub fn accept_queue(backlog: i32) -> u64 {
-    let somaxconn = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
-        .ok()
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .unwrap_or(4096);
+    let somaxconn =
+        c1m_sys::procfs::sysctl_u64(&c1m_sys::procfs::Root::live(), "net.core.somaxconn")
+            .unwrap_or(4096);
     (backlog.max(1) as u64).min(somaxconn)
 }
 
@@ -168,16 +148,6 @@ impl Assignments {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn kernel_cpu_lists_parse() {
-        assert_eq!(parse_cpu_list("0-1\n"), Some(vec![0, 1]));
-        assert_eq!(parse_cpu_list("0-3,6,8-9"), Some(vec![0, 1, 2, 3, 6, 8, 9]));
-        assert_eq!(parse_cpu_list("5"), Some(vec![5]));
-        assert_eq!(parse_cpu_list(""), None);
-        assert_eq!(parse_cpu_list("3-1"), None);
-        assert_eq!(parse_cpu_list("x"), None);
-    }
 
     #[test]
     fn no_steering_without_more_workers_than_cpus_or_room_for_a_full_queue() {

@@ -169,6 +169,13 @@ wire_struct! {
     }
 }
 
+impl WorkerStats {
+    /// Every client connection the worker holds, by whatever protocol.
+    pub fn connections(&self) -> u64 {
+        self.conns_sse + self.conns_ws + self.conns_longpoll + self.conns_tcp + self.conns_other
+    }
+}
+
 counters! {
     /// Publish connections on the public listener passed from a subscriber worker to the
     /// control worker (`worker::publish_move`), `/status` key `publish_moves`: `moved` (sent),

@@ -139,7 +139,7 @@ impl Report {
         for (i, slot) in m.slots.iter().enumerate() {
             let s = &slot.stats;
             let pid = slot.child.as_ref().map_or(0, |c| c.id());
-            let conns = s.conns_sse + s.conns_ws + s.conns_longpoll + s.conns_tcp + s.conns_other;
+            let conns = s.connections();
             // Workers report every 250 ms; several missed reports mean stopped or stuck.
             let answering = slot.reported_at.elapsed() < WORKER_SILENT;
             r.workers.push((i, pid, conns, slot.restarts, answering));

@@ -28,10 +28,7 @@ impl Master {
         let slots = &self.slots;
         let sent = steering.fill(|w| {
             let slot = slots.get(w)?;
-            let s = &slot.stats;
-            (slot.listening && slot.child.is_some()).then_some(
-                s.conns_sse + s.conns_ws + s.conns_longpoll + s.conns_tcp + s.conns_other,
-            )
+            (slot.listening && slot.child.is_some()).then_some(slot.stats.connections())
         });
         for (worker, cpu, until) in sent {
             tracing::debug!(worker, cpu, until, "steering the CPU's new connections");
@@ -80,6 +77,9 @@ impl Master {
             .filter_map(|(cpu, w)| Some((w?, cpu)))
             .filter(|&(w, _)| self.slots[w].reported_at.elapsed() > STEER_SILENT)
             .collect();
+        if silent.is_empty() {
+            return;
+        }
         for (w, cpu) in silent {
             let slot = &self.slots[w];
             let Some(pid) = slot.child.as_ref().map(|c| c.id()) else {

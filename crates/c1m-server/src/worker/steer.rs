@@ -36,22 +36,23 @@ impl Worker {
 
     /// Tells the master which descriptors its steering is set on.
     pub(super) fn announce_listeners(&mut self) {
-        let fds = [&self.http_listener, &self.tcp_listener]
-            .into_iter()
-            .flatten()
+        let fds = self
+            .public_listeners()
             .map(|l| l.as_raw_fd() as u32)
             .collect();
         self.send_to_master(ToMaster::Listeners { fds });
     }
 
     fn set_listener_cpu(&self, cpu: Option<u32>) -> std::io::Result<()> {
-        for l in [&self.http_listener, &self.tcp_listener]
+        self.public_listeners()
+            .try_for_each(|l| c1m_sys::sockopt::set_incoming_cpu(l, cpu))
+    }
+
+    /// The listeners steering applies to (HTTP and raw TCP; the admin listener is not).
+    fn public_listeners(&self) -> impl Iterator<Item = &mio::net::TcpListener> {
+        [&self.http_listener, &self.tcp_listener]
             .into_iter()
             .flatten()
-        {
-            c1m_sys::sockopt::set_incoming_cpu(l, cpu)?;
-        }
-        Ok(())
     }
 }
 

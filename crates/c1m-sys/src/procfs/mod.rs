@@ -12,6 +12,6 @@ pub mod root;
 
 pub use counters::{parse_paired, parse_sockstat, read_rel, sysctl, sysctl_nums, sysctl_u64};
 pub use root::{
-    normalize_value, parse_cpu_list, parse_limits_nofile, parse_meminfo, sysctl_rel_path, MemInfo,
-    Nofile, Root,
+    normalize_value, parse_cpu_ids, parse_cpu_list, parse_limits_nofile, parse_meminfo,
+    sysctl_rel_path, MemInfo, Nofile, Root,
 };

@@ -201,8 +201,13 @@ impl Root {
 
     /// Number of online CPUs from /sys/devices/system/cpu/online (`0-3,8-11`).
     pub fn cpus_online(&self) -> Result<usize> {
+        Ok(self.cpu_ids_online()?.len())
+    }
+
+    /// The online CPUs' numbers, from /sys/devices/system/cpu/online (`0-3,8-11`).
+    pub fn cpu_ids_online(&self) -> Result<Vec<u32>> {
         let text = self.read_to_string("/sys/devices/system/cpu/online")?;
-        parse_cpu_list(&text).context("parsing /sys/devices/system/cpu/online")
+        parse_cpu_ids(&text).context("parsing /sys/devices/system/cpu/online")
     }
 
     /// The kernel's base page size in bytes, from the first `KernelPageSize:` line of
@@ -295,37 +300,40 @@ pub fn parse_meminfo(text: &str) -> MemInfo {
 
 /// Counts CPUs in a kernel cpu list such as `0-3,8-11` or `0`.
 pub fn parse_cpu_list(text: &str) -> Result<usize> {
+    Ok(parse_cpu_ids(text)?.len())
+}
+
+/// The CPU numbers a kernel CPU list (`0-3,8-11`) names, in order.
+pub fn parse_cpu_ids(text: &str) -> Result<Vec<u32>> {
     let text = text.trim();
     if text.is_empty() {
         bail!("empty cpu list");
     }
-    let mut n = 0usize;
+    let mut ids = Vec::new();
     for part in text.split(',') {
-        let count = match part.split_once('-') {
+        match part.split_once('-') {
             Some((a, b)) => {
-                let a: usize = a
+                let a: u32 = a
                     .trim()
                     .parse()
                     .with_context(|| format!("cpu range {part:?}"))?;
-                let b: usize = b
+                let b: u32 = b
                     .trim()
                     .parse()
                     .with_context(|| format!("cpu range {part:?}"))?;
                 if b < a {
                     bail!("cpu range {part:?} runs backwards");
                 }
-                b - a + 1
+                ids.extend(a..=b);
             }
-            None => {
+            None => ids.push(
                 part.trim()
-                    .parse::<usize>()
-                    .with_context(|| format!("cpu {part:?}"))?;
-                1
-            }
-        };
-        n += count;
+                    .parse::<u32>()
+                    .with_context(|| format!("cpu {part:?}"))?,
+            ),
+        }
     }
-    Ok(n)
+    Ok(ids)
 }
 
 fn parse_kb(rest: &str) -> Result<u64> {
@@ -400,6 +408,13 @@ mod tests {
         assert_eq!(parse_cpu_list("0").unwrap(), 1);
         assert_eq!(parse_cpu_list("0-3,8-11").unwrap(), 8);
         assert!(parse_cpu_list("3-1").is_err());
+        assert_eq!(
+            parse_cpu_ids("0-3,6,8-9").unwrap(),
+            vec![0, 1, 2, 3, 6, 8, 9]
+        );
+        assert_eq!(parse_cpu_ids("5\n").unwrap(), vec![5]);
+        assert!(parse_cpu_ids("").is_err());
+        assert!(parse_cpu_ids("x").is_err());
         assert!(parse_cpu_list("").is_err());
     }
 

@@ -9,7 +9,8 @@
 //! master, which steers the CPU to the worker that holds the fewest. So workers fill in turn
 //! and evenly, and none past its share: the connections already in a worker's accept queue
 //! when it gives its CPU up (up to the listen backlog) still fit, since a worker is steered
-//! only while that much room is left ([`Assignments`]'s mark). Nothing is closed or moved:
+//! only while that much room is left ([`Assignments`]'s mark; [`public_backlog`] keeps the
+//! backlog short enough for that). Nothing is closed or moved:
 //! every listener stays in the group, so a CPU with no steered worker (none has room, or a
 //! hand-off is under way) falls back to the hash, as without steering.
 //!
@@ -30,6 +31,21 @@ pub fn online_cpus() -> Vec<u32> {
 /// The connections a steered worker takes before its CPU is handed on: 1/16 of its share.
 pub fn quantum(per_worker: u64) -> u64 {
     (per_worker / 16).max(1)
+}
+
+/// The listen backlog of the subscriber workers' public listeners: the configured one, but
+/// where steering may run (more subscriber workers than CPUs) at most a quarter of a
+/// worker's share, so that a full queue and a quantum always leave a steered worker room
+/// (otherwise a host tuned for a million, somaxconn 16384 against a 19,812 share, could not
+/// steer at all). A quarter share is still thousands of queued handshakes per worker at
+/// the fd-limited layout, and the kernel's queues over all workers add up to more than one
+/// listener's somaxconn.
+pub fn public_backlog(backlog: i32, workers: usize, cpus: usize, per_worker: u64) -> i32 {
+    if workers <= cpus {
+        return backlog;
+    }
+    let quarter = (per_worker / 4).clamp(1, i32::MAX as u64) as i32;
+    backlog.min(quarter)
 }
 
 /// The length of a listener's accept queue: the listen backlog as the kernel caps it
@@ -158,6 +174,21 @@ mod tests {
             "mark under half"
         );
         assert!(Assignments::new(vec![0, 1], 3, 100, 4096).is_none());
+    }
+
+    #[test]
+    fn the_public_backlog_is_cut_to_a_quarter_share_only_where_steering_may_run() {
+        assert_eq!(
+            public_backlog(65535, 2, 2, 19_812),
+            65535,
+            "one worker per CPU"
+        );
+        assert_eq!(public_backlog(65535, 53, 2, 19_812), 4953);
+        assert_eq!(public_backlog(1024, 53, 2, 19_812), 1024, "already shorter");
+        assert_eq!(public_backlog(65535, 3, 2, 2), 1);
+        // The cut backlog always leaves room to steer, whatever somaxconn allows.
+        let queue = public_backlog(65535, 53, 2, 19_812) as u64;
+        assert!(Assignments::new(vec![0, 1], 53, 19_812, queue).is_some());
     }
 
     #[test]

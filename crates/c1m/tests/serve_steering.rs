@@ -67,6 +67,27 @@ fn connections_fill_the_workers_in_quanta_evenly_and_none_is_refused() {
 }
 
 #[test]
+fn on_the_default_backlog_steering_runs_with_each_public_listener_queueing_a_quarter_share() {
+    // The default backlog (65535, capped at somaxconn, 4096 or more) is longer than a
+    // 105-connection share: uncut, a steered worker's queue alone could take it past its
+    // share, so steering could never run on the defaults.
+    use c1m_sys::sock_diag::{dump_tcp, Family, StateMask, TcpState};
+    let server = Server::start(&["--workers", "12", "--max-conns", "1200"]);
+    let s = server
+        .wait_status(|s| steering_cpus(s) > 0 && steered_workers(s).len() == steering_cpus(s));
+    // A quarter share of 105 is 26; with a quantum of 6 a worker is steered below 73.
+    assert_eq!(s["steering"]["mark"].as_u64(), Some(73), "{s}");
+    let mut backlogs = Vec::new();
+    dump_tcp(Family::V4, StateMask::of(&[TcpState::Listen]), |m| {
+        if m.local() == server.http {
+            backlogs.push(m.wqueue());
+        }
+    })
+    .unwrap();
+    assert_eq!(backlogs, vec![26; 12], "one listener per subscriber worker");
+}
+
+#[test]
 fn a_dead_steered_workers_cpu_goes_to_another_worker() {
     let server = Server::start(ARGS);
     let s = server.wait_status(|s| !steered_workers(s).is_empty());

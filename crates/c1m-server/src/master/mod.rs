@@ -128,6 +128,9 @@ pub struct Master {
     /// Which worker takes each CPU's new connections first, when there are more subscriber
     /// workers than CPUs (`crate::steering`).
     steering: Option<crate::steering::Assignments>,
+    /// The listen backlog of the subscriber workers' public listeners
+    /// (`crate::steering::public_backlog`).
+    public_backlog: i32,
 }
 
 /// A new master's predecessor during a live upgrade.
@@ -166,15 +169,19 @@ impl Master {
             }
         };
         let webhooks = webhooks::Webhooks::start(&cfg)?;
+        let cpus = crate::steering::online_cpus();
+        let public_backlog =
+            crate::steering::public_backlog(cfg.backlog, plan.workers, cpus.len(), plan.per_worker);
         let master = Master {
             webhooks,
             steering: crate::steering::Assignments::new(
-                crate::steering::online_cpus(),
+                cpus,
                 plan.workers,
                 plan.per_worker,
-                crate::steering::accept_queue(cfg.backlog),
+                crate::steering::accept_queue(public_backlog),
             )
             .filter(|_| steer::allowed(&cfg)),
+            public_backlog,
             presence: presence::Presence::new(cfg.presence_max_members, cfg.presence_max_bytes),
             cfg,
             secrets,

@@ -9,8 +9,11 @@
 //! master, which steers the CPU to the worker that holds the fewest. So workers fill in turn
 //! and evenly, and none past its share: the connections already in a worker's accept queue
 //! when it gives its CPU up (up to the listen backlog) still fit, since a worker is steered
-//! only while that much room is left ([`Assignments`]'s mark; [`public_backlog`] keeps the
-//! backlog short enough for that). Nothing is closed or moved:
+//! only while that much room is left ([`Assignments`]'s mark). Nor does a full node refuse
+//! because of it: what a worker took past its quantum is never evened out (once every worker
+//! is past the mark the hash adds the same to each), so the fullest ends up to a full accept
+//! queue above the mean, and [`public_backlog`] keeps that queue within half the spread slack
+//! each share carries (`plan::SPREAD_SLACK_PCT`; the hash's own spread takes the rest). Nothing is closed or moved:
 //! every listener stays in the group, so a CPU with no steered worker (none has room, or a
 //! hand-off is under way) falls back to the hash, as without steering.
 //!
@@ -33,19 +36,21 @@ pub fn quantum(per_worker: u64) -> u64 {
     (per_worker / 16).max(1)
 }
 
+/// The longest accept queue steering allows: half of `slack`, the room a worker's share
+/// leaves above an even spread of the node's connections.
+fn queue_room(slack: u64) -> u64 {
+    (slack / 2).max(1)
+}
+
 /// The listen backlog of the subscriber workers' public listeners: the configured one, but
-/// where steering may run (more subscriber workers than CPUs) at most a quarter of a
-/// worker's share, so that a full queue and a quantum always leave a steered worker room
-/// (otherwise a host tuned for a million, somaxconn 16384 against a 19,812 share, could not
-/// steer at all). A quarter share is still thousands of queued handshakes per worker at
-/// the fd-limited layout, and the kernel's queues over all workers add up to more than one
-/// listener's somaxconn.
-pub fn public_backlog(backlog: i32, workers: usize, cpus: usize, per_worker: u64) -> i32 {
+/// where steering may run (more subscriber workers than CPUs) no longer than
+/// [`queue_room`] (472 at 1M over 53 workers of 19,812: a worker's queue is also what it can
+/// overshoot the others by, see the module doc).
+pub fn public_backlog(backlog: i32, workers: usize, cpus: usize, slack: u64) -> i32 {
     if workers <= cpus {
         return backlog;
     }
-    let quarter = (per_worker / 4).clamp(1, i32::MAX as u64) as i32;
-    backlog.min(quarter)
+    backlog.min(queue_room(slack).min(i32::MAX as u64) as i32)
 }
 
 /// The length of a listener's accept queue: the listen backlog as the kernel caps it
@@ -76,14 +81,20 @@ pub struct Assignments {
 }
 
 impl Assignments {
-    /// Steering for `workers` subscriber workers of `per_worker` connections each behind
-    /// listeners with `queue`-long accept queues; None when there are no more workers than
-    /// CPUs (each can then listen alone; there is nothing to gain) or when a full queue and a
-    /// quantum leave a worker less than half its share to be steered with.
-    pub fn new(cpus: Vec<u32>, workers: usize, per_worker: u64, queue: u64) -> Option<Assignments> {
+    /// Steering for `workers` subscriber workers of `per_worker` connections each, `slack` of
+    /// them above an even spread, behind listeners with `queue`-long accept queues; None when
+    /// there are no more workers than CPUs (each can then listen alone; there is nothing to
+    /// gain), when the queue is longer than the slack allows ([`queue_room`]), or when a full
+    /// queue and a quantum leave a worker less than half its share to be steered with.
+    pub fn new(
+        cpus: Vec<u32>,
+        (workers, per_worker, slack): (usize, u64, u64),
+        queue: u64,
+    ) -> Option<Assignments> {
         let quantum = quantum(per_worker);
         let mark = per_worker.checked_sub(queue + quantum)?;
-        (workers > cpus.len() && mark >= per_worker / 2).then(|| Assignments {
+        let fits = queue <= queue_room(slack) && mark >= per_worker / 2;
+        (workers > cpus.len() && fits).then(|| Assignments {
             holder: vec![None; cpus.len()],
             cpus,
             full_since_report: vec![false; workers],
@@ -167,34 +178,39 @@ mod tests {
 
     #[test]
     fn no_steering_without_more_workers_than_cpus_or_room_for_a_full_queue() {
-        assert!(Assignments::new(vec![0, 1], 2, 1000, 100).is_none());
-        assert!(Assignments::new(vec![0, 1], 3, 1000, 100).is_some());
+        assert!(Assignments::new(vec![0, 1], (2, 1000, 200), 100).is_none());
+        assert!(Assignments::new(vec![0, 1], (3, 1000, 200), 100).is_some());
         assert!(
-            Assignments::new(vec![0, 1], 3, 1000, 600).is_none(),
+            Assignments::new(vec![0, 1], (3, 1000, 1200), 600).is_none(),
             "mark under half"
         );
-        assert!(Assignments::new(vec![0, 1], 3, 100, 4096).is_none());
+        assert!(
+            Assignments::new(vec![0, 1], (3, 1000, 100), 100).is_none(),
+            "a queue over half the slack: the fullest would end past its share"
+        );
+        assert!(Assignments::new(vec![0, 1], (3, 100, 5), 4096).is_none());
     }
 
     #[test]
-    fn the_public_backlog_is_cut_to_a_quarter_share_only_where_steering_may_run() {
+    fn the_public_backlog_is_cut_to_half_the_slack_only_where_steering_may_run() {
+        // 1M over 53 workers of 19,812: an even spread is 18,868, the slack 944.
         assert_eq!(
-            public_backlog(65535, 2, 2, 19_812),
+            public_backlog(65535, 2, 2, 944),
             65535,
             "one worker per CPU"
         );
-        assert_eq!(public_backlog(65535, 53, 2, 19_812), 4953);
-        assert_eq!(public_backlog(1024, 53, 2, 19_812), 1024, "already shorter");
-        assert_eq!(public_backlog(65535, 3, 2, 2), 1);
+        assert_eq!(public_backlog(65535, 53, 2, 944), 472);
+        assert_eq!(public_backlog(128, 53, 2, 944), 128, "already shorter");
+        assert_eq!(public_backlog(65535, 3, 2, 0), 1);
         // The cut backlog always leaves room to steer, whatever somaxconn allows.
-        let queue = public_backlog(65535, 53, 2, 19_812) as u64;
-        assert!(Assignments::new(vec![0, 1], 53, 19_812, queue).is_some());
+        let queue = public_backlog(65535, 53, 2, 944) as u64;
+        assert!(Assignments::new(vec![0, 1], (53, 19_812, 944), queue).is_some());
     }
 
     #[test]
     fn each_cpu_goes_to_the_emptiest_worker_for_a_quantum_and_then_on() {
         // Share 800, queue 100, quantum 50: steered only under 650.
-        let mut a = Assignments::new(vec![0, 1], 4, 800, 100).unwrap();
+        let mut a = Assignments::new(vec![0, 1], (4, 800, 200), 100).unwrap();
         assert_eq!(a.limits(), (650, 50));
         let mut conns = [Some(10), Some(0), Some(5), None]; // worker 3 not listening yet
         assert_eq!(a.fill(|w| conns[w]), vec![(1, 0, 50), (2, 1, 55)]);
@@ -216,7 +232,7 @@ mod tests {
 
     #[test]
     fn a_quantum_ends_at_the_mark_and_no_worker_at_the_mark_is_steered() {
-        let mut a = Assignments::new(vec![0], 3, 800, 100).unwrap(); // mark 650
+        let mut a = Assignments::new(vec![0], (3, 800, 200), 100).unwrap(); // mark 650
         let conns = [Some(640), Some(650), Some(700)];
         assert_eq!(a.fill(|w| conns[w]), vec![(0, 0, 650)]);
         a.full(0, 0);
@@ -230,7 +246,7 @@ mod tests {
 
     #[test]
     fn a_worker_that_handed_its_cpu_on_is_not_chosen_again_before_it_reports() {
-        let mut a = Assignments::new(vec![0], 2, 800, 100).unwrap();
+        let mut a = Assignments::new(vec![0], (2, 800, 200), 100).unwrap();
         let conns = [Some(0), Some(640)];
         assert_eq!(a.fill(|w| conns[w]), vec![(0, 0, 50)]);
         a.full(0, 0);

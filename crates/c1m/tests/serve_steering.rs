@@ -9,8 +9,8 @@ use crate::common;
 use common::{Server, Sse};
 use std::time::{Duration, Instant};
 
-/// 12 workers of 105 connections each (1,200 / 12 plus the 5 % spread slack), accept queues
-/// of 8: quanta of 6, steered below 91.
+/// 12 workers of 105 connections each (1,200 / 12 plus the 5 % spread slack): quanta of 6,
+/// accept queues cut from 8 to 2 (half the slack of 5), steered below 97.
 const ARGS: &[&str] = &["--workers", "12", "--max-conns", "1200", "--backlog", "8"];
 const SUBSCRIBERS: usize = 400;
 
@@ -42,7 +42,7 @@ fn connections_fill_the_workers_in_quanta_evenly_and_none_is_refused() {
             s["steering"]["mark"].as_u64(),
             s["steering"]["quantum"].as_u64()
         ),
-        (Some(91), Some(6)),
+        (Some(97), Some(6)),
         "{s}"
     );
     let subs: Vec<Sse> = (0..SUBSCRIBERS)
@@ -67,16 +67,16 @@ fn connections_fill_the_workers_in_quanta_evenly_and_none_is_refused() {
 }
 
 #[test]
-fn on_the_default_backlog_steering_runs_with_each_public_listener_queueing_a_quarter_share() {
+fn on_the_default_backlog_steering_runs_with_each_public_listener_queueing_half_the_slack() {
     // The default backlog (65535, capped at somaxconn, 4096 or more) is longer than a
-    // 105-connection share: uncut, a steered worker's queue alone could take it past its
-    // share, so steering could never run on the defaults.
+    // 105-connection share: uncut, a steered worker's queue could take it past the others by
+    // more than its share's slack, so steering could never run on the defaults.
     use c1m_sys::sock_diag::{dump_tcp, Family, StateMask, TcpState};
     let server = Server::start(&["--workers", "12", "--max-conns", "1200"]);
     let s = server
         .wait_status(|s| steering_cpus(s) > 0 && steered_workers(s).len() == steering_cpus(s));
-    // A quarter share of 105 is 26; with a quantum of 6 a worker is steered below 73.
-    assert_eq!(s["steering"]["mark"].as_u64(), Some(73), "{s}");
+    // Half the slack of 5 is 2; with a quantum of 6 a worker is steered below 97.
+    assert_eq!(s["steering"]["mark"].as_u64(), Some(97), "{s}");
     let mut backlogs = Vec::new();
     dump_tcp(Family::V4, StateMask::of(&[TcpState::Listen]), |m| {
         if m.local() == server.http {
@@ -84,7 +84,7 @@ fn on_the_default_backlog_steering_runs_with_each_public_listener_queueing_a_qua
         }
     })
     .unwrap();
-    assert_eq!(backlogs, vec![26; 12], "one listener per subscriber worker");
+    assert_eq!(backlogs, vec![2; 12], "one listener per subscriber worker");
 }
 
 #[test]

@@ -96,6 +96,7 @@ pub fn examples() -> (Vec<ToMaster>, Vec<ToWorker>) {
             req: 3,
             metrics: true,
         },
+        ToMaster::HealthQuery { req: 4 },
         ToMaster::Io(IoReport {
             uring: false,
             fallback_reason: "io_uring_setup: Operation not permitted".into(),
@@ -186,6 +187,14 @@ pub fn examples() -> (Vec<ToMaster>, Vec<ToWorker>) {
             req: 5,
             body: "{}".into(),
             metrics: false,
+        },
+        ToWorker::Health {
+            req: 5,
+            problem: None,
+        },
+        ToWorker::Health {
+            req: 6,
+            problem: Some("worker 1 is not running (restarting)".into()),
         },
         ToWorker::Shutdown,
         ToWorker::PublishRefused {

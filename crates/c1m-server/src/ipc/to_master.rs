@@ -18,6 +18,7 @@ c1m_proto::wire_tags! {
         Listeners = 9,
         Stats = 4,
         StatusQuery = 5,
+        HealthQuery = 10,
         Counts = 6,
         ChannelInfo = 7,
         HandOverPrepared = 24,
@@ -69,6 +70,10 @@ pub enum ToMaster {
     StatusQuery {
         req: u64,
         metrics: bool,
+    },
+    /// `/healthz`: answered with a `Health` frame (a verdict, not the whole status).
+    HealthQuery {
+        req: u64,
     },
     /// This worker's subscriber count on each channel whose count changed since its last
     /// report (0: none left). Sent with the stats; feeds `GET /channels/{ch}`.
@@ -178,6 +183,9 @@ impl ToMaster {
             ToMaster::StatusQuery { req, metrics } => frame(Tag::StatusQuery as u8, |w| {
                 w.u64(*req).bool(*metrics);
             }),
+            ToMaster::HealthQuery { req } => frame(Tag::HealthQuery as u8, |w| {
+                w.u64(*req);
+            }),
             ToMaster::Counts { counts } => frame(Tag::Counts as u8, |w| {
                 w.count(counts.len());
                 for (channel, n) in counts {
@@ -283,6 +291,7 @@ impl ToMaster {
                 req: r.u64("req")?,
                 metrics: r.bool("metrics")?,
             },
+            Tag::HealthQuery => ToMaster::HealthQuery { req: r.u64("req")? },
             Tag::Counts => {
                 // Each entry takes at least 8 bytes (empty name, count).
                 let n = r.count(8, "count entries")?;

@@ -19,6 +19,7 @@ c1m_proto::wire_tags! {
         Shutdown = 5,
         Reconfigure = 6,
         Steer = 13,
+        Health = 14,
         PublishRefused = 7,
         JoinRefused = 8,
         Gap = 9,
@@ -72,6 +73,11 @@ pub enum ToWorker {
         req: u64,
         body: String,
         metrics: bool,
+    },
+    /// The answer to a health check: what is wrong with the node, or None when it all works.
+    Health {
+        req: u64,
+        problem: Option<String>,
     },
     Shutdown,
     /// A publish was not taken: the publisher is told to retry (503 with Retry-After). Either a
@@ -206,6 +212,9 @@ impl ToWorker {
             ToWorker::Status { req, body, metrics } => frame(Tag::Status as u8, |w| {
                 w.u64(*req).str(body).bool(*metrics);
             }),
+            ToWorker::Health { req, problem } => frame(Tag::Health as u8, |w| {
+                w.u64(*req).opt_str(problem.as_deref());
+            }),
             ToWorker::Shutdown => frame(Tag::Shutdown as u8, |_| {}),
             ToWorker::PublishRefused {
                 req,
@@ -313,6 +322,10 @@ impl ToWorker {
                 req: r.u64("req")?,
                 body: r.string("status body")?,
                 metrics: r.bool("metrics")?,
+            },
+            Tag::Health => ToWorker::Health {
+                req: r.u64("req")?,
+                problem: r.opt_string("health problem")?,
             },
             Tag::Shutdown => ToWorker::Shutdown,
             Tag::PublishRefused => ToWorker::PublishRefused {

@@ -13,6 +13,7 @@
 mod api;
 mod dashboard;
 mod event_loop;
+mod health;
 mod memory;
 mod plan;
 mod plan_reason;
@@ -170,14 +171,14 @@ impl Master {
         };
         let webhooks = webhooks::Webhooks::start(&cfg)?;
         let cpus = crate::steering::online_cpus();
+        let slack = plan.slack(cfg.max_conns);
         let public_backlog =
-            crate::steering::public_backlog(cfg.backlog, plan.workers, cpus.len(), plan.per_worker);
+            crate::steering::public_backlog(cfg.backlog, plan.workers, cpus.len(), slack);
         let master = Master {
             webhooks,
             steering: crate::steering::Assignments::new(
                 cpus,
-                plan.workers,
-                plan.per_worker,
+                (plan.workers, plan.per_worker, slack),
                 crate::steering::accept_queue(public_backlog),
             )
             .filter(|_| steer::allowed(&cfg)),

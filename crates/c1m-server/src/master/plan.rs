@@ -16,6 +16,14 @@ pub struct Plan {
     pub per_worker: u64,
 }
 
+impl Plan {
+    /// The room each share leaves above an even spread of `max_conns` over the workers.
+    pub fn slack(&self, max_conns: u64) -> u64 {
+        let even = max_conns.div_ceil(self.workers.max(1) as u64);
+        self.per_worker.saturating_sub(even)
+    }
+}
+
 /// SO_REUSEPORT spreads connections by hash, so workers fill unevenly (at 1M over 51 workers
 /// the spread reached ~2 %, and exact shares refused 3,309 connections): with several workers
 /// each may take its share plus this percentage.
@@ -59,6 +67,7 @@ mod tests {
             }
         );
         assert!(p.per_worker * p.workers as u64 >= 1_050_000);
+        assert_eq!(p.slack(1_000_000), 19_812 - 18_868);
         assert!(p.per_worker <= 20_000 - reserved_fds(20_000));
         assert_eq!(reserved_fds(20_000), 64);
         assert_eq!(plan(Workers::Count(1), 100, 48, 2).per_worker, 44);

@@ -249,6 +249,10 @@ impl Master {
                 };
                 self.send(i, ToWorker::Status { req, body, metrics }.encode());
             }
+            ToMaster::HealthQuery { req } => {
+                let problem = self.health_problem();
+                self.send(i, ToWorker::Health { req, problem }.encode());
+            }
         }
     }
 

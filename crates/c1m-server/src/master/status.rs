@@ -13,10 +13,6 @@ use crate::ipc::WorkerStats;
 use c1m_sys::mem::ProcessMemory;
 use serde_json::json;
 use std::fmt::Write;
-use std::time::Duration;
-
-/// A worker that has not reported for this long is taken as not answering.
-const WORKER_SILENT: Duration = Duration::from_secs(2);
 
 /// Per-worker gauges for `/metrics` (label `worker`) and the dashboard.
 pub struct WorkerGauges {
@@ -138,10 +134,8 @@ impl Report {
         r.history_bytes = r.broker.history_bytes;
         for (i, slot) in m.slots.iter().enumerate() {
             let s = &slot.stats;
-            let pid = slot.child.as_ref().map_or(0, |c| c.id());
+            let (pid, answering) = super::health::liveness(slot);
             let conns = s.connections();
-            // Workers report every 250 ms; several missed reports mean stopped or stuck.
-            let answering = slot.reported_at.elapsed() < WORKER_SILENT;
             r.workers.push((i, pid, conns, slot.restarts, answering));
             r.gauges.push(WorkerGauges {
                 index: i,

@@ -156,7 +156,7 @@ impl Worker {
         let Some((idx, conn)) = self.conns.by_token(token) else {
             return;
         };
-        if conn.kind != Kind::Status || self.health_answer(idx, &body) {
+        if conn.kind != Kind::Status || conn.flags & super::conn::HEALTH_CHECK != 0 {
             return;
         }
         self.conns[idx].deadline = 0; // answered: the status timeout is void

@@ -1,6 +1,6 @@
 //! `/healthz`, and the wait of `/status` and `/metrics` for the master. `/healthz`: 200 only
-//! when the whole server works. The worker asks the master (the same
-//! status query `/status` uses) and answers 503 with the reason when the master does not answer
+//! when the whole server works. The worker asks the master for its verdict
+//! (`master::health`) and answers 503 with the reason when the master does not answer
 //! within [`MASTER_TIMEOUT`] (stopped, stuck), a worker slot has no running process (dead,
 //! restarting), or a worker has stopped reporting to the master (stopped, stuck). A worker
 //! answering alone proved only that this one process is alive.
@@ -23,27 +23,29 @@ impl Worker {
         conn.flags |= HEALTH_CHECK;
         let token = super::token_of(idx, conn.generation);
         self.arm_timer(idx, MASTER_TIMEOUT);
-        self.send_to_master(ToMaster::StatusQuery {
-            req: token,
-            metrics: false,
-        });
+        self.send_to_master(ToMaster::HealthQuery { req: token });
     }
 
-    /// The master's status answer for a waiting health check. Returns false when the waiting
-    /// request is a plain `/status` (the caller answers it).
-    pub(super) fn health_answer(&mut self, idx: usize, status_json: &str) -> bool {
-        let mut conn = self.conns.at(idx);
-        if conn.flags & HEALTH_CHECK == 0 {
-            return false;
+    /// The master's verdict for a waiting health check. (One that timed out meanwhile, or a
+    /// connection since reused, is not waiting and ignores it.)
+    pub(super) fn on_health(&mut self, token: u64, problem: Option<String>) {
+        let Some((idx, conn)) = self.conns.by_token(token) else {
+            return;
+        };
+        if conn.kind != Kind::Status || conn.flags & HEALTH_CHECK == 0 {
+            return;
         }
+        let mut conn = self.conns.at(idx);
         conn.flags &= !HEALTH_CHECK;
         conn.deadline = 0;
-        match judge(status_json) {
-            Ok(()) => self.respond(idx, 200, "text/plain", "", b"ok\n"),
-            Err(reason) => self.respond(idx, 503, "text/plain", "", reason.as_bytes()),
+        match problem {
+            None => self.respond(idx, 200, "text/plain", "", b"ok\n"),
+            Some(p) => {
+                let reason = format!("unhealthy: {p}\n");
+                self.respond(idx, 503, "text/plain", "", reason.as_bytes());
+            }
         }
         self.resume_input(idx);
-        true
     }
 
     /// A `/status` or `/metrics` request, answered by the master or, past [`STATUS_TIMEOUT`],
@@ -85,44 +87,5 @@ impl Worker {
         };
         self.respond(idx, 503, "text/plain", "", reason.as_bytes());
         self.resume_input(idx);
-    }
-}
-
-/// Healthy when every worker slot in the master's report has a running process that reports.
-fn judge(status_json: &str) -> Result<(), String> {
-    let v: serde_json::Value = serde_json::from_str(status_json)
-        .map_err(|e| format!("unhealthy: unreadable master status: {e}\n"))?;
-    let workers = v["workers"]
-        .as_array()
-        .ok_or("unhealthy: master status lists no workers\n")?;
-    for w in workers {
-        if w["pid"].as_u64().unwrap_or(0) == 0 {
-            return Err(format!(
-                "unhealthy: worker {} is not running (restarting)\n",
-                w["index"]
-            ));
-        }
-        if w["answering"] == false {
-            return Err(format!(
-                "unhealthy: worker {} has not reported to the master for 2s (stopped or stuck)\n",
-                w["index"]
-            ));
-        }
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::judge;
-
-    #[test]
-    fn a_missing_worker_is_unhealthy() {
-        assert!(judge(r#"{"workers":[{"index":0,"pid":5},{"index":1,"pid":6}]}"#).is_ok());
-        let err = judge(r#"{"workers":[{"index":0,"pid":5},{"index":1,"pid":0}]}"#).unwrap_err();
-        assert!(err.contains("worker 1"), "{err}");
-        let err = judge(r#"{"workers":[{"index":0,"pid":5,"answering":false}]}"#).unwrap_err();
-        assert!(err.contains("worker 0 has not reported"), "{err}");
-        assert!(judge("not json").is_err());
     }
 }

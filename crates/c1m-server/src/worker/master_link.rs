@@ -66,6 +66,7 @@ impl Worker {
                 ToWorker::Published { .. }
                     | ToWorker::PublishRefused { .. }
                     | ToWorker::Status { .. }
+                    | ToWorker::Health { .. }
                     | ToWorker::ApiAnswer { .. }
             )
         });
@@ -122,6 +123,7 @@ impl Worker {
                 broker,
             } => self.on_publish_refused(req, retry_after_s, &broker),
             ToWorker::Status { req, body, metrics } => self.on_status(req, body, metrics),
+            ToWorker::Health { req, problem } => self.on_health(req, problem),
             ToWorker::ApiAnswer { req, status, body } => self.on_api_answer(req, status, body),
             ToWorker::ApiAct { op, act } => {
                 // Ordered after the messages sent before it (a kicked stream gets those first).

@@ -93,9 +93,7 @@ pub struct ServeArgs {
     /// goodbye before they are closed.
     #[arg(long, env = "C1M_GRACE", value_parser = humantime::parse_duration)]
     pub grace: Option<Duration>,
-    /// listen() backlog, capped by net.core.somaxconn; with more subscriber workers than
-    /// CPUs the public listeners take at most half the spread slack of a worker's share
-    /// (accept steering).
+    /// listen() backlog, capped by net.core.somaxconn.
     #[arg(long, env = "C1M_BACKLOG")]
     pub backlog: Option<i32>,
     /// Lower the subscriber workers' CPU priority by N nice steps (0-19), so that on a

@@ -129,9 +129,6 @@ pub struct Master {
     /// Which worker takes each CPU's new connections first, when there are more subscriber
     /// workers than CPUs (`crate::steering`).
     steering: Option<crate::steering::Assignments>,
-    /// The listen backlog of the subscriber workers' public listeners
-    /// (`crate::steering::public_backlog`).
-    public_backlog: i32,
 }
 
 /// A new master's predecessor during a live upgrade.
@@ -170,19 +167,14 @@ impl Master {
             }
         };
         let webhooks = webhooks::Webhooks::start(&cfg)?;
-        let cpus = crate::steering::online_cpus();
-        let slack = plan.slack(cfg.max_conns);
-        let public_backlog =
-            crate::steering::public_backlog(cfg.backlog, plan.workers, cpus.len(), slack);
         let master = Master {
             webhooks,
             steering: crate::steering::Assignments::new(
-                cpus,
-                (plan.workers, plan.per_worker, slack),
-                crate::steering::accept_queue(public_backlog),
+                crate::steering::online_cpus(),
+                (plan.workers, plan.per_worker, plan.slack(cfg.max_conns)),
+                crate::steering::accept_queue(cfg.backlog),
             )
             .filter(|_| steer::allowed(&cfg)),
-            public_backlog,
             presence: presence::Presence::new(cfg.presence_max_members, cfg.presence_max_bytes),
             cfg,
             secrets,

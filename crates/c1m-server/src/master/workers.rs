@@ -95,7 +95,6 @@ impl Master {
             .env(worker::ENV_CONFIG, serde_json::to_string(&self.cfg)?)
             .env(worker::ENV_MASTER_PID, std::process::id().to_string())
             .env(worker::ENV_MAX_CONNS, self.plan.per_worker.to_string())
-            .env(worker::ENV_PUBLIC_BACKLOG, self.public_backlog.to_string())
             .env(
                 worker::ENV_SUBSCRIBER_WORKERS,
                 self.plan.workers.to_string(),

@@ -88,8 +88,6 @@ pub const ENV_INDEX: &str = "C1M_WORKER_INDEX";
 pub const ENV_CONFIG: &str = "C1M_WORKER_CONFIG";
 pub const ENV_MASTER_PID: &str = "C1M_MASTER_PID";
 pub const ENV_MAX_CONNS: &str = "C1M_WORKER_MAX_CONNS";
-/// The listen backlog of the public listeners (`crate::steering::public_backlog`).
-pub const ENV_PUBLIC_BACKLOG: &str = "C1M_WORKER_PUBLIC_BACKLOG";
 /// The node's number of subscriber workers (the control worker not counted).
 pub const ENV_SUBSCRIBER_WORKERS: &str = "C1M_WORKER_SUBSCRIBER_WORKERS";
 /// Set to [`ROLE_CONTROL`] for the control worker (see `Master::control_slot`).
@@ -230,9 +228,6 @@ fn run_configured(cfg: Config, index: usize) -> anyhow::Result<u8> {
     let fd: i32 = var(ENV_FD)?.parse().context("worker fd")?;
     let master_pid: u32 = var(ENV_MASTER_PID)?.parse().context("master pid")?;
     let max_conns: usize = var(ENV_MAX_CONNS)?.parse().context("worker max conns")?;
-    let public_backlog: i32 = var(ENV_PUBLIC_BACKLOG)?
-        .parse()
-        .context("public listen backlog")?;
     let subscriber_workers: u32 = var(ENV_SUBSCRIBER_WORKERS)?
         .parse()
         .context("subscriber worker count")?;
@@ -256,7 +251,7 @@ fn run_configured(cfg: Config, index: usize) -> anyhow::Result<u8> {
             cfg,
             secrets,
             link,
-            (max_conns, public_backlog),
+            max_conns,
             (master_pid, control),
             listeners,
         )?;
@@ -321,24 +316,19 @@ fn first_frame_secrets(
     }
 }
 
-/// The listener handed over by the predecessor (live upgrade), given this generation's
-/// `backlog`, else a fresh SO_REUSEPORT one with the keepalive options accepted sockets
-/// inherit.
+/// The listener handed over by the predecessor (live upgrade), else a fresh SO_REUSEPORT one
+/// with the keepalive options accepted sockets inherit.
 fn listen(
     cfg: &Config,
-    (addr, backlog): (SocketAddr, i32),
+    addr: SocketAddr,
     taken: &mut Vec<(u8, std::os::fd::OwnedFd)>,
     kind: u8,
 ) -> anyhow::Result<TcpListener> {
     if let Some(l) = handover::take_listener(taken, kind) {
         steer::clear_inherited(&l);
-        // listen() on a listening socket only sets its backlog; the queue is kept.
-        socket2::SockRef::from(&l)
-            .listen(backlog)
-            .with_context(|| format!("setting the backlog of the handed-over listener {addr}"))?;
         return Ok(to_top(l));
     }
-    let listener = crate::listener::bind_reuseport(addr, Some(backlog))?;
+    let listener = crate::listener::bind_reuseport(addr, Some(cfg.backlog))?;
     keepalive::apply_to_listener(&listener, cfg)
         .with_context(|| format!("keepalive options on the listener {addr}"))?;
     Ok(to_top(TcpListener::from_std(listener)))
@@ -380,7 +370,7 @@ impl Worker {
         cfg: Config,
         secrets: crate::secrets::Secrets,
         link: UnixStream,
-        (max_conns, public_backlog): (usize, i32),
+        max_conns: usize,
         (master_pid, control): (u32, bool),
         taken: &mut Vec<(u8, std::os::fd::OwnedFd)>,
     ) -> anyhow::Result<Worker> {
@@ -389,14 +379,14 @@ impl Worker {
         let http = if control {
             None
         } else {
-            let mut l = listen(&cfg, (cfg.listen, public_backlog), taken, LISTENER_HTTP)?;
+            let mut l = listen(&cfg, cfg.listen, taken, LISTENER_HTTP)?;
             poll.registry()
                 .register(&mut l, HTTP_LISTENER, Interest::READABLE)?;
             Some(l)
         };
         let tcp = match cfg.tcp_listen.filter(|_| !control) {
             Some(addr) => {
-                let mut l = listen(&cfg, (addr, public_backlog), taken, LISTENER_TCP)?;
+                let mut l = listen(&cfg, addr, taken, LISTENER_TCP)?;
                 poll.registry()
                     .register(&mut l, TCP_LISTENER, Interest::READABLE)?;
                 Some(l)
@@ -412,9 +402,7 @@ impl Worker {
         // A subscriber worker keeps an admin listener handed over by a predecessor from before
         // the control worker (closing it would reset the connections in its queue).
         let admin = match cfg.admin_listen {
-            Some(addr) if control => {
-                Some(listen(&cfg, (addr, cfg.backlog), taken, LISTENER_ADMIN)?)
-            }
+            Some(addr) if control => Some(listen(&cfg, addr, taken, LISTENER_ADMIN)?),
             Some(_) => handover::take_listener(taken, LISTENER_ADMIN).map(to_top),
             None => None,
         };

@@ -14,7 +14,7 @@ N=${1:-60000}
 ROUNDS=${ROUNDS:-3}
 PORT=${PORT:-18690}
 SERVE_ARGS=${SERVE_ARGS:-}
-source "$(dirname "$0")/lib.sh" # OUT, work_dir, track_pid, stop_pid, tree_cpu_ticks
+source "$(dirname "$0")/lib.sh" # OUT, work_dir, track_pid, stop_pid, tree_cpu_ticks, wait_sockets_gone
 : "${SERVE_A:?SERVE_A=binary}" "${SERVE_B:?SERVE_B=binary}"
 work_dir
 gcc -O2 -Wall -o "$WORK/holdlisten" "$BENCH_DIR/holdlisten.c"
@@ -26,13 +26,6 @@ LPROCS=$(((N + 14999) / 15000 + 2))
 HZ=$(getconf CLK_TCK)
 OUTF="$OUT/accept-steering-$N-$(date -u +%Y%m%dT%H%MZ).txt"
 echo "# accept-steering: $N naive subscribers per run, $(nproc) CPUs, $(date -u +%Y-%m-%dT%H:%M:%SZ), load $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$OUTF"
-
-wait_sockets_gone() {
-    for _ in $(seq 120); do
-        [ "$(awk '/^TCP:/ {print $3}' /proc/net/sockstat)" -lt 2000 ] && return 0
-        sleep 1
-    done
-}
 
 connect() { # -> "opened ... rate R"
     timeout 300 "$WORK/blockconnect" 127.0.0.1 "$PORT" "$N" "$CPROCS" 127.0.1.1 "$SRCS" /sub/news

@@ -15,19 +15,12 @@ MAX_CONNS=${MAX_CONNS:-1000000}
 PORT=${PORT:-18700}
 LOAD_NICE=${LOAD_NICE:-10}
 : "${BENCH_A:?BENCH_A=<c1m binary>}" "${BENCH_B:?BENCH_B=<c1m binary>}"
-source "$(dirname "$0")/lib.sh" # OUT, work_dir, c1m_binary, track_pid, stop_pid, tree_cpu_ticks
+source "$(dirname "$0")/lib.sh" # OUT, work_dir, c1m_binary, track_pid, stop_pid, tree_cpu_ticks, wait_sockets_gone
 c1m_binary
 work_dir
 HZ=$(getconf CLK_TCK)
 OUTF="$OUT/bench-ramp-ab-$N-$(date -u +%Y%m%dT%H%MZ).txt"
 echo "# bench-ramp-ab: $N SSE subscribers per run, serve $C1M --max-conns $MAX_CONNS, $(nproc) CPUs, $(date -u +%Y-%m-%dT%H:%M:%SZ), load $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$OUTF"
-
-wait_sockets_gone() {
-    for _ in $(seq 120); do
-        [ "$(awk '/^TCP:/ {print $3}' /proc/net/sockstat)" -lt 2000 ] && return 0
-        sleep 1
-    done
-}
 
 run() { # LABEL BENCH ROUND
     local label=$1 bin=$2 round=$3 spid bpid s0 s1 b_ticks summary

@@ -13,6 +13,7 @@
 #   tree_pss PID                    # PSS bytes of PID plus its children (a master and its workers)
 #   tree_procs PID                  # how many processes tree_pss counts
 #   cpu_ticks PID                   # utime + stime of PID, in clock ticks (getconf CLK_TCK)
+#   wait_sockets_gone               # until under 2,000 TCP sockets are in use (bounded, 120 s)
 #   work_dir                        # sets WORK: $KEEP_WORK if set (kept), else a temp dir removed at exit
 #   make_cert DIR                   # DIR/cert.pem, DIR/key.pem: throw-away ECDSA P-256, SAN 127.0.0.1
 #   ensure_nchan                    # installs nginx-light + libnginx-mod-nchan when missing
@@ -148,6 +149,15 @@ tree_cpu_ticks() {
         # comm (field 2) may hold spaces: count fields from the closing parenthesis.
         sed 's/^.*) //' "/proc/$p/stat" 2>/dev/null || true
     done | awk '{ t += $12 + $13 } END { print t + 0 }'
+}
+
+# Waits (up to 120 s) until fewer than 2,000 TCP sockets are in use on the box: the last
+# run's connections are closed before the next run opens its own.
+wait_sockets_gone() {
+    for _ in $(seq 120); do
+        [ "$(awk '/^TCP:/ {print $3}' /proc/net/sockstat)" -lt 2000 ] && return 0
+        sleep 1
+    done
 }
 
 work_dir() {

@@ -244,7 +244,14 @@ fn accept_backs_off_on_emfile_without_spinning_and_keeps_serving() {
 
 #[test]
 fn idle_keep_alive_connections_close_quietly_and_silent_ones_are_counted() {
-    let server = Server::start(&["--workers", "1", "--head-timeout", "500ms"]);
+    let server = Server::start(&[
+        "--workers",
+        "1",
+        "--head-timeout",
+        "500ms",
+        "--keepalive-timeout",
+        "500ms",
+    ]);
     // A served keep-alive connection that goes idle: closed without an unsolicited answer
     // (a 408 there would be read as the answer to the client's next request).
     let mut idle = TcpStream::connect(server.http).unwrap();
@@ -270,6 +277,57 @@ fn idle_keep_alive_connections_close_quietly_and_silent_ones_are_counted() {
     silent.read_to_end(&mut got).unwrap();
     assert!(got.is_empty());
     server.wait_status(|s| s["refused"]["head_timeout"] == 1);
+}
+
+#[test]
+fn a_served_connection_waits_the_keepalive_timeout_idle_but_the_head_timeout_once_it_speaks() {
+    // A publisher that publishes every 20 s keeps its connection: closing it after the
+    // head timeout sent every publish through a new connection and a busy subscriber worker.
+    let server = Server::start(&[
+        "--workers",
+        "1",
+        "--head-timeout",
+        "1s",
+        "--keepalive-timeout",
+        "6s",
+    ]);
+    let mut conn = TcpStream::connect(server.http).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut answer = [0u8; 512];
+    for _ in 0..2 {
+        conn.write_all(b"GET /healthz HTTP/1.1\r\n\r\n").unwrap();
+        let n = conn.read(&mut answer).unwrap();
+        assert!(String::from_utf8_lossy(&answer[..n]).starts_with("HTTP/1.1 200"));
+        // Idle past the head timeout, within the keep-alive one.
+        std::thread::sleep(Duration::from_millis(2000));
+    }
+    // A request begun and not finished gets the head timeout's 408, not the idle wait.
+    let started = std::time::Instant::now();
+    conn.write_all(b"GET /healthz HTTP/1.1\r\n").unwrap();
+    let mut rest = Vec::new();
+    conn.read_to_end(&mut rest).unwrap();
+    assert!(
+        String::from_utf8_lossy(&rest).starts_with("HTTP/1.1 408"),
+        "{:?}",
+        String::from_utf8_lossy(&rest)
+    );
+    // Within the head timeout and the timer's tick; the idle wait would have taken 4 s more.
+    assert!(
+        started.elapsed() < Duration::from_millis(2500),
+        "{:?}",
+        started.elapsed()
+    );
+    // And an idle one is closed quietly once the keep-alive timeout passes.
+    let mut idle = TcpStream::connect(server.http).unwrap();
+    idle.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    idle.write_all(b"GET /healthz HTTP/1.1\r\n\r\n").unwrap();
+    let n = idle.read(&mut answer).unwrap();
+    assert!(String::from_utf8_lossy(&answer[..n]).starts_with("HTTP/1.1 200"));
+    let mut rest = Vec::new();
+    idle.read_to_end(&mut rest).unwrap();
+    assert!(rest.is_empty(), "{:?}", String::from_utf8_lossy(&rest));
 }
 
 #[test]

@@ -85,6 +85,10 @@ pub struct ServeArgs {
     /// Time allowed to send a complete request head.
     #[arg(long, env = "C1M_HEAD_TIMEOUT", value_parser = humantime::parse_duration)]
     pub head_timeout: Option<Duration>,
+    /// How long a served keep-alive connection may wait idle for its next request; once that
+    /// request starts, --head-timeout bounds its head.
+    #[arg(long, env = "C1M_KEEPALIVE_TIMEOUT", value_parser = humantime::parse_duration)]
+    pub keepalive_timeout: Option<Duration>,
     /// Unsent bytes per subscriber before it is disconnected as a slow reader (WebSocket: close
     /// 4008).
     #[arg(long, env = "C1M_MAX_UNSENT")]

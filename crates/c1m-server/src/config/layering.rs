@@ -45,6 +45,7 @@ impl ServeArgs {
             poll_timeout,
             sse_heartbeat,
             head_timeout,
+            keepalive_timeout,
             max_unsent,
             grace,
             backlog,

@@ -94,6 +94,10 @@ pub struct Config {
     /// Time a client has to send a complete request head (slowloris guard).
     #[serde(with = "humantime_serde")]
     pub head_timeout: Duration,
+    /// How long a served keep-alive connection may wait, idle, for its next request (a
+    /// publisher between publishes); once that request starts, `head_timeout` bounds its head.
+    #[serde(with = "humantime_serde")]
+    pub keepalive_timeout: Duration,
     /// Unsent bytes a subscriber may owe before it is disconnected as a slow reader (checked
     /// before each send, so one message or replay chunk may take it past the figure).
     pub max_unsent: usize,
@@ -337,6 +341,9 @@ impl Default for Config {
             // a message reaches 1.5 intervals (45 s; docs/PROTOCOL.md: the bounds).
             sse_heartbeat: Some(Duration::from_secs(30)),
             head_timeout: Duration::from_secs(10),
+            // An idle publisher keeps its connection (and its place on the control worker)
+            // between publishes a few tens of seconds apart; proxies idle out at 60 s too.
+            keepalive_timeout: Duration::from_secs(60),
             max_unsent: 1024 * 1024,
             grace: Duration::from_secs(5),
             backlog: 65535,

@@ -23,7 +23,7 @@ impl Worker {
         if conn.send_shared(answer, max) != Sent::Done {
             return self.close(idx);
         }
-        self.arm_head_timer(idx);
+        self.arm_idle_timer(idx);
         self.resume_input(idx);
     }
 

@@ -145,7 +145,14 @@ impl Worker {
             }
         } else {
             if keep {
-                self.conns.at(idx).set_inbuf(buf.unused());
+                let mut conn = self.conns.at(idx);
+                conn.set_inbuf(buf.unused());
+                // An idle keep-alive connection started its next request: from its first
+                // bytes the head timeout bounds it, not the idle one.
+                let next_request = conn.kind == Kind::Http && conn.flags & conn::SERVED != 0;
+                if next_request {
+                    self.arm_head_timer(idx);
+                }
             }
             let mut buf = buf.into_cleared();
             if buf.capacity() > 256 * 1024 {

@@ -19,6 +19,12 @@ impl Worker {
         self.arm_timer(idx, self.cfg.head_timeout);
     }
 
+    /// A keep-alive connection whose answer went out waits this long for its next request
+    /// (its first bytes re-arm the head timer: `conn_events::on_readable`).
+    pub(super) fn arm_idle_timer(&mut self, idx: usize) {
+        self.arm_timer(idx, self.cfg.keepalive_timeout);
+    }
+
     pub(super) fn on_timer(&mut self, token: u64) {
         let now = self.wheel.now();
         let Some((idx, mut conn)) = self.conns.by_token(token) else {

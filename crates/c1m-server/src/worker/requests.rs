@@ -128,7 +128,7 @@ impl Worker {
         if conn.send_owned(bytes, max) != super::conn::Sent::Done {
             return self.close(idx);
         }
-        self.arm_head_timer(idx);
+        self.arm_idle_timer(idx);
     }
 
     pub(super) fn refuse(&mut self, idx: usize, status: u16, message: &str) {

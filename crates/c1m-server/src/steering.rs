@@ -16,9 +16,10 @@
 //! slack each share carries (`plan::SPREAD_SLACK_PCT`; the hash's own spread takes the rest).
 //! At the fd limit's layout for a million (53 workers of 19,812, slack 944) no useful queue
 //! does: 4,096 and more refused ~5,000 subscribes near 1M, and a queue cut to 472 overflowed
-//! ~800,000 times on a 2-core ramp (BENCHMARKS.md), so there the hash spreads, as before. Nothing is closed or moved:
-//! every listener stays in the group, so a CPU with no steered worker (none has room, or a
-//! hand-off is under way) falls back to the hash, as without steering.
+//! ~800,000 times on a 2-core ramp (BENCHMARKS.md), so there the hash spreads, as before.
+//! Nothing is closed or moved: every listener stays in the group, so a CPU with no steered
+//! worker (none has room, or a hand-off is under way) falls back to the hash, as without
+//! steering.
 //!
 //! This file holds the master's bookkeeping and the CPU numbers; the worker applies the
 //! socket option and counts its quantum (`worker::steer`).

@@ -318,6 +318,25 @@ fn a_served_connection_waits_the_keepalive_timeout_idle_but_the_head_timeout_onc
         "{:?}",
         started.elapsed()
     );
+    // So does one begun behind an answered request in the same write (pipelined).
+    let mut piped = TcpStream::connect(server.http).unwrap();
+    piped
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let started = std::time::Instant::now();
+    piped
+        .write_all(b"GET /healthz HTTP/1.1\r\n\r\nGET /healthz HTTP/1.1\r\n")
+        .unwrap();
+    let mut all = Vec::new();
+    piped.read_to_end(&mut all).unwrap();
+    let all = String::from_utf8_lossy(&all);
+    assert!(all.starts_with("HTTP/1.1 200"), "{all:?}");
+    assert!(all.contains("HTTP/1.1 408"), "{all:?}");
+    assert!(
+        started.elapsed() < Duration::from_millis(2500),
+        "{:?}",
+        started.elapsed()
+    );
     // And an idle one is closed quietly once the keep-alive timeout passes.
     let mut idle = TcpStream::connect(server.http).unwrap();
     idle.set_read_timeout(Some(Duration::from_secs(10)))

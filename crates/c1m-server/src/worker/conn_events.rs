@@ -145,14 +145,9 @@ impl Worker {
             }
         } else {
             if keep {
-                let mut conn = self.conns.at(idx);
-                conn.set_inbuf(buf.unused());
-                // An idle keep-alive connection started its next request: from its first
-                // bytes the head timeout bounds it, not the idle one.
-                let next_request = conn.kind == Kind::Http && conn.flags & conn::SERVED != 0;
-                if next_request {
-                    self.arm_head_timer(idx);
-                }
+                self.conns.at(idx).set_inbuf(buf.unused());
+                // Nothing was kept before: these are the first bytes of a new request.
+                self.next_request_started(idx);
             }
             let mut buf = buf.into_cleared();
             if buf.capacity() > 256 * 1024 {

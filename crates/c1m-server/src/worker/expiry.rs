@@ -20,9 +20,17 @@ impl Worker {
     }
 
     /// A keep-alive connection whose answer went out waits this long for its next request
-    /// (its first bytes re-arm the head timer: `conn_events::on_readable`).
+    /// (its first bytes re-arm the head timer: `Worker::next_request_started`); one that
+    /// already holds the start of it (pipelined behind an answer that came later) gets the
+    /// head timeout at once.
     pub(super) fn arm_idle_timer(&mut self, idx: usize) {
-        self.arm_timer(idx, self.cfg.keepalive_timeout);
+        let begun = self.conns.get(idx).is_some_and(|c| c.has_inbuf());
+        let wait = if begun {
+            self.cfg.head_timeout
+        } else {
+            self.cfg.keepalive_timeout
+        };
+        self.arm_timer(idx, wait);
     }
 
     pub(super) fn on_timer(&mut self, token: u64) {

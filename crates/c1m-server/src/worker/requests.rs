@@ -50,18 +50,34 @@ impl Worker {
             let used = match conn.kind {
                 // Answers not yet written hold the next request back (the peer reads slower than
                 // it pipelines): the queue stays one answer deep, the rest waits in the socket.
-                Kind::Http if conn.has_out() => return pos,
+                Kind::Http if conn.has_out() => break,
                 Kind::Http => self.http_request(idx, &data[pos..]),
                 Kind::TcpCommand => self.tcp_command(idx, &data[pos..]),
                 // Pipelined input waits until the current request is answered.
-                _ => return pos,
+                _ => break,
             };
             match used {
                 Some(n) => pos += n,
                 None => break,
             }
         }
+        if pos > 0 && pos < data.len() {
+            // A pipelined request begun behind the one just answered.
+            self.next_request_started(idx);
+        }
         pos
+    }
+
+    /// A served keep-alive connection has begun its next request: from here the head
+    /// timeout bounds it, not the idle wait its last answer armed.
+    pub(super) fn next_request_started(&mut self, idx: usize) {
+        let started = self
+            .conns
+            .get(idx)
+            .is_some_and(|c| c.kind == Kind::Http && c.flags & super::conn::SERVED != 0);
+        if started {
+            self.arm_head_timer(idx);
+        }
     }
 
     /// Re-runs input that arrived while the connection was busy (pipelining, keep-alive), and

@@ -796,3 +796,92 @@ fn args<'a>(a: &[&'a str], b: &[&'a str]) -> Vec<&'a str> {
     v.extend_from_slice(b);
     v
 }
+
+/// Context switches of every thread of `pid` so far (each epoll wake-up of a sleeping worker
+/// is one).
+fn context_switches(pid: u32) -> u64 {
+    let mut total = 0;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+    {
+        let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
+        for line in status.lines() {
+            if line.contains("ctxt_switches:") {
+                total += line
+                    .split_whitespace()
+                    .last()
+                    .unwrap()
+                    .parse::<u64>()
+                    .unwrap();
+            }
+        }
+    }
+    total
+}
+
+/// The processes whose parent is `pid`.
+fn children_of(pid: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(child) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        // The field after the parenthesised command name: state, then the parent's pid.
+        let ppid = stat
+            .rsplit(')')
+            .next()
+            .and_then(|rest| rest.split_whitespace().nth(1));
+        if ppid == Some(pid.to_string().as_str()) {
+            found.push(child);
+        }
+    }
+    found
+}
+
+#[test]
+fn a_ramp_held_at_its_in_flight_cap_sleeps_until_an_answer_comes() {
+    // The server never answers, so both attempts in flight wait and nothing else is due
+    // for a minute: the connection-holding worker must sleep, not poll the clock (a 1M ramp
+    // runs 51 of them on two cores).
+    let s = start_server(Fault::Silent);
+    let mut run = Command::new(env!("CARGO_BIN_EXE_c1m"))
+        .arg("bench")
+        .args([
+            &url(&s, "q"),
+            "--conns",
+            "10",
+            "--max-inflight",
+            "2",
+            "--rate",
+            "0",
+        ])
+        .args(["--connect-timeout", "60s", "--duration", "5s", "-q"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let worker = loop {
+        if let Some(&w) = children_of(run.id()).first() {
+            break w;
+        }
+        assert!(Instant::now() < deadline, "bench started no worker process");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    std::thread::sleep(Duration::from_millis(1000));
+    let before = context_switches(worker);
+    std::thread::sleep(Duration::from_millis(2000));
+    let woke = context_switches(worker) - before;
+    let status = run.wait().unwrap();
+    assert_eq!(
+        s.hub.0.lock().unwrap().subscribers,
+        0,
+        "the server answered nobody"
+    );
+    // A 1 ms poll is ~2,000 wake-ups in these 2 s; the report tick and the coordinator's
+    // lines are a few dozen.
+    assert!(woke < 200, "the waiting worker woke {woke} times in 2 s");
+    assert_eq!(status.code(), Some(1), "an unfinished ramp is a finding");
+}

@@ -170,12 +170,7 @@ impl Worker {
         while !self.stop && Instant::now() < hard_end {
             self.start_due();
             self.churn_due();
-            let churning = self.churn_from.is_some() && self.cfg.churn_rate > 0.0;
-            let timeout = if self.next < self.cfg.conns || !self.backoff.is_empty() || churning {
-                Duration::from_millis(1)
-            } else {
-                next_tick.saturating_duration_since(Instant::now())
-            };
+            let timeout = self.sleep_for(next_tick);
             match self.poll.poll(&mut events, Some(timeout)) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -203,6 +198,38 @@ impl Worker {
             }
         }
         self.finish()
+    }
+
+    /// How long the loop may sleep: until the first thing the clock makes due (a scheduled
+    /// first attempt, a reconnect, a connect or subscribe timeout, the report tick). A ramp at
+    /// its in-flight cap waits for a completion instead: a fixed 1 ms poll there woke each of
+    /// the 51 workers of a 1M ramp a thousand times a second for nothing. Churn keeps its 1 ms
+    /// step (its closes are spread by elapsed time).
+    fn sleep_for(&self, next_tick: Instant) -> Duration {
+        let now = self.mono_us();
+        let room = self.inflight < self.cfg.max_inflight;
+        let mut due_us = u64::MAX;
+        if room && self.next < self.cfg.conns {
+            due_us = if self.cfg.rate > 0.0 {
+                (self.next as f64 * 1e6 / self.cfg.rate) as u64
+            } else {
+                now
+            };
+        }
+        if let (true, Some(Reverse((due, _, _)))) = (room, self.backoff.peek()) {
+            due_us = due_us.min(*due);
+        }
+        if let Some(&(deadline, _, _)) = self.timeouts.front() {
+            due_us = due_us.min(deadline);
+        }
+        let mut wait = next_tick.saturating_duration_since(Instant::now());
+        if due_us != u64::MAX {
+            wait = wait.min(Duration::from_micros(due_us.saturating_sub(now)));
+        }
+        if self.churn_from.is_some() && self.cfg.churn_rate > 0.0 {
+            wait = wait.min(Duration::from_millis(1));
+        }
+        wait
     }
 
     fn on_event(&mut self, raw: usize, writable: bool) {

@@ -40,7 +40,8 @@
 # 60,000/s offered on a box that accepted ~9,000/s).
 #
 # Usage: bench/run-1m.sh [N] [RATE]   (defaults 1000000, 40000)
-# Env: TAG (suffix for the output names), BENCH_BIN (the binary bench runs from; C1M), PUBLISHER (curl|bench), MSGS (3, curl mode), HOLD (180s), EVERY (30s), DRAIN (70s: publishing stops this long before the hold
+# Env: PROBE_RATE (10 publishes/s to a channel of one beside the fan-outs, PUBLISHER=bench;
+#      0 = no probe), TAG (suffix for the output names), BENCH_BIN (the binary bench runs from; C1M), PUBLISHER (curl|bench), MSGS (3, curl mode), HOLD (180s), EVERY (30s), DRAIN (70s: publishing stops this long before the hold
 #      ends; the socket timing runs in that quiet window), MAX_CONNS (1000000, serve's own
 #      default: 53 workers of 19,812 here, whose 5 % spread slack held 1M with no refusal on
 #      2026-11-22; 1500000 forced 80 workers, 27 more processes' fixed cost, ~8 B per
@@ -88,6 +89,7 @@ LPID=""
 cleanup() {
     if [ -n "$LPID" ]; then kill -- -"$LPID" 2>/dev/null || true; wait "$LPID" 2>/dev/null || true; fi
     if [ -n "$BPID" ]; then kill -TERM "$BPID" 2>/dev/null || true; wait "$BPID" 2>/dev/null || true; fi
+    if [ -n "${PROBE_PID:-}" ]; then kill -TERM "$PROBE_PID" 2>/dev/null || true; wait "$PROBE_PID" 2>/dev/null || true; fi
     stop_pid "$SPID" 30
     sysctl_restore
     rm -rf "$TMP"
@@ -244,6 +246,42 @@ pss_sum() {
     echo "$total $n"
 }
 status() { timeout 10 curl -s "http://$API/status" || echo '{}'; }
+
+# The publish-ack probe (PUBLISHER=bench, PROBE_RATE > 0): beside the fan-outs to N, a second
+# bench holds one subscriber of channel `ackprobe` and publishes PROBE_RATE messages a second
+# to it through the same address as the fan-out's publishes, for the publishing window
+# (HOLD - DRAIN). Most of its publishes land while a fan-out to N runs, so its publish_ack
+# histogram is the ack p99 at N with hundreds of samples (the fan-out's own publishes are a
+# handful).
+PROBE_RATE=${PROBE_RATE:-10}
+PROBE_PID=""
+ack_probe_start() {
+    [ "$PROBE_RATE" != 0 ] || return 0
+    local window=$(( $(secs "$HOLD") - $(secs "$DRAIN") ))
+    "$BENCH_C1M" bench "http://127.0.0.1:$PORT/sub/ackprobe" --proto sse --conns 1 --channels 1 \
+        --hold "${window}s" --publish-rate "$PROBE_RATE" --publish-url "http://$API/pub/{ch}" \
+        --report "$OUT/ackprobe-$N$TAG.json" "${BENCH_NICE[@]}" -q >"$TMP/ackprobe.txt" 2>&1 &
+    PROBE_PID=$!
+    log "ack probe: 1 subscriber of ackprobe, $PROBE_RATE publishes/s for ${window}s beside the fan-outs (report $OUT/ackprobe-$N$TAG.json)"
+}
+ack_probe_done() {
+    [ -n "$PROBE_PID" ] || return 0
+    wait "$PROBE_PID" || true
+    PROBE_PID=""
+    python3 - "$OUT/ackprobe-$N$TAG.json" <<'PY' | tee -a "$LOG"
+import json, sys
+try:
+    r = json.load(open(sys.argv[1]))
+except Exception as e:
+    print(f"ack probe: no report ({e})"); sys.exit(0)
+a = r["latency_us"].get("publish_ack", {})
+t = r["delivery"]["totals"]
+if a.get("count"):
+    print(f"ack probe (bench, client side, publishes beside the fan-outs): p50 {a['p50_us']/1e3:.1f} ms, p99 {a['p99_us']/1e3:.1f} ms, max {a['max_us']/1e3:.1f} ms ({a['count']} publishes); delivered {t['received']}, missing {t.get('missing', '?')}")
+else:
+    print("ack probe: no publish acknowledged")
+PY
+}
 jget() { python3 -c "import json,sys
 try: d=json.load(sys.stdin)
 except Exception: d={}
@@ -288,6 +326,7 @@ log "serve connections reached $N: $([ $reached = 1 ] && echo "yes ($c held)" ||
 perf_done serve
 if [ $reached = 1 ]; then
     if [ "$PUBLISHER" = bench ]; then
+        ack_probe_start
         quiet=$(( $(secs "$HOLD") - $(secs "$DRAIN") + 10 ))
         log "waiting ${quiet}s for the publishes to finish (quiet window = the drain)"
         for _ in $(seq 1 "$quiet"); do kill -0 "$BPID" 2>/dev/null || break; sleep 1; done
@@ -342,6 +381,7 @@ if [ $reached = 1 ]; then
 fi
 wait "$BPID" || log "bench exit status $?"
 BPID=""
+ack_probe_done
 # Server-side histograms also when the ramp fell short (the held section above was skipped).
 S2=$(status)
 log "serve latency histograms at the end (server side, /status): publish_ack $(echo "$S2" | jget latency.publish_ack); fan_out $(echo "$S2" | jget latency.fan_out)"

@@ -7,7 +7,8 @@
 # spent per connection over the run (utime + stime of each process tree / N).
 # Usage: BENCH_A=<c1m> BENCH_B=<c1m> bench/bench-ramp-ab.sh [N]   (default 190000)
 # Env: ROUNDS (2), MAX_CONNS (1000000), PORT (18700), C1M (the serve binary; default
-#      target/release/c1m), LOAD_NICE (10, bench --load-nice, as run-1m.sh).
+#      target/release/c1m), LOAD_NICE (10, bench --load-nice, as run-1m.sh), ARGS_A / ARGS_B
+#      (more bench flags for A / B: one binary twice, e.g. ARGS_B="--per-source 12000").
 set -euo pipefail
 N=${1:-190000}
 ROUNDS=${ROUNDS:-2}
@@ -20,10 +21,12 @@ c1m_binary
 work_dir
 HZ=$(getconf CLK_TCK)
 OUTF="$OUT/bench-ramp-ab-$N-$(date -u +%Y%m%dT%H%MZ).txt"
-echo "# bench-ramp-ab: $N SSE subscribers per run, serve $C1M --max-conns $MAX_CONNS, $(nproc) CPUs, $(date -u +%Y-%m-%dT%H:%M:%SZ), load $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$OUTF"
+echo "# bench-ramp-ab: $N SSE subscribers per run (A: ${ARGS_A:-no more flags}; B: ${ARGS_B:-no more flags}), serve $C1M --max-conns $MAX_CONNS, $(nproc) CPUs, $(date -u +%Y-%m-%dT%H:%M:%SZ), load $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$OUTF"
 
-run() { # LABEL BENCH ROUND
+run() { # LABEL BENCH ROUND EXTRA_ARGS
     local label=$1 bin=$2 round=$3 spid bpid s0 s1 b_ticks summary
+    local -a extra
+    read -r -a extra <<<"$4"
     "$C1M" serve --listen "127.0.0.1:$PORT" --max-conns "$MAX_CONNS" >"$WORK/serve-$label.log" 2>&1 &
     spid=$!
     track_pid "$spid"
@@ -35,7 +38,7 @@ run() { # LABEL BENCH ROUND
     local TIMEFORMAT='%U %S'
     { time timeout 600 "$WORK/bench-$label" bench \
         "http://127.0.0.1:$PORT/sub/ab" --proto sse --conns "$N" --rate 0 --channels 1 \
-        --hold 5s --load-nice "$LOAD_NICE" -q >"$WORK/bench-$label.txt" 2>&1 || true; } 2>"$WORK/time-$label"
+        --hold 5s --load-nice "$LOAD_NICE" "${extra[@]}" -q >"$WORK/bench-$label.txt" 2>&1 || true; } 2>"$WORK/time-$label"
     s1=$(tree_cpu_ticks "$spid")
     b_ticks=$(awk '{printf "%d", ($1 + $2) * 1000000 / '"$N"'}' "$WORK/time-$label")
     summary=$(grep -E '^(online|errors)' "$WORK/bench-$label.txt" | tr -s ' ' | tr '\n' ';')
@@ -45,7 +48,7 @@ run() { # LABEL BENCH ROUND
 }
 
 for round in $(seq "$ROUNDS"); do
-    run A "$BENCH_A" "$round"
-    run B "$BENCH_B" "$round"
+    run A "$BENCH_A" "$round" "${ARGS_A:-}"
+    run B "$BENCH_B" "$round" "${ARGS_B:-}"
 done
 echo "raw: $OUTF"

@@ -250,14 +250,15 @@ status() { timeout 10 curl -s "http://$API/status" || echo '{}'; }
 # The publish-ack probe (PUBLISHER=bench, PROBE_RATE > 0): beside the fan-outs to N, a second
 # bench holds one subscriber of channel `ackprobe` and publishes PROBE_RATE messages a second
 # to it through the same address as the fan-out's publishes, for the publishing window
-# (HOLD - DRAIN). Most of its publishes land while a fan-out to N runs, so its publish_ack
+# (HOLD - DRAIN; from the hold's start: serve reached N, or its count stalled at 90 % of N
+# or more). Most of its publishes land while a fan-out to N runs, so its publish_ack
 # histogram is the ack p99 at N with hundreds of samples (the fan-out's own publishes are a
 # handful).
 PROBE_RATE=${PROBE_RATE:-10}
 PROBE_PID=""
-ack_probe_start() {
+ack_probe_start() { # SECONDS_INTO_THE_HOLD
     [ "$PROBE_RATE" != 0 ] || return 0
-    local window=$(( $(secs "$HOLD") - $(secs "$DRAIN") ))
+    local window=$(( $(secs "$HOLD") - $(secs "$DRAIN") - $1 ))
     "$BENCH_C1M" bench "http://127.0.0.1:$PORT/sub/ackprobe" --proto sse --conns 1 --channels 1 \
         --hold "${window}s" --publish-rate "$PROBE_RATE" --publish-url "http://$API/pub/{ch}" \
         --report "$OUT/ackprobe-$N$TAG.json" "${BENCH_NICE[@]}" -q >"$TMP/ackprobe.txt" 2>&1 &
@@ -312,12 +313,22 @@ reached=0
 STALL_S=${STALL_S:-15}
 last=0
 still=0
+flat=0
+flat_at=0
 RATE_INT=${RATE%.*}
 for _ in $(seq 1 $(( RATE_INT > 0 ? N / RATE_INT * 4 + 120 : 600 ))); do
     c=$(status | jget connections.total)
     if [ "$c" -ge "$N" ]; then reached=1; break; fi
     if [ "$c" -eq "$last" ]; then still=$((still + 1)); else still=0; last=$c; fi
     if [ "$still" -ge "$STALL_S" ] && [ $((c * 1000)) -ge $((N * 999)) ]; then reached=1; break; fi
+    # A ramp that stalls short of that (bench gave up on some attempts) is in its hold too:
+    # the count stays within 0.01 % of N (serve counts /status pollers and refused
+    # connections too) for STALL_S seconds.
+    d=$((c - flat_at)); d=${d#-}
+    if [ "$d" -le $((N / 10000)) ]; then flat=$((flat + 1)); else flat=0; flat_at=$c; fi
+    if [ "$flat" -ge "$STALL_S" ] && [ $((c * 10)) -ge $((N * 9)) ] && [ "$PUBLISHER" = bench ]; then
+        [ -n "$PROBE_PID" ] || ack_probe_start "$STALL_S"
+    fi
     kill -0 "$BPID" 2>/dev/null || break
     sleep 1
 done
@@ -326,7 +337,7 @@ log "serve connections reached $N: $([ $reached = 1 ] && echo "yes ($c held)" ||
 perf_done serve
 if [ $reached = 1 ]; then
     if [ "$PUBLISHER" = bench ]; then
-        ack_probe_start
+        [ -n "$PROBE_PID" ] || ack_probe_start 0
         quiet=$(( $(secs "$HOLD") - $(secs "$DRAIN") + 10 ))
         log "waiting ${quiet}s for the publishes to finish (quiet window = the drain)"
         for _ in $(seq 1 "$quiet"); do kill -0 "$BPID" 2>/dev/null || break; sleep 1; done

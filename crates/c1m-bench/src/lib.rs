@@ -191,8 +191,8 @@ pub struct BenchOptions {
     pub source: Option<String>,
     /// Connections per (source address, destination) at most. Default: the rule `c1m tune`
     /// and `c1m doctor` use: 45% of the port range, under the connect() cliff at half of it
-    /// (bench/connect-cliff.sh), or 90% where IP_LOCAL_PORT_RANGE is set on every socket (the
-    /// kernel then scans the range linearly); at most 50,000.
+    /// (bench/connect-cliff.sh), IP_LOCAL_PORT_RANGE on every socket or not (its linear scan
+    /// slows with the fill as well); at most 50,000.
     #[arg(long)]
     pub per_source: Option<u64>,
     /// Per-socket ephemeral port range LO-HI (IP_LOCAL_PORT_RANGE, Linux 6.3+), or `off`.

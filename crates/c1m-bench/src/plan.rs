@@ -181,9 +181,8 @@ pub fn system_port_range() -> (u16, u16) {
 
 /// Default cap of connections per (source, destination) pair: the rule `c1m tune` and
 /// `c1m doctor` use too ([`c1m_proto::ports::per_pair`]): 45 % of the ephemeral port range,
-/// under the connect() cliff at half of it (measured: bench/connect-cliff.sh), or 90 % when
-/// IP_LOCAL_PORT_RANGE is set on every socket (the kernel then scans the range linearly);
-/// at most 50,000.
+/// under the connect() cliff at half of it (measured: bench/connect-cliff.sh), with or without
+/// IP_LOCAL_PORT_RANGE on every socket (`c1m_proto::ports`); at most 50,000.
 pub fn default_per_source(range: (u16, u16), per_socket_range: bool) -> u64 {
     let size = u64::from(range.1.saturating_sub(range.0)) + 1;
     c1m_proto::ports::per_pair(size, per_socket_range)
@@ -292,8 +291,8 @@ mod tests {
         assert_eq!(worker_count(5, 2, 19_900), 2);
         assert_eq!(worker_count(1, 8, 19_900), 1);
         assert_eq!(default_per_source((32768, 60999), false), 12_704);
-        assert_eq!(default_per_source((32768, 60999), true), 25_408);
+        assert_eq!(default_per_source((32768, 60999), true), 12_704);
         assert_eq!(default_per_source((1024, 65535), false), 29_030);
-        assert_eq!(default_per_source((1024, 65535), true), 50_000);
+        assert_eq!(default_per_source((1024, 65535), true), 29_030);
     }
 }

@@ -259,8 +259,9 @@ PROBE_PID=""
 ack_probe_start() { # SECONDS_INTO_THE_HOLD
     [ "$PROBE_RATE" != 0 ] || return 0
     local window=$(( $(secs "$HOLD") - $(secs "$DRAIN") - $1 ))
+    # Its subscribe may wait out a fan-out to N in its worker: a minute, not bench's 10 s.
     "$BENCH_C1M" bench "http://127.0.0.1:$PORT/sub/ackprobe" --proto sse --conns 1 --channels 1 \
-        --hold "${window}s" --publish-rate "$PROBE_RATE" --publish-url "http://$API/pub/{ch}" \
+        --connect-timeout 60s --hold "${window}s" --publish-rate "$PROBE_RATE" --publish-url "http://$API/pub/{ch}" \
         --report "$OUT/ackprobe-$N$TAG.json" "${BENCH_NICE[@]}" -q >"$TMP/ackprobe.txt" 2>&1 &
     PROBE_PID=$!
     log "ack probe: 1 subscriber of ackprobe, $PROBE_RATE publishes/s for ${window}s beside the fan-outs (report $OUT/ackprobe-$N$TAG.json)"

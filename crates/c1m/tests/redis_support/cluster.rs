@@ -65,7 +65,7 @@ impl Cluster {
         let nodes: Vec<Redis> = (0..total)
             .map(|_| {
                 let bus = free_port().to_string();
-                Redis::start(&[
+                Redis::try_start(&[
                     "--cluster-enabled",
                     "yes",
                     "--cluster-config-file",
@@ -75,9 +75,9 @@ impl Cluster {
                     "--cluster-node-timeout",
                     &timeout,
                 ])
-                .unwrap()
+                .expect("binaries were found above")
             })
-            .collect();
+            .collect::<Result<_, String>>()?;
         let addrs: Vec<String> = nodes
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port))

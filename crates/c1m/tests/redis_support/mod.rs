@@ -100,8 +100,19 @@ pub struct Redis {
 impl Redis {
     /// Started with `extra` arguments (e.g. `--requirepass x`), no persistence.
     pub fn start(extra: &[&str]) -> Option<Redis> {
+        Some(Redis::try_start(extra)?.unwrap_or_else(|e| panic!("{e}")))
+    }
+
+    /// Like [`Redis::start`], but a server that does not come up (its port, from
+    /// `free_port()`, taken by another test between the probe and redis-server's bind) is an
+    /// error carrying its log, so a caller starting many nodes can try again on new ports.
+    pub fn try_start(extra: &[&str]) -> Option<Result<Redis, String>> {
+        Redis::try_start_on(free_port(), extra)
+    }
+
+    /// [`Redis::try_start`] on a given port.
+    pub fn try_start_on(port: u16, extra: &[&str]) -> Option<Result<Redis, String>> {
         let (server, cli) = binaries()?;
-        let port = free_port();
         let mut r = Redis {
             proc: None,
             server,
@@ -110,11 +121,17 @@ impl Redis {
             dir: TempDir::new(&format!("redis-{port}")),
             args: extra.iter().map(|s| s.to_string()).collect(),
         };
-        r.run();
-        Some(r)
+        Some(r.try_run().map(|()| r))
     }
 
+    /// (Re)starts the server on its port and directory; panics if it does not come up.
     pub fn run(&mut self) {
+        if let Err(e) = self.try_run() {
+            panic!("{e}");
+        }
+    }
+
+    fn try_run(&mut self) -> Result<(), String> {
         let uses_tls = self.args.iter().any(|a| a == "--tls-port");
         let mut cmd = Command::new(self.server);
         if uses_tls {
@@ -123,15 +140,44 @@ impl Redis {
         } else {
             cmd.args(["--port", &self.port.to_string()]);
         }
+        let log = self.dir.0.join("redis.log");
+        // A restart starts a new log: readiness is read from it.
+        let _ = std::fs::remove_file(&log);
         cmd.args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .arg("--dir")
             .arg(&self.dir.0)
+            .arg("--logfile")
+            .arg(&log)
             .args(self.args.iter().filter(|a| *a != "--tls-port"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        self.proc = Some(Proc(cmd.spawn().expect("spawn redis-server")));
-        wait_listening(self.addr(), "redis-server");
+        let mut child = Proc(cmd.spawn().expect("spawn redis-server"));
+        // Ready means this server said so in its log: a connect alone could reach another
+        // test's listener that took the port first.
+        let ready = || {
+            std::fs::read_to_string(&log).is_ok_and(|t| t.contains("Ready to accept connections"))
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !ready() {
+            let exited = child.0.try_wait().ok().flatten();
+            if exited.is_some() || Instant::now() > deadline {
+                let why = match exited {
+                    Some(status) => format!("exited ({status})"),
+                    None => "was not ready in 10 s".to_string(),
+                };
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(5).collect();
+                return Err(format!(
+                    "redis-server on 127.0.0.1:{} {why}; its log ends: {}",
+                    self.port,
+                    tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.proc = Some(child);
+        Ok(())
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -466,4 +512,26 @@ pub fn publish_retrying(node: SocketAddr, channel: &str, payload: &str) -> u64 {
         assert!(Instant::now() < deadline, "publishes refused for 15 s");
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// A node whose port another socket took between `free_port()` and its bind must come back as
+/// an error, fast and with the server's own words, so that a cluster start tries new ports
+/// instead of panicking (or, worse, taking the other listener for the node).
+#[test]
+fn a_redis_node_whose_port_is_taken_is_an_error_with_its_log() {
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let started = Instant::now();
+    let Some(result) = Redis::try_start_on(port, &[]) else {
+        return; // redis-server not installed outside CI: skipped loudly by binaries()
+    };
+    let err = result
+        .err()
+        .expect("a node on a taken port must not count as started");
+    assert!(started.elapsed() < Duration::from_secs(5), "{err}");
+    assert!(err.contains("exited"), "{err}");
+    assert!(
+        err.to_lowercase().contains("address already in use"),
+        "{err}"
+    );
 }

@@ -183,9 +183,9 @@ pub fn system_port_range() -> (u16, u16) {
 /// `c1m doctor` use too ([`c1m_proto::ports::per_pair`]): 45 % of the ephemeral port range,
 /// under the connect() cliff at half of it (measured: bench/connect-cliff.sh), with or without
 /// IP_LOCAL_PORT_RANGE on every socket (`c1m_proto::ports`); at most 50,000.
-pub fn default_per_source(range: (u16, u16), per_socket_range: bool) -> u64 {
+pub fn default_per_source(range: (u16, u16)) -> u64 {
     let size = u64::from(range.1.saturating_sub(range.0)) + 1;
-    c1m_proto::ports::per_pair(size, per_socket_range)
+    c1m_proto::ports::per_pair(size)
 }
 
 /// Whether this kernel has IP_LOCAL_PORT_RANGE (Linux 6.3+), probed on a throwaway socket.
@@ -290,9 +290,7 @@ mod tests {
         assert_eq!(worker_count(1_000_000, 2, 19_900), 51);
         assert_eq!(worker_count(5, 2, 19_900), 2);
         assert_eq!(worker_count(1, 8, 19_900), 1);
-        assert_eq!(default_per_source((32768, 60999), false), 12_704);
-        assert_eq!(default_per_source((32768, 60999), true), 12_704);
-        assert_eq!(default_per_source((1024, 65535), false), 29_030);
-        assert_eq!(default_per_source((1024, 65535), true), 29_030);
+        assert_eq!(default_per_source((32768, 60999)), 12_704);
+        assert_eq!(default_per_source((1024, 65535)), 29_030);
     }
 }

@@ -15,27 +15,20 @@
 
 /// Where connect() falls off the cliff: this percentage of the range per pair.
 pub const CLIFF_PCT: u64 = 50;
-/// What c1m plans for per pair without a per-socket range: under the cliff with a margin.
+/// What c1m plans for per pair: under the cliff with a margin, with or without
+/// IP_LOCAL_PORT_RANGE on the socket (the linear scan's cost grows with the fill too).
 pub const PLAN_PCT: u64 = 45;
-/// What c1m plans for per pair when IP_LOCAL_PORT_RANGE is set on every socket: the same,
-/// since the linear scan's cost grows with the fill too (module doc).
-pub const PLAN_PCT_PER_SOCKET_RANGE: u64 = PLAN_PCT;
 /// Never more than this per pair, whatever the range (keeps worker shares even).
 pub const PER_PAIR_MAX: u64 = 50_000;
 
 /// Connections one (source, destination) pair should carry for a port range of `size` ports.
-pub fn per_pair(size: u64, per_socket_range: bool) -> u64 {
-    let pct = if per_socket_range {
-        PLAN_PCT_PER_SOCKET_RANGE
-    } else {
-        PLAN_PCT
-    };
-    (size * pct / 100).clamp(1, PER_PAIR_MAX)
+pub fn per_pair(size: u64) -> u64 {
+    (size * PLAN_PCT / 100).clamp(1, PER_PAIR_MAX)
 }
 
 /// Source addresses needed to carry `conns` connections to one destination.
-pub fn sources_needed(conns: u64, size: u64, per_socket_range: bool) -> u64 {
-    conns.div_ceil(per_pair(size, per_socket_range)).max(1)
+pub fn sources_needed(conns: u64, size: u64) -> u64 {
+    conns.div_ceil(per_pair(size)).max(1)
 }
 
 #[cfg(test)]
@@ -45,14 +38,13 @@ mod tests {
     #[test]
     fn half_the_range_with_a_margin() {
         // The kernel default range 32768-60999: 28232 ports.
-        assert_eq!(per_pair(28_232, false), 12_704);
-        assert_eq!(per_pair(28_232, true), 12_704);
+        assert_eq!(per_pair(28_232), 12_704);
         // c1m tune's client range 10000-65535: 55536 ports → 24991 per pair.
-        assert_eq!(per_pair(55_536, false), 24_991);
+        assert_eq!(per_pair(55_536), 24_991);
         // 1M connections need 41 source addresses at 24991 each (not 19 at the full range).
-        assert_eq!(sources_needed(1_000_000, 55_536, false), 41);
-        assert_eq!(per_pair(64_512, true), 29_030);
-        assert_eq!(per_pair(200_000, true), 50_000);
-        assert_eq!(per_pair(1, false), 1);
+        assert_eq!(sources_needed(1_000_000, 55_536), 41);
+        assert_eq!(per_pair(64_512), 29_030);
+        assert_eq!(per_pair(200_000), 50_000);
+        assert_eq!(per_pair(1), 1);
     }
 }

@@ -147,7 +147,7 @@ pub(super) fn plan_run(
     let range = port_range.unwrap_or_else(plan::system_port_range);
     let per_source = args
         .per_source
-        .unwrap_or_else(|| plan::default_per_source(range, port_range.is_some()))
+        .unwrap_or_else(|| plan::default_per_source(range))
         .max(1);
     let sources = match &args.source {
         Some(spec) => plan::parse_sources(spec)?,

@@ -37,7 +37,7 @@ pub struct AgentLimits {
 impl AgentLimits {
     /// Ports per (source, destination) pair under the rule `c1m tune` and `c1m doctor` use.
     pub fn per_pair(&self) -> u64 {
-        crate::plan::default_per_source(self.port_range, self.port_range_sockopt)
+        crate::plan::default_per_source(self.port_range)
     }
 
     /// Connections this box can hold to one destination: ports per pair times addresses,

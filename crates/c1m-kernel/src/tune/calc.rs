@@ -389,7 +389,7 @@ fn recommend(p: &'static Param, host: &Host, target: &Target) -> Rec {
             )
         }
         Rule::PortRange => {
-            let (n, per) = (port_count(), ports::per_pair(port_count(), false));
+            let (n, per) = (port_count(), ports::per_pair(port_count()));
             exact(
                 format!("{} {}", PORT_RANGE.0, PORT_RANGE.1),
                 Said::new(
@@ -466,7 +466,7 @@ pub fn math(host: &Host, target: &Target) -> Math {
         .and_then(|v| v.parse::<u64>().ok())
         .unwrap_or(0);
     let nofile = nofile(target);
-    let per_source = ports::per_pair(port_count(), false);
+    let per_source = ports::per_pair(port_count());
     let outgoing = !matches!(target.role, Role::Server);
     Math {
         sockets_per_conn: spc,
@@ -490,7 +490,7 @@ pub fn math(host: &Host, target: &Target) -> Math {
         fds_per_worker: sockets.div_ceil(host.cpus.max(1)),
         conns_per_source: outgoing.then_some(per_source),
         source_ips_per_destination: outgoing
-            .then(|| ports::sources_needed(target.conns, port_count(), false)),
+            .then(|| ports::sources_needed(target.conns, port_count())),
         time_wait_bytes_at_cap: tw_cap.saturating_mul(host.obj.time_wait),
         keepalive_probes_default: sockets / DEFAULT_KEEPALIVE_SECS,
         keepalive_probes_notes: sockets / NOTES_KEEPALIVE_SECS,

@@ -225,14 +225,11 @@ pub fn ephemeral_ports(ctx: &Ctx) -> Finding {
             f = f.fix(format!(
                 "sysctl -w net.ipv4.ip_local_port_range=\"{range}\"  # {} ports; then {} for {want} connections to {}",
                 wide,
-                sources(ports::sources_needed(want, wide, false)),
+                sources(ports::sources_needed(want, wide)),
                 top.dest
             ));
         }
-        let (keep, per) = (
-            ports::sources_needed(want, size, false),
-            ports::per_pair(size, false),
-        );
+        let (keep, per) = (ports::sources_needed(want, size), ports::per_pair(size));
         f = f.fix(format!(
             "{}use {} towards {} ({per} connections each, under half of the range): {}",
             if wide > size {

@@ -31,6 +31,8 @@
 # accept path without bench, a third ratio. PERF=1 records a system-wide profile (perf record
 # -a -g, PERF_SECS s from PERF_AT s (5) into each ramp; PERF_AT=0 for ramps shorter than that) of both ramps and draws flame graphs
 # (bench/flamegraph.py) to bench/out/ramp-{floor-connect,floor-subscribe,serve-naive,serve}-N.svg.
+# SCHED=1 records the scheduler during the ack probe (perf sched, SCHED_AT / SCHED_SECS) and
+# writes each process group's wake-up-to-run delay to bench/out/sched-N.txt (bench/sched-delay.py).
 # serve's own publish_ack / fan_out histograms (/status, server side) are logged beside
 # bench's publish_ack (client side), to tell the server's share of an ack from the box's.
 #
@@ -264,12 +266,64 @@ ack_probe_start() { # SECONDS_INTO_THE_HOLD
         --connect-timeout 60s --hold "${window}s" --publish-rate "$PROBE_RATE" --publish-url "http://$API/pub/{ch}" \
         --report "$OUT/ackprobe-$N$TAG.json" "${BENCH_NICE[@]}" -q >"$TMP/ackprobe.txt" 2>&1 &
     PROBE_PID=$!
+    head -1 /proc/stat >"$TMP/probe-cpu0"
+    (sleep "$window"; head -1 /proc/stat >"$TMP/probe-cpu1") &
+    sched_start
     log "ack probe: 1 subscriber of ackprobe, $PROBE_RATE publishes/s for ${window}s beside the fan-outs (report $OUT/ackprobe-$N$TAG.json)"
+}
+# SCHED=1: `perf sched record` of the whole box for SCHED_SECS (20) from SCHED_AT (30) s into
+# the probe's window (so across a fan-out or two), then each process group's scheduling delay
+# (wake-up to run; bench/sched-delay.py): serve's master and control worker (the publish's
+# path), its subscriber workers, the probe's publisher (bench coordinator) and its workers.
+# Written to bench/out/sched-N$TAG.txt; SCHED_KEEP=FILE keeps the raw timehist there too.
+SCHED=${SCHED:-0}
+SCHED_AT=${SCHED_AT:-30}
+SCHED_SECS=${SCHED_SECS:-20}
+SCHED_PID=""
+sched_start() {
+    [ "$SCHED" = 1 ] || return 0
+    (
+        sleep "$SCHED_AT"
+        status | python3 -c '
+import json, sys
+w = json.load(sys.stdin).get("workers", [])
+print("control=" + ",".join(str(x["pid"]) for x in w if x.get("role") == "control"))
+print("subscriber-workers=" + ",".join(str(x["pid"]) for x in w if x.get("role") != "control"))
+' >"$TMP/sched-groups.txt" || true
+        echo "master=$SPID" >>"$TMP/sched-groups.txt"
+        echo "probe-publisher=$PROBE_PID" >>"$TMP/sched-groups.txt"
+        echo "probe-workers=$(cat /proc/"$PROBE_PID"/task/*/children 2>/dev/null | tr ' ' ',')" >>"$TMP/sched-groups.txt"
+        echo "bench-load=$BPID,$(cat /proc/"$BPID"/task/*/children 2>/dev/null | tr ' ' ',')" >>"$TMP/sched-groups.txt"
+        perf sched record -q -a -o "$TMP/sched.data" -- sleep "$SCHED_SECS" >/dev/null 2>&1
+    ) &
+    SCHED_PID=$!
+}
+sched_done() {
+    [ -n "$SCHED_PID" ] || return 0
+    wait "$SCHED_PID" 2>/dev/null || true
+    SCHED_PID=""
+    {
+        echo "# scheduling delay (wake-up to run) per process group, perf sched record -a, ${SCHED_SECS}s from ${SCHED_AT}s into the ack probe's window"
+        perf sched timehist -i "$TMP/sched.data" >"$TMP/timehist.txt" 2>/dev/null || true
+        if [ -n "${SCHED_KEEP:-}" ]; then cp "$TMP/timehist.txt" "$SCHED_KEEP"; fi
+        # shellcheck disable=SC2046
+        python3 "$HERE/sched-delay.py" "$TMP/timehist.txt" $(cat "$TMP/sched-groups.txt")
+    } | tee "$OUT/sched-$N$TAG.txt" | tee -a "$LOG"
 }
 ack_probe_done() {
     [ -n "$PROBE_PID" ] || return 0
     wait "$PROBE_PID" || true
     PROBE_PID=""
+    # Time the hypervisor gave this VM's CPUs to others (steal) stalls every process at once.
+    python3 - "$TMP/probe-cpu0" "$TMP/probe-cpu1" <<'PY' | tee -a "$LOG"
+import sys
+try:
+    a, b = ([int(x) for x in open(f).read().split()[1:9]] for f in sys.argv[1:3])
+except (OSError, ValueError):
+    print("CPU time during the ack probe's window: not read"); sys.exit(0)
+d = [y - x for x, y in zip(a, b)]
+print(f"CPU time during the ack probe's window: steal {d[7] / max(sum(d), 1) * 100:.1f} %, softirq {d[6] / max(sum(d), 1) * 100:.1f} %, idle {d[3] / max(sum(d), 1) * 100:.1f} %")
+PY
     python3 - "$OUT/ackprobe-$N$TAG.json" <<'PY' | tee -a "$LOG"
 import json, sys
 try:
@@ -394,6 +448,7 @@ fi
 wait "$BPID" || log "bench exit status $?"
 BPID=""
 ack_probe_done
+sched_done
 # Server-side histograms also when the ramp fell short (the held section above was skipped).
 S2=$(status)
 log "serve latency histograms at the end (server side, /status): publish_ack $(echo "$S2" | jget latency.publish_ack); fan_out $(echo "$S2" | jget latency.fan_out)"

@@ -20,20 +20,7 @@ source "$(dirname "$0")/lib.sh" # OUT, work_dir, c1m_binary, track_pid, stop_pid
 c1m_binary
 ensure_nchan
 work_dir
-gcc -O2 -o "$WORK/cpugap" -x c - <<'C'
-#include <stdio.h>
-#include <stdint.h>
-#include <stdlib.h>
-#include <time.h>
-static uint64_t now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1000000000ull + t.tv_nsec; }
-int main(int argc, char **argv) {
-    uint64_t end = now() + strtoull(argv[1], 0, 10) * 1000000000ull, last = now(), lost = 0, worst = 0;
-    for (uint64_t t; (t = now()) < end; last = t)
-        if (t - last > 1000000) { lost += t - last; if (t - last > worst) worst = t - last; }
-    printf("lost %.0f ms in gaps over 1 ms, worst %.1f ms\n", lost / 1e6, worst / 1e6);
-    return 0;
-}
-C
+gcc -O2 -Wall -o "$WORK/cpugap" "$(dirname "$0")/cpugap.c"
 OUTF="$OUT/ack-idle-$(date -u +%Y%m%dT%H%MZ).txt"
 echo "# ack-idle: 1 SSE subscriber, $RATE publishes/s for ${SECS}s per run, $(nproc) CPUs, $(uname -r), $(date -u +%Y-%m-%dT%H:%M:%SZ), load $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$OUTF"
 

@@ -13,7 +13,9 @@ p99, p99.9, max (ms), the share of runs delayed over 1 ms and 4 ms (one tick at 
 and the mean run time. Then what held the CPU while the groups named in PATH (control,
 master, probe-publisher) waited over 4 ms: CPU time of each group or command that ran on
 that CPU inside those waits; and the longest single runs (over 5 ms) by group or command:
-with PREEMPT_NONE a task in a long kernel path keeps the CPU from a woken one.
+with PREEMPT_NONE a task in a long kernel path keeps the CPU from a woken one. Last, per
+CPU: switches and the time in runs over 20 ms (a CPU the host took away shows as long runs
+of whatever was on it, `<idle>` included, while the other CPU has a queue).
 """
 import collections
 import re
@@ -49,6 +51,8 @@ def main():
     long_runs = collections.defaultdict(list)  # who -> run ms over LONG_RUN_MS
     long_waits = 0
     seen = set()
+    cpu_switches = collections.Counter()
+    cpu_long_ms = collections.Counter()
     with open(sys.argv[1], errors="replace") as f:
         for line in f:
             m = LINE.match(line)
@@ -67,6 +71,9 @@ def main():
                 seen.add(tid)
                 continue
             start = end - run / 1e3
+            cpu_switches[cpu] += 1
+            if run > 20.0:
+                cpu_long_ms[cpu] += run
             if who in PATH and delay > LONG_WAIT_MS:
                 long_waits += 1
                 wait_from = start - delay / 1e3
@@ -99,6 +106,8 @@ def main():
     ranked = sorted(long_runs.items(), key=lambda kv: -sum(kv[1]))
     for who, r in ranked[:8]:
         print(f"  {who}: {len(r)} runs, max {max(r):.1f} ms, total {sum(r):.0f} ms")
+    for cpu in sorted(cpu_switches):
+        print(f"cpu {cpu}: {cpu_switches[cpu]} switches, {cpu_long_ms[cpu]:.0f} ms in runs over 20 ms")
 
 
 if __name__ == "__main__":

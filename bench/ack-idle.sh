@@ -27,6 +27,7 @@ echo "# ack-idle: 1 SSE subscriber, $RATE publishes/s for ${SECS}s per run, $(np
 run() { # LABEL
     local label=$1 pid gaps=()
     if [ "$label" = c1m ]; then
+        # Not lib.sh's start_serve: that one sets --worker-nice 0; the target is the defaults.
         "$C1M" serve --listen "127.0.0.1:$PORT" >"$WORK/serve.log" 2>&1 &
         pid=$!
         track_pid "$pid"

@@ -1,5 +1,6 @@
 //! A framed, non-blocking Unix stream between master and a worker: whole frames out through a
-//! bounded buffer, whole frames in. Both sides register it with their mio loop.
+//! bounded buffer, whole frames in. Both sides register it with their mio loop, and watch its
+//! writable edges only while bytes wait to go out ([`Link::flush_and_watch`]).
 //!
 //! Nothing is ever dropped here. The bound is kept by the producers: above [`HIGH_WATER`]
 //! unsent bytes a link is *congested*, and new work that would add to it is refused at its
@@ -11,6 +12,7 @@
 use crate::growing_read::GrowingRead;
 use crate::ipc::MAX_FRAME;
 use mio::net::UnixStream;
+use mio::{Interest, Registry, Token};
 use std::io::{self, Read, Write};
 
 /// Unsent bytes above which a link is congested and producers are pushed back.
@@ -32,6 +34,8 @@ pub struct Link {
     reads: GrowingRead,
     outbuf: Vec<u8>,
     out_pos: usize,
+    /// The registration includes writable edges (bytes were left unsent at the last flush).
+    watching_writable: bool,
 }
 
 impl Link {
@@ -42,7 +46,36 @@ impl Link {
             reads: GrowingRead::new(MAX_READ),
             outbuf: Vec::new(),
             out_pos: 0,
+            watching_writable: false,
         }
+    }
+
+    /// Registers the link with a loop, for reading; writable edges are added by
+    /// [`Link::flush_and_watch`] when a flush leaves bytes behind.
+    pub fn register(&mut self, registry: &Registry, token: Token) -> io::Result<()> {
+        registry.register(&mut self.stream, token, Interest::READABLE)?;
+        self.watching_writable = false;
+        Ok(())
+    }
+
+    /// The loop's flush phase: writes what it can, then makes the registration watch writable
+    /// edges exactly while bytes wait. A Unix socket signals writable space each time its
+    /// peer reads, so a registration that always watched them would wake this process once
+    /// per frame the peer took (a publish's two frames, every worker's figures) for nothing.
+    /// Switching costs one `epoll_ctl` per congestion episode, not per frame.
+    pub fn flush_and_watch(&mut self, registry: &Registry, token: Token) -> io::Result<()> {
+        self.flush()?;
+        let waiting = self.backlog() > 0;
+        if waiting != self.watching_writable {
+            let interest = if waiting {
+                Interest::READABLE | Interest::WRITABLE
+            } else {
+                Interest::READABLE
+            };
+            registry.reregister(&mut self.stream, token, interest)?;
+            self.watching_writable = waiting;
+        }
+        Ok(())
     }
 
     /// Queues an encoded frame; it is written by the owner loop's flush phase (one write per
@@ -274,5 +307,83 @@ mod tests {
             MAX_READ,
             "a busy link reads in large steps"
         );
+    }
+
+    /// The sender's events within `wait`: (readable, writable) seen at all.
+    fn events_within(poll: &mut mio::Poll, wait: std::time::Duration) -> (bool, bool) {
+        let mut events = mio::Events::with_capacity(8);
+        poll.poll(&mut events, Some(wait)).unwrap();
+        events.iter().fold((false, false), |(r, w), e| {
+            (r || e.is_readable(), w || e.is_writable())
+        })
+    }
+
+    #[test]
+    fn a_frame_the_peer_reads_does_not_wake_the_sender() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let mut poll = mio::Poll::new().unwrap();
+        let mut tx = Link::new(a);
+        let mut rx = Link::new(b);
+        tx.register(poll.registry(), Token(1)).unwrap();
+        for i in 0..3 {
+            tx.send(frame(i, 100)).unwrap();
+            tx.flush_and_watch(poll.registry(), Token(1)).unwrap();
+            let mut n = 0;
+            assert!(rx.read_frames(|_| n += 1).unwrap());
+            assert_eq!(n, 1);
+            // The read frees space in the sender's socket; a registration watching writable
+            // edges would get one here, a wake-up for nothing.
+            let (readable, writable) =
+                events_within(&mut poll, std::time::Duration::from_millis(50));
+            assert!(!readable && !writable, "frame {i}: the sender was woken");
+        }
+    }
+
+    #[test]
+    fn a_backlog_is_watched_until_it_is_written_then_no_longer() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let mut poll = mio::Poll::new().unwrap();
+        let mut tx = Link::new(a);
+        let mut rx = Link::new(b);
+        tx.register(poll.registry(), Token(1)).unwrap();
+        // More than the socket takes: bytes are left behind, so writable edges are watched.
+        let frames = 40;
+        for i in 0..frames {
+            tx.send(frame(i as u8, 60_000)).unwrap();
+        }
+        tx.flush_and_watch(poll.registry(), Token(1)).unwrap();
+        assert!(
+            tx.backlog() > 0,
+            "the socket took everything; the test needs a backlog"
+        );
+        assert!(tx.watching_writable);
+        let mut got = 0;
+        for _ in 0..10_000 {
+            assert!(rx.read_frames(|_| got += 1).unwrap());
+            // The peer's read is announced as a writable edge, and the flush goes on.
+            let (_, writable) = events_within(&mut poll, std::time::Duration::from_secs(2));
+            assert!(
+                writable || tx.backlog() == 0,
+                "no writable edge with bytes waiting"
+            );
+            tx.flush_and_watch(poll.registry(), Token(1)).unwrap();
+            if tx.backlog() == 0 {
+                break;
+            }
+        }
+        assert_eq!(tx.backlog(), 0);
+        assert!(
+            !tx.watching_writable,
+            "nothing waits: writable edges are no longer watched"
+        );
+        for _ in 0..10_000 {
+            if got == frames {
+                break;
+            }
+            assert!(rx.read_frames(|_| got += 1).unwrap());
+        }
+        assert_eq!(got, frames);
+        let (readable, writable) = events_within(&mut poll, std::time::Duration::from_millis(50));
+        assert!(!readable && !writable, "the last reads woke the sender");
     }
 }

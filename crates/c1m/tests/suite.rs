@@ -67,6 +67,7 @@ mod serve_protocols;
 mod serve_proxy;
 mod serve_publish_idempotency;
 mod serve_publish_move;
+mod serve_reads;
 mod serve_redis_cluster;
 mod serve_redis_failover;
 mod serve_resume_gaps;

@@ -7,6 +7,7 @@
 use super::{api, status, Master};
 use crate::broker::{Event, Req};
 use crate::ipc::{ToMaster, ToWorker};
+use mio::Token;
 use std::rc::Rc;
 use std::time::Instant;
 
@@ -71,16 +72,15 @@ impl Master {
         }
     }
 
-    /// The loop's flush phase: every frame queued this turn goes out, one write per link.
+    /// The loop's flush phase: every frame queued this turn goes out, one write per link, and
+    /// each link watches writable edges only while some of its bytes wait.
     pub(super) fn flush_links(&mut self) {
         for i in 0..self.slots.len() {
             let Some(link) = self.slots[i].link.as_mut() else {
                 continue;
             };
-            if link.backlog() > 0 {
-                if let Err(e) = link.flush() {
-                    self.link_failed(i, &e);
-                }
+            if let Err(e) = link.flush_and_watch(self.poll.registry(), Token(i)) {
+                self.link_failed(i, &e);
             }
         }
     }

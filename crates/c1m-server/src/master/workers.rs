@@ -8,7 +8,7 @@ use crate::link::Link;
 use crate::worker;
 use anyhow::Context;
 use mio::net::UnixStream;
-use mio::{Interest, Token};
+use mio::Token;
 use std::os::fd::AsRawFd;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -111,11 +111,7 @@ impl Master {
         link.send(ToWorker::Secrets(self.secrets.clone()).encode())
             .and_then(|()| link.flush())
             .context("sending the worker its key material")?;
-        self.poll.registry().register(
-            &mut link.stream,
-            Token(i),
-            Interest::READABLE | Interest::WRITABLE,
-        )?;
+        link.register(self.poll.registry(), Token(i))?;
         tracing::debug!(worker = i, pid = child.id(), "worker started");
         let slot = &mut self.slots[i];
         slot.stats = WorkerStats {

@@ -1,13 +1,47 @@
 //! A connection's readiness: flush what it owes when writable (and go on with what waited
-//! for that), read to WouldBlock when readable, and hand the input to its protocol.
+//! for that), read to WouldBlock (or to a short read, see [`ReadUntil`]) when readable, and
+//! hand the input to its protocol.
 
 use super::conn::{self, Kind};
 use super::requests;
 use super::Worker;
 use std::io;
 
+/// How far one pass of reads on a readable socket goes.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum ReadUntil {
+    /// To WouldBlock: bytes may be waiting that no new event will announce (a resumed read, a
+    /// connection taken over from another process).
+    WouldBlock,
+    /// Also stop at a read that left room in the buffer, on a plaintext socket that epoll has
+    /// just reported readable and neither closed nor in error. Such a read drained the socket,
+    /// and bytes or a FIN arriving later raise a new edge (epoll(7) on stream sockets), so the
+    /// read that would return WouldBlock is a system call for nothing: one per request on a
+    /// subscribe or a keep-alive publish. TLS input is read to WouldBlock (the session
+    /// buffers records, so a short plaintext read says nothing about the socket).
+    ShortRead,
+}
+
+impl ReadUntil {
+    /// What an epoll event allows: a short read ends the pass unless the peer closed or the
+    /// socket is in error (then the read to EOF or to the error must happen now).
+    pub(super) fn for_event(event: &mio::event::Event) -> ReadUntil {
+        if event.is_read_closed() || event.is_error() {
+            ReadUntil::WouldBlock
+        } else {
+            ReadUntil::ShortRead
+        }
+    }
+}
+
 impl Worker {
-    pub(super) fn on_conn_event(&mut self, token: u64, readable: bool, writable: bool) {
+    pub(super) fn on_conn_event(
+        &mut self,
+        token: u64,
+        readable: bool,
+        writable: bool,
+        until: ReadUntil,
+    ) {
         let Some((idx, mut conn)) = self.conns.by_token(token) else {
             return;
         };
@@ -16,7 +50,7 @@ impl Worker {
                 self.h2_flush(idx);
             }
             if readable {
-                self.on_readable(idx);
+                self.on_readable(idx, until);
             }
             return;
         }
@@ -41,11 +75,12 @@ impl Worker {
             }
         }
         if readable {
-            self.on_readable(idx);
+            self.on_readable(idx, until);
         }
     }
 
-    /// Reads until WouldBlock: with edge-triggered epoll, bytes left unread get no new event.
+    /// Reads until WouldBlock (or a short read, `until`): with edge-triggered epoll, bytes
+    /// left unread get no new event.
     /// Kinds that expect input accumulate it; streams discard it. Input is used as it arrives
     /// (pipelined requests are answered while the rest is read), so the buffer stays within
     /// `input_limit`. The one exception to reading to WouldBlock: a full buffer that the
@@ -54,7 +89,7 @@ impl Worker {
     /// connection is marked READ_PAUSED so `resume_input` reads on when it can go on.
     /// Input kept from earlier events is read on in its own buffer (nothing copied); otherwise
     /// the worker's scratch buffer takes the reads and only a leftover tail is copied out.
-    pub(super) fn on_readable(&mut self, idx: usize) {
+    pub(super) fn on_readable(&mut self, idx: usize, until: ReadUntil) {
         if self.handover.frozen {
             return; // read after an abort, or by the new worker
         }
@@ -93,8 +128,12 @@ impl Worker {
                 break;
             };
             let old = buf.len();
-            let room = buf.for_append(self.reads.size());
-            match self.reads.append(room, |dst| conn.read(dst)) {
+            let asked = self.reads.size();
+            let stop_short = until == ReadUntil::ShortRead && conn.reads_socket_directly();
+            let room = buf.for_append(asked);
+            let got = self.reads.append(room, |dst| conn.read(dst));
+            let drained = stop_short && matches!(got, Ok(n) if n > 0 && n < asked);
+            match got {
                 Ok(0) => {
                     eof = true;
                     break;
@@ -125,6 +164,9 @@ impl Worker {
                     error = Some(e);
                     break;
                 }
+            }
+            if drained {
+                break;
             }
         }
         let kind = self.conns.get(idx).map(|c| c.kind);

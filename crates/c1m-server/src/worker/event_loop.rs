@@ -4,6 +4,7 @@
 //! heartbeat and ping sweeps, figures for the master, heap trimming, the end of a shutdown).
 //! Each phase is a short method; what the loop keeps between turns is [`Turn`].
 
+use super::conn_events::ReadUntil;
 use super::publish_move;
 use super::sweep;
 use super::timers;
@@ -107,7 +108,7 @@ impl Worker {
         // The turn's presence changes, in one frame, then every frame queued this turn goes to
         // the master in one write, before waiting.
         self.flush_presence();
-        if let Err(e) = self.link.flush() {
+        if let Err(e) = self.link.flush_and_watch(self.poll.registry(), MASTER_LINK) {
             self.link_failed.get_or_insert(e);
         }
         let timeout = if self.handover.frozen {
@@ -151,9 +152,12 @@ impl Worker {
                     }
                 }
                 _ if self.handover.frozen => {}
-                token => {
-                    self.on_conn_event(token.0 as u64, event.is_readable(), event.is_writable())
-                }
+                token => self.on_conn_event(
+                    token.0 as u64,
+                    event.is_readable(),
+                    event.is_writable(),
+                    ReadUntil::for_event(event),
+                ),
             }
         }
         Flow::Continue(())

@@ -6,6 +6,7 @@
 //! so whichever way it ends, every byte goes out exactly once.
 
 use super::conn::{Conn, Kind, WsMessage, H2_STREAM};
+use super::conn_events::ReadUntil;
 use super::{token_of, Worker, ADMIN_LISTENER, HTTP_LISTENER, TCP_LISTENER};
 use crate::ipc::ToMaster;
 use anyhow::{bail, Context};
@@ -335,7 +336,7 @@ impl Worker {
             .map(|(i, c)| token_of(i, c.generation))
             .collect();
         for token in tokens {
-            self.on_conn_event(token, true, true);
+            self.on_conn_event(token, true, true, ReadUntil::WouldBlock);
         }
         let waiting: Vec<u64> = self
             .conns

@@ -394,11 +394,7 @@ impl Worker {
             None => None,
         };
         let mut link = Link::new(link);
-        poll.registry().register(
-            &mut link.stream,
-            MASTER_LINK,
-            Interest::READABLE | Interest::WRITABLE,
-        )?;
+        link.register(poll.registry(), MASTER_LINK)?;
         // A subscriber worker keeps an admin listener handed over by a predecessor from before
         // the control worker (closing it would reset the connections in its queue).
         let admin = match cfg.admin_listen {

@@ -30,6 +30,7 @@
 //! bound).
 
 use super::conn::{Kind, EXPIRES, PROXY_PENDING, READ_PAUSED, WS_ENVELOPE};
+use super::conn_events::ReadUntil;
 use super::requests::Transport;
 use super::Worker;
 use crate::auth::Grant;
@@ -826,7 +827,7 @@ impl Worker {
         if self.conns.get(idx).is_some_and(|c| {
             c.kind == Kind::Ws && c.flags & READ_PAUSED != 0 && c.edge & PROXY_PENDING == 0
         }) {
-            self.on_readable(idx);
+            self.on_readable(idx, ReadUntil::WouldBlock);
         }
     }
 

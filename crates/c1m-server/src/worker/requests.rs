@@ -4,6 +4,7 @@
 
 use super::conn::Kind;
 use super::conn::{CONTINUE_SENT, READ_PAUSED};
+use super::conn_events::ReadUntil;
 use super::Worker;
 use crate::config::Config;
 use crate::ipc::ToMaster;
@@ -88,7 +89,7 @@ impl Worker {
             .get(idx)
             .is_some_and(|c| c.flags & READ_PAUSED != 0)
         {
-            return self.on_readable(idx);
+            return self.on_readable(idx, ReadUntil::WouldBlock);
         }
         let Some(mut pending) = self.conns.get_mut(idx).and_then(|mut c| c.take_inbuf()) else {
             return;

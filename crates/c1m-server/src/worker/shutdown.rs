@@ -85,6 +85,13 @@ impl Worker {
         if conn.kind == Kind::Closing && conn.has_out() {
             return;
         }
+        if matches!(conn.kind, Kind::Publishing | Kind::Status) {
+            // The master's answer is on its way (a publish's id, the figures): a peer that
+            // half-closed after its request gets it, with `Connection: close`, then the close.
+            // A peer that is gone makes that write fail, which closes the connection too.
+            self.conns[idx].keep_alive = false;
+            return;
+        }
         self.close(idx);
     }
 

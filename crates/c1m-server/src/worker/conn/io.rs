@@ -164,6 +164,12 @@ impl<'a> ConnMut<'a> {
         }
     }
 
+    /// Whether [`Self::read`] reads the socket itself (plaintext, not an HTTP/2 stream), so
+    /// a short read means the socket had no more.
+    pub fn reads_socket_directly(&self) -> bool {
+        self.tls.is_none() && self.h2.is_none()
+    }
+
     /// Reads what the peer sent (decrypted on a TLS connection): `Read::read`'s contract.
     pub fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match &mut self.tls {

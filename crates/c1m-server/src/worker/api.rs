@@ -55,7 +55,7 @@ impl Worker {
         }
         // Never more open than /pub: the key, or loopback without one. A subscriber's JWT
         // with a publish claim grants channels, not the API.
-        let peer = self.conns[idx].stream.peer_addr().ok().map(|a| a.ip());
+        let peer = self.conns.peer_ip(idx);
         let key = self.cfg.publish_key.as_deref();
         if let Err(denied) = super::publish_rule::check(key, req, peer) {
             self.api_refuse(idx, call, denied.http_status(), denied.message(), "");

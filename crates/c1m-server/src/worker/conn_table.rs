@@ -17,6 +17,7 @@ use super::tls_session;
 use c1m_proto::chunked::Progress;
 use slab::Slab;
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::rc::Rc;
 
 /// Generations count up to here, then start over at 1 (0 is never a live generation, and
@@ -48,6 +49,11 @@ pub struct ConnTable {
     /// Publish requests waiting for the master's answer: when each was parsed (monotonic µs),
     /// for the publish-ack histogram.
     pub publish_started: HashMap<u64, u64>,
+    /// Peer addresses of connections that published or called the API, asked of the socket
+    /// once ([`ConnTable::peer_ip`]): the publish rule needs it for every request, and a
+    /// keep-alive publisher would pay a `getpeername` per publish. Kept here rather than in
+    /// [`Conn`], which every idle subscriber pays for.
+    peer_ips: HashMap<u64, IpAddr>,
     /// `/dashboard/events` streams, at most `dashboard::MAX_VIEWERS`.
     pub dashboards: Vec<u64>,
     /// The TLS sessions and the configurations new ones start from.
@@ -70,6 +76,7 @@ impl ConnTable {
             chunked_bodies: HashMap::new(),
             cors_pending: HashMap::new(),
             publish_started: HashMap::new(),
+            peer_ips: HashMap::new(),
             dashboards: Vec::new(),
             tls: tls_session::Sessions::default(),
             users: HashMap::new(),
@@ -122,6 +129,19 @@ impl ConnTable {
                 self.by_user.remove(&user);
             }
         }
+    }
+
+    /// The peer address of the connection in slot `idx`, from the socket the first time and
+    /// from memory after; None when the socket cannot say (it is already gone).
+    pub fn peer_ip(&mut self, idx: usize) -> Option<IpAddr> {
+        let conn = self.slab.get(idx)?;
+        let token = token_of(idx, conn.generation);
+        if let Some(&ip) = self.peer_ips.get(&token) {
+            return Some(ip);
+        }
+        let ip = conn.stream.peer_addr().ok()?.ip();
+        self.peer_ips.insert(token, ip);
+        Some(ip)
     }
 
     /// The generation for the next new connection.
@@ -231,6 +251,9 @@ impl ConnTable {
         }
         if !self.publish_started.is_empty() {
             self.publish_started.remove(&token);
+        }
+        if !self.peer_ips.is_empty() {
+            self.peer_ips.remove(&token);
         }
         if !self.dashboards.is_empty() {
             self.dashboards.retain(|&t| t != token);
@@ -380,12 +403,17 @@ mod tests {
         table.set_user(ta, "ann");
         table.set_user(tb, "ann");
         assert_eq!(table.by_user["ann"], [ta, tb]);
+        let loopback = Some(std::net::Ipv4Addr::LOCALHOST.into());
+        assert_eq!(table.peer_ip(ia), loopback, "asked of the socket");
+        assert_eq!(table.peer_ip(ib), loopback);
+        assert_eq!(table.peer_ips.len(), 2, "kept for the next request");
         assert!(table.remove(ia).is_some());
         assert!(table.remove(ia).is_none(), "removed once");
         assert_eq!(table.replays.keys().collect::<Vec<_>>(), [&tb]);
         assert_eq!(table.chunked_bodies.len(), 1);
         assert_eq!(table.cors_pending.len(), 1);
         assert_eq!(table.publish_started.len(), 1);
+        assert_eq!(table.peer_ips.keys().collect::<Vec<_>>(), [&tb]);
         assert_eq!(table.dashboards, [tb]);
         assert_eq!(table.by_user["ann"], [tb]);
         assert_eq!(table.user_of(ta), None);

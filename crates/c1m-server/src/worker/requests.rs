@@ -486,7 +486,7 @@ impl Worker {
 
     /// The publish rule (`publish_rule`), shared with WebSocket client publish.
     pub(super) fn publish_allowed(&mut self, idx: usize, req: &Request<'_>, channel: &str) -> bool {
-        let peer = self.conns[idx].stream.peer_addr().ok().map(|a| a.ip());
+        let peer = self.conns.peer_ip(idx);
         let key = self.cfg.publish_key.as_deref();
         match super::publish_rule::check_with_token(key, &self.auth, req, peer, &[channel]) {
             Ok(()) => true,

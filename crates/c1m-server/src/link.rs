@@ -318,13 +318,18 @@ mod tests {
         })
     }
 
+    /// A sending link registered (as `Token(1)`) with its own poll, and its peer.
+    fn registered_pair() -> (mio::Poll, Link, Link) {
+        let (a, b) = UnixStream::pair().unwrap();
+        let poll = mio::Poll::new().unwrap();
+        let mut tx = Link::new(a);
+        tx.register(poll.registry(), Token(1)).unwrap();
+        (poll, tx, Link::new(b))
+    }
+
     #[test]
     fn a_frame_the_peer_reads_does_not_wake_the_sender() {
-        let (a, b) = UnixStream::pair().unwrap();
-        let mut poll = mio::Poll::new().unwrap();
-        let mut tx = Link::new(a);
-        let mut rx = Link::new(b);
-        tx.register(poll.registry(), Token(1)).unwrap();
+        let (mut poll, mut tx, mut rx) = registered_pair();
         for i in 0..3 {
             tx.send(frame(i, 100)).unwrap();
             tx.flush_and_watch(poll.registry(), Token(1)).unwrap();
@@ -341,11 +346,7 @@ mod tests {
 
     #[test]
     fn a_backlog_is_watched_until_it_is_written_then_no_longer() {
-        let (a, b) = UnixStream::pair().unwrap();
-        let mut poll = mio::Poll::new().unwrap();
-        let mut tx = Link::new(a);
-        let mut rx = Link::new(b);
-        tx.register(poll.registry(), Token(1)).unwrap();
+        let (mut poll, mut tx, mut rx) = registered_pair();
         // More than the socket takes: bytes are left behind, so writable edges are watched.
         let frames = 40;
         for i in 0..frames {

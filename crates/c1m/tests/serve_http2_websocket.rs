@@ -289,15 +289,17 @@ fn a_websocket_stream_whose_window_stays_shut_is_closed_while_its_sibling_keeps_
     let mut py = websocket_py(srv.http.port(), &["stall", "40"]);
     py.ready();
     srv.wait_status(|s| s["connections"]["websocket"] == 2);
-    let payload = vec![b'x'; 16 * 1024];
-    // 640 KiB to the stalled stream: past its 64 KiB window and the 256 KiB it may hold.
-    for _ in 0..40 {
-        srv.publish("stall", &payload);
-        srv.publish("live", &payload);
+    // 640 KiB to the stalled stream: past its 64 KiB window and the 256 KiB it may hold. Each
+    // message spans two DATA frames; it is numbered so that a lost, doubled or split one shows.
+    let message = |i: usize| format!("{i:08}{}", "x".repeat(16 * 1024 - 8));
+    for i in 0..40 {
+        srv.publish("stall", message(i).as_bytes());
+        srv.publish("live", message(i).as_bytes());
     }
     let v = py.result();
     assert_eq!(v["complete"], true, "{v}");
-    assert_eq!(v["live"], 40, "{v}");
+    let heads: Vec<String> = (0..40).map(|i| format!("{i:08}")).collect();
+    assert_eq!(v["live_heads"], json!(heads), "{v}");
     assert_eq!(v["stall_reset"], 8, "expected RST_STREAM CANCEL: {v}");
     assert!(v["live_reset"].is_null(), "{v}");
     let s = srv.wait_status(|s| s["http2"]["slow_streams"] == 1);

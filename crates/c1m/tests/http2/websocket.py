@@ -20,7 +20,8 @@ Modes:
                  answered 200; an open one also sends its message, and says the messages and
                  close frame that came within 3 s.
   stall COUNT    Two WebSockets: /sub/stall (its stream window is never reopened) and /sub/live
-                 (read normally). Ends when live has COUNT messages and stall was reset.
+                 (read normally). Ends when live has COUNT messages and stall was reset; says
+                 the first 8 characters of each message live got.
   goaway         One WebSocket on /sub/up; ends when the server has sent GOAWAY and ended or
                  reset the stream, or closed the connection; says the close frame it got.
 """
@@ -65,6 +66,7 @@ class Streams:
         self.ws = {sid: FrameProtocol(client=True, extensions=[]) for sid in websockets}
         self.status, self.headers, self.body = {}, {}, {}
         self.texts = {sid: [] for sid in websockets}
+        self.partial = {}  # stream id -> (opcode, payload pieces) of a message still arriving
         self.pongs = {sid: [] for sid in websockets}
         self.closes, self.ended, self.resets = {}, set(), {}
         self.settings = {}
@@ -84,20 +86,39 @@ class Streams:
             if fp is None or self.status.get(ev.stream_id) != "200":
                 self.body[ev.stream_id] = self.body.get(ev.stream_id, b"") + ev.data
                 return
-            fp.receive_bytes(ev.data)
-            for frame in fp.received_frames():
-                if frame.opcode == Opcode.TEXT:
-                    self.texts[ev.stream_id].append(frame.payload)
-                elif frame.opcode == Opcode.PONG:
-                    self.pongs[ev.stream_id].append(frame.payload.decode())
-                elif frame.opcode == Opcode.CLOSE:
-                    self.closes[ev.stream_id] = [int(frame.payload[0]), frame.payload[1]]
+            for opcode, payload in self.messages(ev.stream_id, ev.data):
+                if opcode == Opcode.TEXT:
+                    self.texts[ev.stream_id].append(payload)
+                elif opcode == Opcode.PONG:
+                    self.pongs[ev.stream_id].append(payload.decode())
+                elif opcode == Opcode.CLOSE:
+                    self.closes[ev.stream_id] = [int(payload[0]), payload[1]]
         elif isinstance(ev, h2.events.StreamEnded):
             self.ended.add(ev.stream_id)
         elif isinstance(ev, h2.events.StreamReset):
             self.resets[ev.stream_id] = int(ev.error_code)
         elif isinstance(ev, h2.events.ConnectionTerminated):
             self.goaway = int(ev.error_code)
+
+    def messages(self, sid, data):
+        """Whole messages (opcode, payload) that `data` completes on `sid`. wsproto yields a
+        frame in pieces as its bytes arrive (a 16 KiB message spans two DATA frames), each piece
+        under the message's opcode; the pieces are joined here so one message counts once."""
+        fp = self.ws[sid]
+        fp.receive_bytes(data)
+        done = []
+        for frame in fp.received_frames():
+            if frame.opcode.iscontrol():  # whole, and may come between a message's pieces
+                done.append((frame.opcode, frame.payload))
+                continue
+            opcode, pieces = self.partial.get(sid) or (frame.opcode, [])
+            pieces.append(frame.payload)
+            if not frame.message_finished:
+                self.partial[sid] = (opcode, pieces)
+                continue
+            self.partial.pop(sid, None)
+            done.append((opcode, pieces[0][:0].join(pieces)))
+        return done
 
     def send_ws(self, sock, sid, data):
         """Sends WebSocket bytes as DATA frames of at most the peer's frame size (the server's
@@ -200,8 +221,7 @@ def mode_stall(port, count):
                 return
             if n:
                 conn.increment_flow_control_window(n, stream_id=live)
-            s.ws[live].receive_bytes(ev.data)
-            s.texts[live].extend(f.payload for f in s.ws[live].received_frames() if f.opcode == Opcode.TEXT)
+            s.texts[live].extend(p for op, p in s.messages(live, ev.data) if op == Opcode.TEXT)
             return
         s.on(ev)
 
@@ -211,6 +231,7 @@ def mode_stall(port, count):
     print(json.dumps({
         "complete": bool(ok),
         "live": len(s.texts[live]),
+        "live_heads": [d[:8] for d in s.data(live)],
         "stall_reset": s.resets.get(stall),
         "live_reset": s.resets.get(live),
         "stalled_bytes": stalled[0],

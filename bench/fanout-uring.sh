@@ -9,7 +9,9 @@
 # --publish-every EVERY --drain DRAIN`: each message's fan-out is measured alone. Delivery
 # latency = publisher's send time to the subscriber's parse time (p50/p99 over every delivery).
 # The floor runs as many processes as serve has workers, in the same session as serve and
-# bench (sched autogroup; see fanout.sh).
+# bench (sched autogroup; see fanout.sh). Serve's workers run at nice 0 like bench and the floor
+# (lib.sh's start_serve; C1M_WORKER_NICE=10 gives serve's own default): at its default +10 they
+# yield the shared CPUs to bench, which a deployment's subscribers never share.
 #
 # Above 200,000 subscribers the kernel limits a 1M run needs are raised as run-1m.sh does
 # (somaxconn, tcp_max_syn_backlog, tcp_mem, netdev_max_backlog, fs.file-max, nf_conntrack_max) and restored on
@@ -31,7 +33,7 @@ PORT=${PORT:-18380}
 SERVERS=${SERVERS:-epoll uring floor}
 SERVE_EXTRA=${SERVE_EXTRA:-}
 TAG=${TAG:-}
-source "$(dirname "$0")/lib.sh" # BENCH_DIR, ROOT, OUT, c1m_binary, stop_pid, wait_port
+source "$(dirname "$0")/lib.sh" # BENCH_DIR, ROOT, OUT, c1m_binary, start_serve, stop_pid, wait_port
 TMP=$(mktemp -d)
 PID=""
 on_exit 'stop_pid "$PID" 10; rm -rf "$TMP"'
@@ -46,22 +48,27 @@ SERVE_ARGS=(--listen "127.0.0.1:$PORT" --max-conns $((N * 3 / 2)))
 # shellcheck disable=SC2206 # SERVE_EXTRA is a flag list on purpose
 SERVE_ARGS+=($SERVE_EXTRA)
 # Serve's worker count (auto, from --max-conns and the fd limit), for the floor's processes.
-"$C1M" serve "${SERVE_ARGS[@]}" --io epoll >"$TMP/probe.log" 2>&1 &
-PID=$!
+start_serve "$TMP/probe.log" "${SERVE_ARGS[@]}" --io epoll
+PID=$SERVE_PID
 wait_port 127.0.0.1 "$PORT" 30
 W=$(timeout 5 curl -s "http://127.0.0.1:$PORT/status" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["workers"]))')
 stop_pid "$PID" 10
 PID=""
 sleep 2
-echo "serve: c1m serve ${SERVE_ARGS[*]} --io {epoll,uring} ($W workers); floor: fanout_floor, $W processes"
+echo "serve: c1m serve ${SERVE_ARGS[*]} --io {epoll,uring} ($W workers, C1M_WORKER_NICE=${C1M_WORKER_NICE:-0}: at bench's and the floor's priority, lib.sh's start_serve); floor: fanout_floor, $W processes"
 
 run_one() { # $1 = server, $2 = round
     local label="$1-$2"
     case $1 in
-        floor) "$TMP/fanout_floor" 127.0.0.1 "$PORT" "$W" 2>"$TMP/$label.log" & ;;
-        *) "$C1M" serve "${SERVE_ARGS[@]}" --io "$1" >"$TMP/$label.log" 2>&1 & ;;
+        floor)
+            "$TMP/fanout_floor" 127.0.0.1 "$PORT" "$W" 2>"$TMP/$label.log" &
+            PID=$!
+            ;;
+        *)
+            start_serve "$TMP/$label.log" "${SERVE_ARGS[@]}" --io "$1"
+            PID=$SERVE_PID
+            ;;
     esac
-    PID=$!
     wait_port 127.0.0.1 "$PORT" 30
     sleep 2
     echo "== round $2: $1 (load $(cut -d' ' -f1 /proc/loadavg))"

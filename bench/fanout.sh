@@ -24,7 +24,7 @@ HOLD=${HOLD:-22s}
 EVERY=${EVERY:-5s}
 DRAIN=${DRAIN:-8s}
 PORT=${PORT:-18380}
-source "$(dirname "$0")/lib.sh" # BENCH_DIR, ROOT, OUT, c1m_binary
+source "$(dirname "$0")/lib.sh" # BENCH_DIR, ROOT, OUT, c1m_binary, start_serve
 HERE=$BENCH_DIR
 TMP=$(mktemp -d)
 SPID=""
@@ -56,9 +56,9 @@ run_bench() { # $1 = label
 SERVE_ARGS=(--listen "127.0.0.1:$PORT" --max-conns $((N * 3 / 2)))
 W=""
 for i in $(seq 1 "$ROUNDS"); do
-    echo "== round $i: c1m serve ${SERVE_ARGS[*]}"
-    "$C1M" serve "${SERVE_ARGS[@]}" >"$TMP/serve-$i.log" 2>&1 &
-    SPID=$!
+    echo "== round $i: c1m serve ${SERVE_ARGS[*]} (C1M_WORKER_NICE=${C1M_WORKER_NICE:-0}, as bench and the floor)"
+    start_serve "$TMP/serve-$i.log" "${SERVE_ARGS[@]}"
+    SPID=$SERVE_PID
     wait_port 127.0.0.1 "$PORT" 20
     sleep 2
     W=$(timeout 5 curl -s "http://127.0.0.1:$PORT/status" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["workers"]))')

@@ -25,7 +25,10 @@
 # no publish in the last DRAIN of the hold, so the slower server's last fan-out still lands)
 # for fanout, CHOLD (15s) / PUBLISHERS (4) for channels and rooms, ROOMS (10000) / ROOM_SIZE
 # (20), SCENARIOS ("fanout channels"), ROUNDS (2), PORT (18480), SERVERS ("c1m nchan"; add
-# c1m-batch), BATCH (100), C1M (binary; built when unset).
+# c1m-batch), BATCH (100), PUB_RATE (channels and rooms: publish this many messages a second,
+# open loop, instead of as fast as acks come: delivery latency at a load both servers carry,
+# where the closed loop's figure mostly says how far the faster server outruns the client's
+# subscribers on the same CPUs), C1M (binary; built when unset).
 # Writes bench/out/peers.json (figures + both reports per run) and bench/out/peers.md (table).
 set -euo pipefail
 FANOUT_N=${1:-190000}
@@ -44,6 +47,7 @@ SCENARIOS=${SCENARIOS:-"fanout channels"}
 ROOMS=${ROOMS:-10000}
 ROOM_SIZE=${ROOM_SIZE:-20}
 BATCH=${BATCH:-100}
+PUB_RATE=${PUB_RATE:-}
 source "$(dirname "$0")/lib.sh"
 c1m_binary
 ensure_nchan
@@ -114,6 +118,7 @@ publish_args() { # SERVER: how that server's runs publish
     else
         echo --publish-url "$PUB"
     fi
+    if [ -n "$PUB_RATE" ]; then echo --publish-rate "$PUB_RATE"; fi
 }
 for round in $(seq "$ROUNDS"); do
     wants fanout && for s in $SERVERS; do

@@ -5,7 +5,8 @@
  * (GET PATH, Accept: text/event-stream) and reads until the end of the response head, one
  * request and one response more per connection, like a subscribe: pair with `holdlisten ... sse`.
  * Prints connections opened, failures, and the wall time until the last process finished.
- * Usage: blockconnect DST_IP PORT N PROCS SRC_FIRST SRC_COUNT [PATH]   (SRC_FIRST e.g. 127.0.1.1) */
+ * Usage: blockconnect DST_IP PORT N PROCS SRC_FIRST SRC_COUNT [PATH]   (SRC_FIRST e.g. 127.0.1.1)
+ * Env HOLD=SECS: hold the connections that long after the last is open (or until SIGTERM). */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -19,6 +20,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+static void on_term(int sig) { (void)sig; /* only wakes the HOLD wait */ }
 
 static double now(void) {
     struct timespec ts;
@@ -108,6 +111,12 @@ int main(int argc, char **argv) {
     double dt = now() - t0;
     printf("opened %ld failed %ld seconds %.3f rate %.0f\n", ok, fail, dt, ok / dt);
     fflush(stdout);
+    /* HOLD=SECS: keep the connections open that long (a SIGTERM ends the wait early). */
+    const char *hold = getenv("HOLD");
+    if (hold) {
+        signal(SIGTERM, on_term);
+        sleep((unsigned)atoi(hold));
+    }
     for (int p = 0; p < procs; p++) kill(pids[p], SIGTERM);
     while (wait(NULL) > 0) {}
     return 0;

@@ -41,7 +41,7 @@ run_one() { # LABEL BINARY
     spid=$!
     track_pid "$spid"
     wait_http "127.0.0.1:$PORT" 30
-    "$WORK/blockconnect" 127.0.0.1 "$PORT" "$N" "$PROCS" 127.0.1.1 20 /sub/idle >"$WORK/client-$label.txt" 2>&1 &
+    HOLD=3600 "$WORK/blockconnect" 127.0.0.1 "$PORT" "$N" "$PROCS" 127.0.1.1 20 /sub/idle >"$WORK/client-$label.txt" 2>&1 &
     cpid=$!
     track_pid "$cpid"
     for _ in $(seq 300); do

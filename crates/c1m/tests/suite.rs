@@ -49,6 +49,7 @@ mod serve_http2;
 mod serve_http2_websocket;
 mod serve_http_framing;
 mod serve_identity;
+mod serve_idle;
 mod serve_io_uring;
 mod serve_js_client;
 mod serve_lifecycle;

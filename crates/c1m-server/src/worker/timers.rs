@@ -47,6 +47,18 @@ impl Wheel {
         self.slots.entry(slot).or_default().push(token);
     }
 
+    /// No token is scheduled: the wheel needs no tick until one is.
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// Counts `ticks` that passed while the wheel was empty (the loop slept through them), so
+    /// that a deadline taken next is counted from the real now, not from before the sleep.
+    pub fn skip_idle(&mut self, ticks: u32) {
+        debug_assert!(self.is_empty(), "skipping ticks would lose due tokens");
+        self.now += ticks;
+    }
+
     /// Advances one tick and returns the tokens that fell due.
     pub fn advance(&mut self) -> Vec<u64> {
         self.now += 1;
@@ -59,6 +71,21 @@ impl Wheel {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ticks_slept_through_while_empty_count_toward_a_later_deadline() {
+        let mut w = Wheel::default();
+        assert!(w.is_empty());
+        w.skip_idle(25); // 2.5 s slept with nothing armed
+        let d = w.deadline_after(250);
+        assert_eq!(d, 1 + 25 + 3 + 1, "counted from the real now");
+        w.schedule(9, d);
+        assert!(!w.is_empty());
+        let fired: Vec<u32> = (0..10)
+            .filter_map(|_| w.advance().contains(&9).then_some(w.now()))
+            .collect();
+        assert_eq!(fired, [d]);
+    }
 
     #[test]
     fn fires_at_deadline() {

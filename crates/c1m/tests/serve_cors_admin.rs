@@ -217,22 +217,16 @@ fn a_wildcard_allows_any_origin_without_credentials() {
 /// kills it) and the admin address read from the banner's last field (`; admin http ADDR`).
 /// The harness's own start waits on the public /status, which is 404 here.
 pub fn start_with_admin(args: &[&str]) -> (Server, std::net::SocketAddr) {
-    let mut child = common::c1m()
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "127.0.0.1:0",
-        ])
-        .args(args)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut banner = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut banner)
-        .unwrap();
+    let mut cmd = common::c1m();
+    cmd.args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--admin-listen",
+        "127.0.0.1:0",
+    ])
+    .args(args);
+    let (child, banner) = common::spawn_for_banner(cmd);
     let (http, _) = common::parse_banner(&banner).expect("http address in banner");
     let admin = common::parse_banner_admin(&banner);
     let server = Server {

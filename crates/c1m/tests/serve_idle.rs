@@ -6,9 +6,8 @@
 use crate::common;
 
 use common::Server;
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::net::TcpStream;
-use std::process::Stdio;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -39,16 +38,10 @@ fn workers_of(master: u32) -> Vec<u32> {
 /// /status through a pooled client, whose kept-alive connection is a timer armed in a worker,
 /// which then ticks as it should. Its workers report within their first 250 ms.
 fn start_untouched(args: &[&str]) -> Server {
-    let mut child = common::c1m()
-        .args(["serve", "--listen", "127.0.0.1:0", "--workers", "1"])
-        .args(args)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut banner = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut banner)
-        .unwrap();
+    let mut cmd = common::c1m();
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--workers", "1"])
+        .args(args);
+    let (child, banner) = common::spawn_for_banner(cmd);
     let (http, _) = common::parse_banner(&banner).expect("serve's banner");
     thread::sleep(Duration::from_millis(1500)); // start-up's own wake-ups
     Server {

@@ -441,20 +441,14 @@ fn start_tls_with_admin(
     leaf: &tls_support::Leaf,
     args: &[&str],
 ) -> (crate::common::Server, String, std::net::SocketAddr) {
-    let mut child = crate::common::c1m()
-        .args(["serve", "--listen", "127.0.0.1:0", "--tls-cert"])
+    let mut cmd = crate::common::c1m();
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--tls-cert"])
         .arg(&leaf.cert)
         .arg("--tls-key")
         .arg(&leaf.key)
         .args(["--admin-listen", "127.0.0.1:0", "--workers", "1"])
-        .args(args)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut banner = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut banner)
-        .unwrap();
+        .args(args);
+    let (child, banner) = crate::common::spawn_for_banner(cmd);
     let parsed = crate::common::parse_banner(&banner);
     let admin = crate::common::parse_banner_admin(&banner);
     let server = crate::common::Server {

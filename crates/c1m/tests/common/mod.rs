@@ -18,6 +18,18 @@ pub struct Server {
     pub tcp: Option<SocketAddr>,
 }
 
+/// Spawns `cmd` (a `c1m serve …`) and returns the child with its banner line (its first line
+/// on stdout), asking nothing else: for a server whose /status is elsewhere (an admin
+/// listener), or a test that must leave no pooled connection in a worker.
+pub fn spawn_for_banner(mut cmd: Command) -> (Child, String) {
+    let mut child = cmd.stdout(Stdio::piped()).spawn().expect("spawn c1m serve");
+    let mut banner = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut banner)
+        .unwrap();
+    (child, banner)
+}
+
 impl Server {
     /// `c1m serve --listen 127.0.0.1:0 ARGS…`
     pub fn start(args: &[&str]) -> Server {
@@ -46,15 +58,8 @@ impl Server {
     }
 
     fn spawn_with(mut cmd: Command, stderr: Stdio) -> Server {
-        let mut child = cmd
-            .stdout(Stdio::piped())
-            .stderr(stderr)
-            .spawn()
-            .expect("spawn c1m serve");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        cmd.stderr(stderr);
+        let (mut child, line) = spawn_for_banner(cmd);
         let parsed = parse_banner(&line);
         let Some((http, tcp)) = parsed else {
             let _ = child.kill();

@@ -132,12 +132,14 @@ impl Worker {
     /// When no timer is armed (idle streams have none), the ticks in between wake the worker
     /// for nothing: 10 a second in each of ~54 processes at the fd limit's layout. It sleeps
     /// until its next periodic job instead (figures, HTTP/2 upkeep, heap trim; the sweeps run
-    /// in whatever turn comes). None: wake at the next tick (timers armed, accepts paused, or
-    /// a shutdown's grace running).
+    /// in whatever turn comes). None: wake at the next tick (timers armed, accepts paused, a
+    /// shutdown's grace running, or backend calls out, whose wait for a thread times out in
+    /// `proxy_answers`).
     fn idle_wake(&self, turn: &Turn) -> Option<Instant> {
         if !self.wheel.is_empty()
             || self.accept_paused_until.is_some()
             || self.shutdown_deadline.is_some()
+            || self.proxies.in_flight() > 0
         {
             return None;
         }

@@ -36,6 +36,7 @@ switches() { # PID...: Σ context switches of these processes
 
 run_one() { # LABEL BINARY
     local label=$1 bin=$2 spid cpid workers c0 c1 m0 m1 w0 w1
+    # Not lib.sh's start_serve (workers at nice 0): the figure is serve's defaults.
     # shellcheck disable=SC2086 # SERVE_ARGS is a flag list on purpose
     "$bin" serve --listen "127.0.0.1:$PORT" $SERVE_ARGS >"$WORK/serve-$label.log" 2>&1 &
     spid=$!

@@ -167,19 +167,11 @@ impl Drop for Killed {
 
 #[test]
 fn start_line_and_log_explain_the_workers_choice() {
-    use std::io::{BufRead, BufReader};
-    let mut child = Killed(
-        common::c1m()
-            .args(["serve", "--listen", "127.0.0.1:0", "--max-conns", "60000"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let mut banner = String::new();
-    BufReader::new(child.0.stdout.take().unwrap())
-        .read_line(&mut banner)
-        .unwrap();
+    let mut cmd = common::c1m();
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--max-conns", "60000"])
+        .stderr(Stdio::piped());
+    let (child, banner) = common::spawn_for_banner(cmd);
+    let mut child = Killed(child);
     // 60000 connections (+5%) over 19936 per process at this machine's 20000 fd limit need 4
     // processes; with fewer cores than that, the fd limit decides.
     let cpus = std::thread::available_parallelism().unwrap().get();
@@ -194,17 +186,8 @@ fn start_line_and_log_explain_the_workers_choice() {
     );
     assert!(banner.contains(&expected), "{banner}");
     // Read on a thread so a missing line fails after 5 s instead of hanging.
-    let stderr = BufReader::new(child.0.stderr.take().unwrap());
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in stderr.lines().map_while(Result::ok) {
-            if line.contains("workers auto:") {
-                let _ = tx.send(line);
-            }
-        }
-    });
-    let log = rx
-        .recv_timeout(Duration::from_secs(5))
+    let log = common::collect_stderr(&mut child.0)
+        .wait_for("workers auto:", Duration::from_secs(5))
         .expect("a log line explaining --workers auto");
     assert!(log.contains(&expected), "{log}");
 }

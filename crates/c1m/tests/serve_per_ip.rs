@@ -250,31 +250,13 @@ fn per_ip_limit_counts_ipv4_through_a_dual_stack_listener_as_ipv4() {
 /// `c1m serve --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 ARGS` with its stderr collected;
 /// returns the server, its log lines and the admin address once the admin /healthz answers.
 fn start_with_admin_logged(args: &[&str]) -> (Server, common::LogLines, SocketAddr) {
-    use std::io::BufRead;
-    let mut child = common::c1m()
-        .args(["serve", "--listen", "127.0.0.1:0"])
+    let mut cmd = common::c1m();
+    cmd.args(["serve", "--listen", "127.0.0.1:0"])
         .args(["--admin-listen", "127.0.0.1:0"])
         .args(args)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut banner = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut banner)
-        .unwrap();
-    let logs = common::LogLines::default();
-    let sink = logs.clone();
-    let stderr = child.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-        {
-            eprintln!("serve: {line}");
-            sink.push(line);
-        }
-    });
+        .stderr(std::process::Stdio::piped());
+    let (mut child, banner) = common::spawn_for_banner(cmd);
+    let logs = common::collect_stderr(&mut child);
     let (http, _) = common::parse_banner(&banner).expect("a banner");
     let admin = common::parse_banner_admin(&banner).expect("an admin address");
     let server = Server {

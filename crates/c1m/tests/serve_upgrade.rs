@@ -588,13 +588,8 @@ fn the_control_worker_hands_the_admin_listener_to_its_successor() {
         "2",
         "--upgrade-timeout",
         "15s",
-    ])
-    .stdout(std::process::Stdio::piped());
-    let mut child = cmd.spawn().unwrap();
-    let mut banner = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut banner)
-        .unwrap();
+    ]);
+    let (child, banner) = common::spawn_for_banner(cmd);
     let (http, _) = common::parse_banner(&banner).expect("banner");
     let admin = common::parse_banner_admin(&banner)
         .unwrap_or_else(|| panic!("no admin address in {banner:?}"));

@@ -45,15 +45,7 @@ impl Server {
     /// Like [`Server::spawn`], with the server's stderr collected line by line (its logs).
     pub fn spawn_capturing_stderr(cmd: Command) -> (Server, LogLines) {
         let mut server = Server::spawn_with(cmd, Stdio::piped());
-        let stderr = server.child.stderr.take().unwrap();
-        let lines = LogLines::default();
-        let sink = lines.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                eprintln!("serve: {line}");
-                sink.0.lock().unwrap().push(line);
-            }
-        });
+        let lines = collect_stderr(&mut server.child);
         (server, lines)
     }
 
@@ -179,12 +171,22 @@ impl Drop for Server {
 #[derive(Clone, Default)]
 pub struct LogLines(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
 
-impl LogLines {
-    /// Adds a line (for a harness that reads the server's stderr itself).
-    pub fn push(&self, line: String) {
-        self.0.lock().unwrap().push(line);
-    }
+/// Collects `child`'s piped stderr line by line on a thread (each echoed to the test's own
+/// stderr as `serve: …`).
+pub fn collect_stderr(child: &mut Child) -> LogLines {
+    let stderr = child.stderr.take().expect("stderr piped");
+    let lines = LogLines::default();
+    let sink = lines.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            eprintln!("serve: {line}");
+            sink.0.lock().unwrap().push(line);
+        }
+    });
+    lines
+}
 
+impl LogLines {
     pub fn snapshot(&self) -> Vec<String> {
         self.0.lock().unwrap().clone()
     }
